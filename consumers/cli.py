@@ -1,0 +1,128 @@
+"""``ledgerq worker`` and the ``ledgerq`` entry point (the top of the layering)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import sys
+import threading
+
+import click
+
+import relay.cli  # noqa: F401  (registers ``ledgerq relay``)
+from consumers.registry import Registry, default_registry
+from consumers.worker import Worker, WorkerConfig
+from ledger.cli import cli, install_stop_handlers, pass_settings, run_cli
+from ledger.config import Settings
+from ledger.db import async_engine, check_database, sync_engine
+from ledger.errors import LedgerqError
+from ledger.store import AsyncLedger
+from ledger.topology import Topology
+from relay.amqp import connect
+
+log = logging.getLogger("consumers")
+
+
+class AppImportError(LedgerqError):
+    """``--app`` names a module that cannot be imported."""
+
+
+def load_app(module: str) -> Registry:
+    """Import the user's module so its ``@task`` decorators run."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise AppImportError(f"cannot import --app {module!r}: {exc}") from exc
+    if not len(default_registry):
+        raise AppImportError(f'--app {module!r} registered no handlers (use @task("kind"))')
+    return default_registry
+
+
+async def serve_worker(settings: Settings, registry: Registry, config: WorkerConfig) -> None:
+    check_database(settings)
+    connection = await connect(settings.amqp_url, name=f"ledgerq-worker-{config.worker_id}")
+    aengine = async_engine(settings, "ledgerq-worker", pool_size=config.concurrency + 4)
+    sengine = sync_engine(settings, "ledgerq-worker-sync", pool_size=config.concurrency)
+    worker = Worker(
+        AsyncLedger(aengine),
+        registry,
+        Topology(settings.amqp_prefix),
+        config,
+        sync_engine=sengine,
+        async_engine=aengine,
+    )
+    stop = asyncio.Event()
+    install_stop_handlers(stop.set)
+    await worker.start(connection)
+    try:
+        await stop.wait()
+        log.info("stop requested; draining")
+    finally:
+        await worker.stop()
+        await connection.close()
+        await aengine.dispose()
+        sengine.dispose()
+
+
+@cli.command("worker")
+@click.option("--app", "app", required=True, help="Module whose @task handlers to run.")
+@click.option(
+    "--queues",
+    default="default",
+    show_default=True,
+    help="Comma-separated ledger queues to consume.",
+)
+@click.option("--concurrency", default=WorkerConfig.concurrency, show_default=True)
+@click.option("--prefetch", default=0, show_default=True, help="0 means 2 x concurrency.")
+@click.option("--lease", "lease_s", default=WorkerConfig.lease_s, show_default=True)
+@click.option(
+    "--grace",
+    "grace_s",
+    default=WorkerConfig.grace_s,
+    show_default=True,
+    help="Seconds in-flight tasks get to finish after SIGTERM.",
+)
+@pass_settings
+def worker_command(
+    settings: Settings,
+    app: str,
+    queues: str,
+    concurrency: int,
+    prefetch: int,
+    lease_s: float,
+    grace_s: float,
+) -> None:
+    """Run handlers for tasks delivered from RabbitMQ (runs until SIGTERM)."""
+    registry = load_app(app)
+    names = tuple(q.strip() for q in queues.split(",") if q.strip())
+    try:
+        config = WorkerConfig(
+            queues=names,
+            concurrency=concurrency,
+            prefetch=prefetch,
+            lease_s=lease_s,
+            heartbeat_s=lease_s / 4,
+            grace_s=grace_s,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    asyncio.run(serve_worker(settings, registry, config))
+    stuck = [
+        t for t in threading.enumerate() if t.name.startswith("ledgerq-handler") and t.is_alive()
+    ]
+    if stuck:
+        log.warning("%d sync handlers still running past the grace; exiting anyway", len(stuck))
+        logging.shutdown()
+        os._exit(0)
+
+
+def main() -> None:
+    run_cli(cli)
+
+
+if __name__ == "__main__":
+    main()

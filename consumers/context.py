@@ -1,0 +1,72 @@
+"""What a handler is handed besides its payload.
+
+``ctx.session`` is created on first use. It is the transaction that also writes
+the task's terminal status: the worker commits the handler's writes and
+``succeeded`` together, or neither. A handler that never touches it costs no
+transaction of its own; its status is group-committed with others'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.orm import Session
+
+from ledger.store import ClaimedTask
+
+
+@dataclass
+class _Context:
+    task: ClaimedTask
+    worker: str
+    #: Set when a heartbeat finds the fence gone (the task was cancelled or rescued):
+    #: a long handler may check it and stop early; its writes would not commit anyway.
+    lost: bool = False
+
+    @property
+    def id(self) -> int:
+        return self.task.id
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first run, 2 on the first retry, ..."""
+        return self.task.attempts
+
+    @property
+    def checkpoint(self) -> Any:
+        return self.task.checkpoint
+
+
+@dataclass
+class TaskContext(_Context):
+    """Context for a sync handler: ``session`` is a ``Session``."""
+
+    _engine: Engine | None = field(default=None, repr=False)
+    _session: Session | None = field(default=None, repr=False)
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            if self._engine is None:
+                raise RuntimeError("this context has no database engine")
+            self._session = Session(self._engine)
+        return self._session
+
+
+@dataclass
+class AsyncTaskContext(_Context):
+    """Context for an async handler: ``session`` is an ``AsyncSession``."""
+
+    _engine: AsyncEngine | None = field(default=None, repr=False)
+    _session: AsyncSession | None = field(default=None, repr=False)
+
+    @property
+    def session(self) -> AsyncSession:
+        if self._session is None:
+            if self._engine is None:
+                raise RuntimeError("this context has no database engine")
+            self._session = AsyncSession(self._engine)
+        return self._session

@@ -1,0 +1,83 @@
+"""The handler registry: ``@task("kind")`` registers a function under a kind.
+
+A handler takes ``(payload, ctx)``. It may be a plain function (run in the
+worker's thread pool, ``ctx.session`` is a ``Session``) or ``async def`` (run on
+the event loop, ``ctx.session`` is an ``AsyncSession``). Options given here are
+defaults the worker applies when running the handler.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ledger.validation import check_name
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RegistryError(ValueError):
+    """A handler could not be registered (bad kind, signature, or a duplicate)."""
+
+
+@dataclass(frozen=True)
+class Handler:
+    kind: str
+    fn: Callable[..., Any]
+    is_async: bool
+    #: Seconds a single attempt may run before it counts as failed (None: no limit
+    #: beyond the task's own ``timeout``).
+    timeout_s: float | None = None
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+
+    def task(self, kind: str, *, timeout: float | None = None) -> Callable[[F], F]:
+        """Decorator: register ``fn`` as the handler of ``kind``."""
+        try:
+            check_name(kind, "kind")
+        except ValueError as exc:
+            raise RegistryError(str(exc)) from exc
+        if timeout is not None and timeout <= 0:
+            raise RegistryError(f"handler timeout must be positive, got {timeout!r}")
+
+        def register(fn: F) -> F:
+            params = [
+                p
+                for p in inspect.signature(fn).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+            if len(params) != 2:
+                raise RegistryError(
+                    f"handler {fn.__qualname__} for {kind!r} must take (payload, ctx)"
+                )
+            existing = self._handlers.get(kind)
+            if existing is not None and existing.fn is not fn:
+                raise RegistryError(
+                    f"kind {kind!r} already has a handler: {existing.fn.__qualname__}"
+                )
+            self._handlers[kind] = Handler(kind, fn, inspect.iscoroutinefunction(fn), timeout)
+            return fn
+
+        return register
+
+    def get(self, kind: str) -> Handler | None:
+        return self._handlers.get(kind)
+
+    def kinds(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def __iter__(self) -> Iterator[Handler]:
+        return iter(self._handlers.values())
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+
+#: The default registry that ``from consumers import task`` writes to.
+default_registry = Registry()
+task = default_registry.task

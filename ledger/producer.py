@@ -1,0 +1,158 @@
+"""The producer's outbox helper: put tasks in the ledger inside the caller's transaction.
+
+``enqueue(session, "send_email", {"to": ...})`` runs one INSERT on the caller's
+own Session or Connection and does not commit: the task exists exactly when the
+caller's business transaction commits, and never if it rolls back. Everything is
+validated before the INSERT, so bad input raises
+:class:`~ledger.errors.InvalidTaskError` and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import Session
+
+from ledger import validation as v
+from ledger.errors import InvalidTaskError
+from ledger.retry import RetryPolicy
+from ledger.sql import Q
+
+Executor = Session | Connection
+AsyncExecutor = AsyncSession | AsyncConnection
+RetryLike = RetryPolicy | Sequence[float] | Mapping[str, Any] | None
+
+#: Rows per INSERT statement in the batch form.
+BATCH_CHUNK = 5000
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task to enqueue. Construction validates it."""
+
+    kind: str
+    payload: Any = field(default_factory=dict)
+    queue: str = "default"
+    business_key: str | None = None
+    unique: bool = False
+    run_at: datetime | None = None
+    delay: float | timedelta | None = None
+    priority: int = 0
+    max_attempts: int = 5
+    retry: RetryLike = None
+    timeout: float | timedelta | None = None
+    shard: int = 0
+    parent_id: int | None = None
+
+    def __post_init__(self) -> None:
+        # Validate eagerly; params() re-reads the (immutable) fields.
+        self.params()
+
+    def params(self) -> dict[str, Any]:
+        """The INSERT's bound parameters, or InvalidTaskError."""
+        kind = v.check_name(self.kind, "kind")
+        business_key = v.check_business_key(self.business_key)
+        if self.unique and business_key is None:
+            raise InvalidTaskError("unique=True needs a business_key to de-duplicate on")
+        run_at, delay_s = v.resolve_due(self.run_at, self.delay)
+        policy = RetryPolicy.coerce(self.retry)
+        return {
+            "kind": kind,
+            "queue": v.check_name(self.queue, "queue"),
+            "payload": v.encode_payload(self.payload),
+            "business_key": business_key,
+            "dedupe_key": business_key if self.unique else None,
+            "priority": v.check_priority(self.priority),
+            "shard": v.check_int_option(self.shard, "shard"),
+            "run_at": run_at,
+            "delay_s": delay_s,
+            "max_attempts": v.check_max_attempts(self.max_attempts),
+            "retry": json.dumps(policy.to_json()),
+            "timeout_s": v.check_optional_seconds(self.timeout, "timeout"),
+            "parent_id": None
+            if self.parent_id is None
+            else v.check_int_option(self.parent_id, "parent_id", minimum=1),
+        }
+
+
+def _rows_document(specs: Sequence[TaskSpec]) -> str:
+    """One JSON array of rows for ``insert_tasks``; payloads are embedded as JSON."""
+    parts = []
+    for spec in specs:
+        params = spec.params()
+        payload, retry = params.pop("payload"), params.pop("retry")
+        run_at = params.pop("run_at")
+        params["run_at"] = run_at.isoformat() if run_at is not None else None
+        head = json.dumps(params, separators=(",", ":"))
+        parts.append(head[:-1] + ',"payload":' + payload + ',"retry":' + retry + "}")
+    return "[" + ",".join(parts) + "]"
+
+
+def _chunks(specs: Iterable[TaskSpec]) -> Iterable[list[TaskSpec]]:
+    chunk: list[TaskSpec] = []
+    for spec in specs:
+        chunk.append(spec)
+        if len(chunk) >= BATCH_CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def enqueue(executor: Executor, kind: str, payload: Any = None, **options: Any) -> int:
+    """Insert one task in ``executor``'s transaction and return its id.
+
+    With ``unique=True`` and a ``business_key``, a live task of the same kind and
+    key is reused: its id is returned and nothing is inserted.
+    """
+    spec = TaskSpec(kind, {} if payload is None else payload, **options)
+    params = spec.params()
+    row = executor.execute(Q.insert_task, params).first()
+    if row is not None:
+        return int(row[0])
+    existing = executor.execute(
+        Q.live_id_by_dedupe_key, {"kind": params["kind"], "dedupe_key": params["dedupe_key"]}
+    ).scalar_one()
+    return int(existing)
+
+
+def enqueue_many(executor: Executor, specs: Iterable[TaskSpec]) -> list[int]:
+    """Insert many tasks, one statement per 5,000; return the new ids in input order.
+
+    Tasks skipped as live duplicates (``unique=True``) are left out of the result.
+    """
+    ids: list[int] = []
+    for chunk in _chunks(specs):
+        result = executor.execute(Q.insert_tasks, {"rows": _rows_document(chunk)})
+        ids.extend(int(r[0]) for r in result)
+    return ids
+
+
+async def aenqueue(executor: AsyncExecutor, kind: str, payload: Any = None, **options: Any) -> int:
+    """:func:`enqueue` for an ``AsyncSession`` or ``AsyncConnection``."""
+    spec = TaskSpec(kind, {} if payload is None else payload, **options)
+    params = spec.params()
+    row = (await executor.execute(Q.insert_task, params)).first()
+    if row is not None:
+        return int(row[0])
+    existing = (
+        await executor.execute(
+            Q.live_id_by_dedupe_key, {"kind": params["kind"], "dedupe_key": params["dedupe_key"]}
+        )
+    ).scalar_one()
+    return int(existing)
+
+
+async def aenqueue_many(executor: AsyncExecutor, specs: Iterable[TaskSpec]) -> list[int]:
+    """:func:`enqueue_many` for an ``AsyncSession`` or ``AsyncConnection``."""
+    ids: list[int] = []
+    for chunk in _chunks(specs):
+        result = await executor.execute(Q.insert_tasks, {"rows": _rows_document(chunk)})
+        ids.extend(int(r[0]) for r in result)
+    return ids

@@ -1,0 +1,162 @@
+-- Every statement the ledger runs, by name. ledger/sql.py loads them as
+-- SQLAlchemy text() clauses; no SQL is built at run time.
+--
+-- Conventions: batch statements take parallel arrays (:ids, :epochs, ...) and
+-- unnest them, so a batch is one round trip. Every state change is a
+-- compare-and-set on (id, epoch, expected status) and RETURNs the rows it won:
+-- a row missing from the result means another actor got there first.
+
+-- name: insert_task
+INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
+                           run_at, status, max_attempts, retry, timeout_s, parent_id)
+VALUES (:kind, :queue, CAST(:payload AS jsonb), :business_key, :dedupe_key, :priority, :shard,
+        COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
+        'pending', :max_attempts,
+        CAST(:retry AS jsonb), :timeout_s, :parent_id)
+ON CONFLICT (kind, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+RETURNING id
+
+-- name: insert_tasks
+INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
+                           run_at, status, max_attempts, retry, timeout_s, parent_id)
+SELECT r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority, r.shard,
+       COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
+       r.retry, r.timeout_s, r.parent_id
+FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
+         AS (kind text, queue text, payload jsonb, business_key text, dedupe_key text,
+             priority smallint, shard smallint, run_at timestamptz, delay_s float8,
+             max_attempts integer,
+             retry jsonb, timeout_s double precision, parent_id bigint)) WITH ORDINALITY
+     AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, delay_s,
+          max_attempts, retry, timeout_s, parent_id, n)
+ORDER BY r.n
+ON CONFLICT (kind, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+RETURNING id
+
+-- name: live_id_by_dedupe_key
+SELECT id FROM ledgerq_tasks WHERE kind = :kind AND dedupe_key = :dedupe_key
+
+-- name: select_due
+-- The relay's claim. SKIP LOCKED: relays never wait for or collide with each
+-- other; the lock is held until the confirmed rows are marked published.
+SELECT id, kind, queue, priority, epoch
+FROM ledgerq_tasks
+WHERE status = 'pending' AND run_at <= now()
+ORDER BY priority DESC, run_at, id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED
+
+-- name: mark_published
+UPDATE ledgerq_tasks t
+SET status = 'published', published_at = now()
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'pending'
+RETURNING t.id
+
+-- name: next_due_in
+-- Seconds until the earliest pending row falls due (NULL when none is pending).
+SELECT EXTRACT(EPOCH FROM (min(run_at) - now()))::float8
+FROM ledgerq_tasks WHERE status = 'pending'
+
+-- name: claim
+-- The consumer's claim. It accepts 'pending' as well as 'published': the
+-- delivery can overtake the relay's commit (the UPDATE then waits on the
+-- relay's row lock and re-checks), or the relay can die after the publish.
+-- The epoch in the message must match, so a stale message cannot claim a
+-- later attempt (for instance one waiting out its retry backoff).
+UPDATE ledgerq_tasks t
+SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1,
+    started_at = now(), heartbeat_at = now(),
+    lease_until = now() + make_interval(secs => :lease_s), worker = :worker
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
+RETURNING t.id, t.epoch, t.kind, t.queue, t.payload, t.attempts, t.max_attempts, t.retry,
+          t.timeout_s, t.checkpoint, t.business_key, t.parent_id
+
+-- name: whereabouts
+-- Where the tasks named by deliveries that lost their claim are now.
+SELECT id, status FROM ledgerq_tasks WHERE id = ANY(CAST(:ids AS bigint[]))
+UNION ALL
+SELECT id, status FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
+
+-- name: complete
+-- running -> succeeded, fenced, moving the row to history in one statement.
+WITH done AS (
+    DELETE FROM ledgerq_tasks t
+    USING unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+    WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
+    RETURNING t.*
+)
+INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
+                             run_at, status, attempts, max_attempts, retry, epoch, lease_until,
+                             heartbeat_at, worker, checkpoint, last_error, timeout_s, parent_id,
+                             created_at, published_at, started_at, finished_at)
+SELECT id, kind, queue, payload, business_key, NULL, priority, shard,
+       run_at, 'succeeded', attempts, max_attempts, retry, epoch, NULL,
+       heartbeat_at, worker, checkpoint, last_error, timeout_s, parent_id,
+       created_at, published_at, started_at, now()
+FROM done
+RETURNING id
+
+-- name: fail
+-- running -> pending (retry after :delays seconds) or, when attempts are spent
+-- or the failure is final, running -> dead in history. Fenced like complete.
+WITH m AS (
+    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]),
+                         CAST(:delays AS float8[]), CAST(:errors AS text[]),
+                         CAST(:finals AS boolean[])) AS m(id, epoch, delay, error, final)
+), dead AS (
+    DELETE FROM ledgerq_tasks t USING m
+    WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
+      AND (m.final OR t.attempts >= t.max_attempts)
+    RETURNING t.*, m.error AS new_error
+), buried AS (
+    INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key, priority,
+                                 shard, run_at, status, attempts, max_attempts, retry, epoch,
+                                 lease_until, heartbeat_at, worker, checkpoint, last_error,
+                                 timeout_s, parent_id, created_at, published_at, started_at,
+                                 finished_at)
+    SELECT id, kind, queue, payload, business_key, NULL, priority,
+           shard, run_at, 'dead', attempts, max_attempts, retry, epoch,
+           NULL, heartbeat_at, worker, checkpoint, new_error,
+           timeout_s, parent_id, created_at, published_at, started_at,
+           now()
+    FROM dead
+    RETURNING id, kind, attempts, last_error
+), retried AS (
+    UPDATE ledgerq_tasks t
+    SET status = 'pending', run_at = now() + make_interval(secs => m.delay),
+        last_error = m.error, lease_until = NULL, worker = NULL
+    FROM m
+    WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
+      AND NOT (m.final OR t.attempts >= t.max_attempts)
+    RETURNING t.id, t.kind, t.attempts, t.last_error
+)
+SELECT id, kind, attempts, last_error, 'dead' AS status FROM buried
+UNION ALL
+SELECT id, kind, attempts, last_error, 'pending' AS status FROM retried
+
+-- name: heartbeat
+UPDATE ledgerq_tasks t
+SET heartbeat_at = now(), lease_until = now() + make_interval(secs => :lease_s)
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
+RETURNING t.id
+
+-- name: save_checkpoint
+UPDATE ledgerq_tasks
+SET checkpoint = CAST(:checkpoint AS jsonb), heartbeat_at = now()
+WHERE id = :id AND epoch = :epoch AND status = 'running'
+RETURNING id
+
+-- name: stats_live
+SELECT status, kind, count(*) AS n FROM ledgerq_tasks GROUP BY status, kind ORDER BY status, kind
+
+-- name: stats_history
+SELECT status, kind, count(*) AS n FROM ledgerq_history GROUP BY status, kind
+ORDER BY status, kind
+
+-- name: show_task
+SELECT *, 'live' AS location FROM ledgerq_tasks WHERE id = :id
+UNION ALL
+SELECT *, 'history' AS location FROM ledgerq_history WHERE id = :id

@@ -1,0 +1,64 @@
+"""Load named SQL from a ``.sql`` file into ``text()`` clauses.
+
+Each package keeps its SQL in one file of ``-- name: <name>`` blocks; a typed
+dataclass lists the names so a typo is a mypy error, and a missing or extra
+block is an import-time error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from importlib import resources
+from typing import TypeVar
+
+from sqlalchemy import TextClause, text
+
+_HEADER = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+
+T = TypeVar("T")
+
+
+def parse(source: str) -> dict[str, str]:
+    """Split a file of named blocks into ``{name: sql}``."""
+    parts = _HEADER.split(source)
+    named: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in named:
+            raise ValueError(f"query {name!r} is defined twice")
+        lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
+        named[name] = "\n".join(lines).strip()
+    return named
+
+
+def load(cls: type[T], package: str, filename: str) -> T:
+    """Build ``cls`` (a dataclass of TextClause fields) from ``package/filename``."""
+    source = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+    named = parse(source)
+    wanted = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    if wanted != set(named):
+        missing, extra = sorted(wanted - set(named)), sorted(set(named) - wanted)
+        raise RuntimeError(f"{package}/{filename}: missing {missing}, unexpected {extra}")
+    return cls(**{name: text(sql) for name, sql in named.items()})
+
+
+@dataclass(frozen=True)
+class LedgerQueries:
+    insert_task: TextClause
+    insert_tasks: TextClause
+    live_id_by_dedupe_key: TextClause
+    select_due: TextClause
+    mark_published: TextClause
+    next_due_in: TextClause
+    claim: TextClause
+    whereabouts: TextClause
+    complete: TextClause
+    fail: TextClause
+    heartbeat: TextClause
+    save_checkpoint: TextClause
+    stats_live: TextClause
+    stats_history: TextClause
+    show_task: TextClause
+
+
+Q: LedgerQueries = load(LedgerQueries, "ledger", "queries.sql")

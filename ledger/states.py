@@ -1,0 +1,52 @@
+"""The task state machine: which transitions exist and which actor makes each.
+
+Every transition in the ledger is a compare-and-set on ``(id, expected status,
+epoch)`` (see ``queries.sql``); this module is the table those statements are
+checked against, and what ``docs/state-machine.md`` draws.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    PENDING = "pending"
+    PUBLISHED = "published"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+LIVE = frozenset({Status.PENDING, Status.PUBLISHED, Status.RUNNING})
+TERMINAL = frozenset({Status.SUCCEEDED, Status.DEAD, Status.CANCELLED})
+
+# (from, to) -> the actor that makes the transition.
+TRANSITIONS: dict[tuple[Status, Status], str] = {
+    (Status.PENDING, Status.PUBLISHED): "relay (after the publisher confirm)",
+    # The consumer may win the race against the relay's commit: it claims a row
+    # the relay still holds (it waits on the row lock, then sees it published) or,
+    # if the relay died after publishing, the row is still pending.
+    (Status.PENDING, Status.RUNNING): "consumer (claim of a row the relay still holds)",
+    (Status.PUBLISHED, Status.RUNNING): "consumer (claim, bumps epoch)",
+    (Status.PUBLISHED, Status.PENDING): "reconciler (delivery stalled; re-publish)",
+    (
+        Status.RUNNING,
+        Status.SUCCEEDED,
+    ): "consumer (handler returned; same transaction as its writes)",
+    (Status.RUNNING, Status.PENDING): "consumer (retry with backoff) or reconciler (lease expired)",
+    (Status.RUNNING, Status.DEAD): "consumer or reconciler (attempts spent)",
+    (Status.PENDING, Status.CANCELLED): "operator (cancel)",
+    (Status.PUBLISHED, Status.CANCELLED): "operator (cancel)",
+    (Status.RUNNING, Status.CANCELLED): "operator (cancel; the running attempt loses its fence)",
+    (Status.DEAD, Status.PENDING): "operator (retry from history)",
+}
+
+
+def can_transition(current: Status, target: Status) -> bool:
+    return (current, target) in TRANSITIONS

@@ -1,0 +1,124 @@
+"""The relay: move due ``pending`` rows to RabbitMQ, marking only confirmed ones.
+
+Shaped like River's maintenance services: :class:`RelayConfig` validates its
+defaults, :meth:`Relay.run_once` does one batch and returns counts (tests call
+it directly), and :meth:`Relay.run` is the thin loop around it that wakes on
+LISTEN/NOTIFY and also polls.
+
+One batch: ``SELECT ... FOR UPDATE SKIP LOCKED`` the due rows, publish them all
+with confirms, ``UPDATE`` the confirmed ones to ``published``, commit. The row
+locks are held through the publish, so a consumer that receives a message
+before the commit waits for it; a second relay skips the locked rows. A
+returned, nacked or unconfirmed publish leaves its row ``pending`` for the next
+batch: duplicates are possible after a crash, losses are not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ledger.notify import Wakeup
+from ledger.store import AsyncLedger
+from relay.amqp import ConfirmedPublisher, Outcome
+
+log = logging.getLogger("relay")
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    batch_size: int = 500
+    #: Longest sleep between polls when no notification arrives.
+    poll_interval: float = 1.0
+    #: How long to wait for a publisher confirm before calling the publish failed.
+    confirm_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.batch_size <= 10_000:
+            raise ValueError(f"batch_size must be 1..10000, got {self.batch_size}")
+        if not 0.01 <= self.poll_interval <= 300:
+            raise ValueError(f"poll_interval must be 0.01..300 s, got {self.poll_interval}")
+        if not 0.1 <= self.confirm_timeout <= 300:
+            raise ValueError(f"confirm_timeout must be 0.1..300 s, got {self.confirm_timeout}")
+
+
+@dataclass
+class RelayCounts:
+    claimed: int = 0
+    published: int = 0
+    returned: int = 0
+    nacked: int = 0
+    failed: int = 0
+    elapsed_s: float = 0.0
+
+    def add(self, other: RelayCounts) -> None:
+        for name in ("claimed", "published", "returned", "nacked", "failed", "elapsed_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class Relay:
+    ledger: AsyncLedger
+    publisher: ConfirmedPublisher
+    config: RelayConfig = field(default_factory=RelayConfig)
+    totals: RelayCounts = field(default_factory=RelayCounts)
+
+    async def run_once(self) -> RelayCounts:
+        """Publish one batch of due rows; return what happened to them."""
+        started = time.perf_counter()
+        counts = RelayCounts()
+        async with self.ledger.publish_batch(self.config.batch_size) as batch:
+            if batch.rows:
+                outcomes = await self.publisher.publish_many(
+                    batch.rows, self.config.confirm_timeout
+                )
+                confirmed = [
+                    row
+                    for row, o in zip(batch.rows, outcomes, strict=True)
+                    if o is Outcome.CONFIRMED
+                ]
+                marked = await batch.mark_published(confirmed)
+                tally = Counter(outcomes)
+                counts = RelayCounts(
+                    claimed=len(batch.rows),
+                    published=len(marked),
+                    returned=tally[Outcome.RETURNED],
+                    nacked=tally[Outcome.NACKED],
+                    failed=tally[Outcome.FAILED],
+                )
+        counts.elapsed_s = time.perf_counter() - started
+        self.totals.add(counts)
+        if counts.claimed and counts.published < counts.claimed:
+            log.warning("relay batch: %s", counts)
+        return counts
+
+    async def run(self, stop: asyncio.Event, wakeup: Wakeup) -> None:
+        """Loop until ``stop`` is set: drain due rows, then sleep until woken or polled."""
+        log.info(
+            "relay running (batch %d, poll %.2fs)",
+            self.config.batch_size,
+            self.config.poll_interval,
+        )
+        while not stop.is_set():
+            try:
+                counts = await self.run_once()
+            except Exception:  # a dropped DB connection or the like: log, back off, go on
+                log.exception("relay batch failed; retrying after the poll interval")
+                counts = RelayCounts()
+                await _sleep_or_stop(stop, self.config.poll_interval)
+                continue
+            if counts.claimed >= self.config.batch_size or (
+                counts.claimed and counts.published == counts.claimed
+            ):
+                continue  # more may be due right now
+            await wakeup.wait(self.config.poll_interval)
+        log.info("relay stopped: %s", self.totals)
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
