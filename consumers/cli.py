@@ -44,7 +44,9 @@ def load_app(module: str) -> Registry:
 
 async def serve_worker(settings: Settings, registry: Registry, config: WorkerConfig) -> None:
     check_database(settings)
-    connection = await connect(settings.amqp_url, name=f"ledgerq-worker-{config.worker_id}")
+    connection = await connect(
+        settings.amqp_url, wait_s=settings.connect_wait_s, name=f"ledgerq-{config.worker_id}"
+    )
     aengine = async_engine(settings, "ledgerq-worker", pool_size=config.concurrency + 4)
     sengine = sync_engine(settings, "ledgerq-worker-sync", pool_size=config.concurrency)
     worker = Worker(

@@ -49,6 +49,10 @@ def cli(ctx: click.Context, database_url: str | None, amqp_url: str | None, verb
     """ledgerq: tasks kept in a PostgreSQL ledger, moved through RabbitMQ."""
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if verbose < 2:
+        # aiormq logs every failed connect attempt with a traceback-like line; ledgerq
+        # reports an unreachable broker itself, in one line.
+        logging.getLogger("aiormq").setLevel(logging.CRITICAL)
     ctx.obj = Settings.from_env(database_url=database_url, amqp_url=amqp_url)
 
 

@@ -2,6 +2,7 @@
 
 ``LEDGERQ_DATABASE_URL`` and ``LEDGERQ_AMQP_URL`` name the services; every CLI
 command also takes ``--database-url`` and ``--amqp-url``, which win.
+``LEDGERQ_CONNECT_WAIT_S`` is how long a starting service retries RabbitMQ.
 ``LEDGERQ_AMQP_PREFIX`` prefixes every exchange and queue name, so two
 deployments (or two test runs) can share one broker without meeting.
 """
@@ -25,6 +26,8 @@ class Settings:
     #: Server-side guards on every connection ledgerq opens itself (milliseconds).
     statement_timeout_ms: int = 30_000
     idle_in_transaction_timeout_ms: int = 120_000
+    #: How long a starting service keeps trying to reach RabbitMQ before giving up.
+    connect_wait_s: float = 10.0
 
     @classmethod
     def from_env(
@@ -39,6 +42,7 @@ class Settings:
             database_url=env.get("LEDGERQ_DATABASE_URL", DEFAULT_DATABASE_URL),
             amqp_url=env.get("LEDGERQ_AMQP_URL", DEFAULT_AMQP_URL),
             amqp_prefix=env.get("LEDGERQ_AMQP_PREFIX", DEFAULT_AMQP_PREFIX),
+            connect_wait_s=float(env.get("LEDGERQ_CONNECT_WAIT_S", "10")),
         )
         if database_url:
             settings = replace(settings, database_url=database_url)

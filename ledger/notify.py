@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 import psycopg
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
 from ledger.config import Settings
 from ledger.db import libpq_url
@@ -49,7 +49,7 @@ class Wakeup:
 
     async def _listen_forever(self) -> None:
         async for attempt in AsyncRetrying(
-            wait=wait_exponential_jitter(initial=0.2, max=10),
+            wait=wait_exponential(multiplier=0.2, max=10) + wait_random(0, 0.2),
             retry=retry_if_exception_type((psycopg.Error, OSError)),
         ):
             with attempt:

@@ -18,7 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tenacity import RetryCallState, Retrying, wait_chain, wait_exponential_jitter, wait_fixed
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    wait_chain,
+    wait_exponential,
+    wait_fixed,
+    wait_random,
+)
 from tenacity.wait import wait_base
 
 from ledger.errors import InvalidRetryPolicyError
@@ -116,14 +123,19 @@ class RetryPolicy:
         if self.kind == "fixed":
             return wait_fixed(self.delay)
         if self.kind == "exponential":
-            return wait_exponential_jitter(initial=self.base, max=self.maximum, jitter=self.base)
+            capped: wait_base = wait_exponential(multiplier=self.base, max=self.maximum)
+            return capped + wait_random(0, self.base)
         return wait_chain(*(wait_fixed(d) for d in self.delays))
 
     def delay_for(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
         state = RetryCallState(retry_object=Retrying(), fn=None, args=(), kwargs={})
         state.attempt_number = max(1, attempt)
-        return min(float(self.wait()(state)), MAX_DELAY_S)
+        return min(float(self.wait()(state)), self.cap)
+
+    @property
+    def cap(self) -> float:
+        return self.maximum if self.kind == "exponential" else MAX_DELAY_S
 
 
 DEFAULT_POLICY = RetryPolicy.exponential(base=1.0, maximum=3600.0)

@@ -21,7 +21,9 @@ log = logging.getLogger("relay")
 
 async def serve_relay(settings: Settings, config: RelayConfig) -> None:
     check_database(settings)
-    connection = await connect(settings.amqp_url, name="ledgerq-relay")
+    connection = await connect(
+        settings.amqp_url, wait_s=settings.connect_wait_s, name="ledgerq-relay"
+    )
     engine = async_engine(settings, "ledgerq-relay", pool_size=2)
     wakeup = Wakeup(settings)
     stop = asyncio.Event()

@@ -1,0 +1,87 @@
+"""Fixtures shared by every test: a real PostgreSQL database and a real RabbitMQ.
+
+The suite uses its own database (``ledgerq_test`` unless
+``LEDGERQ_TEST_DATABASE_URL`` says otherwise), dropped and migrated once per
+run, and truncated before each test. Every test gets its own AMQP prefix, so its
+exchanges and queues never meet another test's; they are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pika
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from ledger.config import DEFAULT_AMQP_URL, Settings
+from ledger.db import libpq_url
+from ledger.migrate import upgrade
+from ledger.topology import Topology
+
+TEST_DATABASE_URL = os.environ.get(
+    "LEDGERQ_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/ledgerq_test"
+)
+TEST_AMQP_URL = os.environ.get("LEDGERQ_TEST_AMQP_URL", DEFAULT_AMQP_URL)
+#: Ledger queue names tests may use; their broker queues are deleted after each test.
+TEST_QUEUES = ("default", "other", "nowhere")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", help="run the long fault-injection runs")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--long"):
+        return
+    skip = pytest.mark.skip(reason="long run: pass --long")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
+def _recreate_database(url: str) -> None:
+    name = make_url(url).database
+    assert name, "the test database URL needs a database name"
+    maintenance = libpq_url(make_url(url).set(database="postgres").render_as_string(False))
+    with psycopg.connect(maintenance, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def base_settings() -> Settings:
+    settings = Settings(database_url=TEST_DATABASE_URL, amqp_url=TEST_AMQP_URL)
+    _recreate_database(settings.database_url)
+    upgrade(settings)
+    return settings
+
+
+def delete_broker_objects(settings: Settings) -> None:
+    topology = Topology(settings.amqp_prefix)
+    connection = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
+    try:
+        channel = connection.channel()
+        for name in TEST_QUEUES:
+            channel.queue_delete(topology.queue(name))
+        channel.queue_delete(topology.dead_letter_queue)
+        channel.exchange_delete(topology.exchange)
+        channel.exchange_delete(topology.dead_letter_exchange)
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def settings(base_settings: Settings) -> Iterator[Settings]:
+    """Clean tables and a private AMQP prefix for one test."""
+    with psycopg.connect(libpq_url(base_settings.database_url), autocommit=True) as conn:
+        conn.execute("TRUNCATE ledgerq_tasks, ledgerq_history")
+        conn.execute("DROP TABLE IF EXISTS ledgerq_demo_receipts, test_effects")
+    current = replace(base_settings, amqp_prefix=f"lqtest.{uuid.uuid4().hex[:10]}")
+    yield current
+    delete_broker_objects(current)

@@ -1,0 +1,143 @@
+"""The ``ledgerq`` command as a person or a script runs it: real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from consumers import Registry
+from ledger import TaskSpec
+from ledger.config import Settings
+from tests.harness import Pipeline, db, enqueue_committed, statuses
+from tests.integration.test_pipeline import EFFECTS_DDL, effects
+
+
+def ledgerq_env(settings: Settings, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        LEDGERQ_DATABASE_URL=settings.database_url,
+        LEDGERQ_AMQP_URL=settings.amqp_url,
+        LEDGERQ_AMQP_PREFIX=settings.amqp_prefix,
+        LEDGERQ_CONNECT_WAIT_S="1",
+        PYTHONPATH=os.getcwd(),
+    )
+    env.update(extra)
+    return env
+
+
+def ledgerq(settings: Settings, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "consumers", *args], env=ledgerq_env(settings, **extra),
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def test_stats_json_and_show(settings: Settings) -> None:
+    ids = enqueue_committed(settings, [TaskSpec("cli.a", {"n": i}) for i in range(3)]
+                            + [TaskSpec("cli.b", {}, business_key="order-7")])
+    result = ledgerq(settings, "stats", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["total"] == 4
+    assert data["by_status"] == {"pending": 4}
+    assert data["by_kind"] == {"cli.a": {"pending": 3}, "cli.b": {"pending": 1}}
+
+    shown = ledgerq(settings, "show", str(ids[-1]), "--json")
+    assert shown.returncode == 0, shown.stderr
+    task = json.loads(shown.stdout)
+    assert (task["kind"], task["status"], task["business_key"]) == ("cli.b", "pending",
+                                                                     "order-7")
+    assert task["attempts"] == 0 and task["last_error"] is None
+
+    human = ledgerq(settings, "show", str(ids[0]))
+    assert human.returncode == 0 and "cli.a" in human.stdout and "pending" in human.stdout
+
+
+def test_unknown_task_and_unreachable_services_give_one_clear_line(settings: Settings) -> None:
+    missing = ledgerq(settings, "show", "987654321")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == "ledgerq: no task with id 987654321"
+
+    no_db = ledgerq(settings, "stats",
+                    LEDGERQ_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/nowhere")
+    assert no_db.returncode == 2
+    lines = no_db.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ledgerq: cannot reach PostgreSQL at"), lines
+
+    no_broker = ledgerq(settings, "relay", LEDGERQ_AMQP_URL="amqp://guest:guest@127.0.0.1:1/")
+    assert no_broker.returncode == 2
+    lines = no_broker.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ledgerq: cannot reach RabbitMQ at"), lines
+
+
+def test_bad_app_module_is_a_clear_error(settings: Settings) -> None:
+    result = ledgerq(settings, "worker", "--app", "no_such_module_xyz")
+    assert result.returncode == 2
+    assert "cannot import --app 'no_such_module_xyz'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_sigterm_drains_in_flight_tasks_then_exits_zero(settings: Settings) -> None:
+    with db(settings) as conn:
+        conn.execute(EFFECTS_DDL)
+    ids = enqueue_committed(settings, [TaskSpec("test.slow", {"seconds": 1.5}) for _ in range(4)])
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "consumers", "-v", "worker", "--app", "tests.apps.slow_app",
+         "--concurrency", "4", "--grace", "20"],
+        env=ledgerq_env(settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        async def publish() -> None:
+            async with Pipeline(settings, Registry(), start_worker=False) as pipe:
+                await pipe.settle(ids, until=("published", "running"))
+
+        asyncio.run(publish())
+        _wait_for(lambda: set(statuses(settings, ids).values()) == {"running"}, 30,
+                  "all four tasks running")
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, output
+    assert "draining 4 in-flight tasks" in output
+    assert statuses(settings, ids) == dict.fromkeys(ids, "succeeded")
+    assert sorted(effects(settings)) == sorted((i, 1) for i in ids)
+
+
+@pytest.mark.parametrize("kind", ["test.sync_write"])
+def test_worker_process_runs_sync_handlers_end_to_end(settings: Settings, kind: str) -> None:
+    with db(settings) as conn:
+        conn.execute(EFFECTS_DDL)
+    ids = enqueue_committed(settings, [TaskSpec(kind, {}) for _ in range(20)])
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "consumers", "worker", "--app", "tests.apps.slow_app"],
+        env=ledgerq_env(settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        async def run() -> None:
+            async with Pipeline(settings, Registry(), start_worker=False) as pipe:
+                await pipe.settle(ids)
+
+        asyncio.run(run())
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, output
+    assert sorted(effects(settings)) == sorted((i, 1) for i in ids)

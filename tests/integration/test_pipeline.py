@@ -1,0 +1,254 @@
+"""The main path end to end, on the real PostgreSQL and RabbitMQ."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pika
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from consumers import AsyncTaskContext, Registry, TaskContext
+from consumers.worker import WorkerConfig
+from ledger import TaskSpec, enqueue
+from ledger.config import Settings
+from ledger.db import sync_engine
+from ledger.store import DueTask, FailOutcome
+from relay.amqp import Outcome
+from tests.harness import Pipeline, db, enqueue_committed, row, statuses
+
+EFFECTS_DDL = """CREATE TABLE IF NOT EXISTS test_effects (
+    id bigserial PRIMARY KEY, task_id bigint NOT NULL, attempt int NOT NULL)"""
+
+
+def effects(settings: Settings) -> list[tuple[int, int]]:
+    with db(settings) as conn:
+        return [(int(a), int(b)) for a, b in
+                conn.execute("SELECT task_id, attempt FROM test_effects ORDER BY id")]
+
+
+@pytest.fixture
+def effects_table(settings: Settings) -> Settings:
+    with db(settings) as conn:
+        conn.execute(EFFECTS_DDL)
+    return settings
+
+
+def test_rolled_back_enqueue_never_runs_and_committed_one_runs_once(settings: Settings) -> None:
+    registry = Registry()
+    ran: list[int] = []
+
+    @registry.task("t.record")
+    async def record(payload: Any, ctx: AsyncTaskContext) -> None:
+        ran.append(payload["n"])
+
+    engine = sync_engine(settings, "test-producer", pool_size=1)
+    with Session(engine) as session:
+        with session.begin():
+            enqueue(session, "t.record", {"n": 1})
+            session.rollback()
+    with Session(engine) as session, session.begin():
+        kept = enqueue(session, "t.record", {"n": 2})
+    engine.dispose()
+
+    async def main() -> dict[int, str]:
+        async with Pipeline(settings, registry) as pipe:
+            done = await pipe.settle([kept])
+            await pipe.relay.run_once()  # nothing else is due: the rolled-back task never was
+            return done
+
+    assert asyncio.run(main()) == {kept: "succeeded"}
+    assert ran == [2]
+    with db(settings) as conn:
+        assert conn.execute("SELECT count(*) FROM ledgerq_tasks").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM ledgerq_history").fetchone() == (1,)
+    finished = row(settings, kept)
+    assert finished["attempts"] == 1 and finished["location"] == "history"
+    assert finished["published_at"] is not None and finished["finished_at"] is not None
+
+
+def test_failing_handler_retries_on_schedule_then_ends_dead_with_alert(settings: Settings) -> None:
+    registry = Registry()
+    attempts: list[float] = []
+    alerts: list[FailOutcome] = []
+
+    @registry.task("t.fail")
+    def always_fails(payload: Any, ctx: TaskContext) -> None:
+        attempts.append(time.monotonic())
+        raise ValueError(f"boom on attempt {ctx.attempt}")
+
+    [task_id] = enqueue_committed(
+        settings, [TaskSpec("t.fail", {}, max_attempts=3, retry=[0.3, 0.6])]
+    )
+
+    async def main() -> None:
+        async with Pipeline(settings, registry, alert=alerts.append) as pipe:
+            await pipe.settle([task_id])
+
+    asyncio.run(main())
+    assert len(attempts) == 3
+    gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
+    assert gaps[0] >= 0.3 and gaps[1] >= 0.6, gaps  # the schedule is a floor
+    dead = row(settings, task_id)
+    assert dead["status"] == "dead" and dead["location"] == "history"
+    assert dead["attempts"] == 3
+    assert "boom on attempt 3" in dead["last_error"]
+    assert [a.id for a in alerts] == [task_id]
+
+
+def test_duplicate_delivery_of_finished_task_is_acked_without_running(settings: Settings) -> None:
+    registry = Registry()
+    runs: list[int] = []
+
+    @registry.task("t.once")
+    async def once(payload: Any, ctx: AsyncTaskContext) -> None:
+        runs.append(ctx.id)
+
+    [task_id] = enqueue_committed(settings, [TaskSpec("t.once", {})])
+
+    async def main() -> int:
+        async with Pipeline(settings, registry) as pipe:
+            await pipe.settle([task_id])
+            # The broker hands the same message over again (as after a lost ack).
+            stale = DueTask(task_id, "t.once", "default", 0, epoch=0)
+            assert await pipe.publisher.publish_many([stale], 5) == [Outcome.CONFIRMED]
+            deadline = time.monotonic() + 10
+            while pipe.worker.counts.skipped < 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            return pipe.worker.counts.skipped
+
+    assert asyncio.run(main()) == 1
+    assert runs == [task_id]
+    assert statuses(settings, [task_id]) == {task_id: "succeeded"}
+
+
+def test_handler_writes_commit_with_the_status_or_not_at_all(effects_table: Settings) -> None:
+    settings = effects_table
+    registry = Registry()
+
+    @registry.task("t.write_then_fail_once")
+    async def write_then_fail_once(payload: Any, ctx: AsyncTaskContext) -> None:
+        await ctx.session.execute(
+            text("INSERT INTO test_effects (task_id, attempt) VALUES (:i, :a)"),
+            {"i": ctx.id, "a": ctx.attempt},
+        )
+        if ctx.attempt == 1:
+            raise RuntimeError("fail after writing")
+
+    @registry.task("t.write_then_lose_fence")
+    def write_then_lose_fence(payload: Any, ctx: TaskContext) -> None:
+        ctx.session.execute(
+            text("INSERT INTO test_effects (task_id, attempt) VALUES (:i, :a)"),
+            {"i": ctx.id, "a": ctx.attempt},
+        )
+        if ctx.attempt == 1:  # a rescuer takes the task over while this attempt runs
+            with db(settings) as conn:
+                conn.execute("UPDATE ledgerq_tasks SET status = 'pending', epoch = epoch + 1 "
+                             "WHERE id = %s", (ctx.id,))
+
+    first, second = enqueue_committed(settings, [
+        TaskSpec("t.write_then_fail_once", {}, retry=[0.1]),
+        TaskSpec("t.write_then_lose_fence", {}, retry=[0.1]),
+    ])
+
+    async def main() -> None:
+        async with Pipeline(settings, registry) as pipe:
+            await pipe.settle([first])
+            # The rescued task needs a new publication; the relay finds it pending.
+            await pipe.settle([second])
+
+    asyncio.run(main())
+    assert statuses(settings, [first, second]) == {first: "succeeded", second: "succeeded"}
+    # Each task's first attempt wrote and did not commit; only the winning attempt's
+    # write exists, exactly once.
+    assert sorted(effects(settings)) == [(first, 2), (second, 2)]
+
+
+def test_unroutable_publish_keeps_the_row_pending(settings: Settings) -> None:
+    registry = Registry()
+
+    @registry.task("t.noop")
+    async def noop(payload: Any, ctx: AsyncTaskContext) -> None:
+        return None
+
+    async def main() -> tuple[int, int]:
+        async with Pipeline(settings, registry, start_worker=False) as pipe:
+            [warmup] = enqueue_committed(settings, [TaskSpec("t.noop", {}, queue="nowhere")])
+            assert (await pipe.relay.run_once()).published == 1  # declares its queue
+            # An operator deletes the queue: the relay's next publish is unroutable.
+            conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
+            conn.channel().queue_delete(pipe.topology.queue("nowhere"))
+            conn.close()
+            [task_id] = enqueue_committed(settings, [TaskSpec("t.noop", {}, queue="nowhere")])
+            counts = await pipe.relay.run_once()
+            assert (counts.claimed, counts.returned, counts.published) == (1, 1, 0)
+            assert statuses(settings, [task_id]) == {task_id: "pending"}
+            # The relay re-declares the queue it found missing; the next batch delivers.
+            again = await pipe.relay.run_once()
+            return task_id, again.published
+
+    task_id, published = asyncio.run(main())
+    assert published == 1
+    assert statuses(settings, [task_id]) == {task_id: "published"}
+
+
+def test_two_relays_do_not_publish_the_same_row(settings: Settings) -> None:
+    registry = Registry()
+    ids = enqueue_committed(settings, [TaskSpec("t.noop", {"i": i}) for i in range(400)])
+
+    async def main() -> tuple[int, int]:
+        async with Pipeline(settings, registry, start_worker=False) as a, \
+                Pipeline(settings, registry, start_worker=False) as b:
+            totals = await asyncio.gather(*(r.relay.run_once() for r in (a, b, a, b)))
+            return sum(t.claimed for t in totals), sum(t.published for t in totals)
+
+    claimed, published = asyncio.run(main())
+    assert claimed == published == len(ids)
+    assert set(statuses(settings, ids).values()) == {"published"}
+
+
+def test_unknown_kind_is_recorded_and_retried_not_crashed(settings: Settings) -> None:
+    registry = Registry()
+    [task_id] = enqueue_committed(settings, [TaskSpec("t.nobody", {}, max_attempts=2,
+                                                       retry=[0.05])])
+
+    async def main() -> None:
+        async with Pipeline(settings, registry) as pipe:
+            await pipe.settle([task_id])
+
+    asyncio.run(main())
+    dead = row(settings, task_id)
+    assert dead["status"] == "dead" and dead["attempts"] == 2
+    assert "no handler registered for kind 't.nobody'" in dead["last_error"]
+
+
+def test_message_naming_no_task_is_dead_lettered_or_acked(settings: Settings) -> None:
+    registry = Registry()
+
+    async def main() -> tuple[int, int]:
+        async with Pipeline(settings, registry) as pipe:
+            conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
+            channel = conn.channel()
+            rk = pipe.topology.routing_key("default")
+            channel.basic_publish(pipe.topology.exchange, rk, b"not json")
+            channel.basic_publish(pipe.topology.exchange, rk, b'{"id": 999999, "epoch": 0}')
+            deadline = time.monotonic() + 10
+            while (pipe.worker.counts.rejected + pipe.worker.counts.skipped < 2
+                   and time.monotonic() < deadline):
+                await asyncio.sleep(0.02)
+            dead_letters = channel.queue_declare(pipe.topology.dead_letter_queue, passive=True)
+            conn.close()
+            return pipe.worker.counts.rejected, dead_letters.method.message_count
+
+    rejected, dead_lettered = asyncio.run(main())
+    assert rejected == 1 and dead_lettered == 1
+
+
+def test_worker_config_validates() -> None:
+    with pytest.raises(ValueError, match="concurrency"):
+        WorkerConfig(concurrency=0)
+    with pytest.raises(ValueError, match="heartbeat"):
+        WorkerConfig(lease_s=10, heartbeat_s=20)

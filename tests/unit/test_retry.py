@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import pytest
+
+from ledger.errors import InvalidRetryPolicyError
+from ledger.retry import DEFAULT_POLICY, RetryPolicy
+
+
+def test_fixed_waits_the_same_every_time() -> None:
+    policy = RetryPolicy.fixed(60)
+    assert [policy.delay_for(n) for n in (1, 2, 10)] == [60, 60, 60]
+
+
+def test_schedule_follows_the_list_then_repeats_its_last_entry() -> None:
+    policy = RetryPolicy.schedule(60, 300, 1200)
+    assert [policy.delay_for(n) for n in (1, 2, 3, 4, 9)] == [60, 300, 1200, 1200, 1200]
+
+
+def test_exponential_doubles_within_its_jitter_and_is_capped() -> None:
+    policy = RetryPolicy.exponential(base=2, maximum=100)
+    for attempt, floor in ((1, 2), (2, 4), (3, 8), (4, 16)):
+        delay = policy.delay_for(attempt)
+        assert floor <= delay <= floor + 2, (attempt, delay)
+    assert policy.delay_for(30) == 100
+
+
+def test_json_round_trip_and_coercion() -> None:
+    for policy in (RetryPolicy.fixed(5), RetryPolicy.schedule(1, 2), DEFAULT_POLICY):
+        assert RetryPolicy.from_json(policy.to_json()) == policy
+    assert RetryPolicy.coerce([60, 300]) == RetryPolicy.schedule(60, 300)
+    assert RetryPolicy.coerce(None) == DEFAULT_POLICY
+    assert RetryPolicy.from_json(None) == DEFAULT_POLICY
+
+
+@pytest.mark.parametrize("bad", [
+    {"kind": "sometimes"},
+    {"kind": "schedule", "delays": []},
+    {"kind": "schedule", "delays": "60"},
+    {"kind": "fixed", "delay": -1},
+    {"kind": "fixed", "delay": float("nan")},
+    {"kind": "fixed", "delay": True},
+])
+def test_bad_policies_are_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(InvalidRetryPolicyError):
+        RetryPolicy.from_json(bad)
+
+
+def test_coerce_refuses_strings() -> None:
+    with pytest.raises(InvalidRetryPolicyError):
+        RetryPolicy.coerce("60")  # type: ignore[arg-type]
