@@ -11,6 +11,7 @@ import threading
 
 import click
 
+import consumers.demo  # noqa: F401  (registers ``ledgerq demo``)
 import relay.cli  # noqa: F401  (registers ``ledgerq relay``)
 from consumers.registry import Registry, default_registry
 from consumers.worker import Worker, WorkerConfig

@@ -19,15 +19,19 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from ledger.config import DEFAULT_AMQP_URL, Settings
+from ledger.config import DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL, Settings
 from ledger.db import libpq_url
 from ledger.migrate import upgrade
 from ledger.topology import Topology
 
-TEST_DATABASE_URL = os.environ.get(
-    "LEDGERQ_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/ledgerq_test"
+# The suite's own database: LEDGERQ_TEST_DATABASE_URL, else the configured server
+# with the database name "ledgerq_test" (never the configured database itself).
+TEST_DATABASE_URL = os.environ.get("LEDGERQ_TEST_DATABASE_URL") or make_url(
+    os.environ.get("LEDGERQ_DATABASE_URL", DEFAULT_DATABASE_URL)
+).set(database="ledgerq_test").render_as_string(hide_password=False)
+TEST_AMQP_URL = os.environ.get("LEDGERQ_TEST_AMQP_URL") or os.environ.get(
+    "LEDGERQ_AMQP_URL", DEFAULT_AMQP_URL
 )
-TEST_AMQP_URL = os.environ.get("LEDGERQ_TEST_AMQP_URL", DEFAULT_AMQP_URL)
 #: Ledger queue names tests may use; their broker queues are deleted after each test.
 TEST_QUEUES = ("default", "other", "nowhere")
 
@@ -50,7 +54,9 @@ def _recreate_database(url: str) -> None:
     assert name, "the test database URL needs a database name"
     maintenance = libpq_url(make_url(url).set(database="postgres").render_as_string(False))
     with psycopg.connect(maintenance, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 

@@ -84,8 +84,9 @@ class Pipeline:
     ) -> None:
         self.settings = settings
         self.registry = registry
-        self.worker_config = worker or WorkerConfig(concurrency=8, lease_s=30, heartbeat_s=5,
-                                                   grace_s=5)
+        self.worker_config = worker or WorkerConfig(
+            concurrency=8, lease_s=30, heartbeat_s=5, grace_s=5
+        )
         self.relay_config = relay or RelayConfig(batch_size=200, confirm_timeout=5)
         self.alert = alert
         self.start_worker = start_worker
@@ -98,14 +99,21 @@ class Pipeline:
         self.connection: AbstractRobustConnection = await connect(self.settings.amqp_url)
         self.publisher = ConfirmedPublisher(self.connection, self.topology)
         self.relay = Relay(self.ledger, self.publisher, self.relay_config)
-        self.worker = Worker(self.ledger, self.registry, self.topology, self.worker_config,
-                             sync_engine=self.sync_engine, alert=self.alert)
+        self.worker = Worker(
+            self.ledger,
+            self.registry,
+            self.topology,
+            self.worker_config,
+            sync_engine=self.sync_engine,
+            alert=self.alert,
+        )
         if self.start_worker:
             await self.worker.start(self.connection)
         return self
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self.start_worker:
             await self.worker.stop()
         await self.publisher.close()
@@ -116,8 +124,9 @@ class Pipeline:
     def with_worker_config(self, **changes: Any) -> WorkerConfig:
         return replace(self.worker_config, **changes)
 
-    async def settle(self, ids: Sequence[int], *, timeout: float = 30.0,
-                     until: Sequence[str] = TERMINAL) -> dict[int, str]:
+    async def settle(
+        self, ids: Sequence[int], *, timeout: float = 30.0, until: Sequence[str] = TERMINAL
+    ) -> dict[int, str]:
         """Run the relay until every id has a status in ``until``; return the statuses."""
         deadline = time.monotonic() + timeout
         while True:

@@ -35,14 +35,21 @@ def ledgerq_env(settings: Settings, **extra: str) -> dict[str, str]:
 
 def ledgerq(settings: Settings, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "consumers", *args], env=ledgerq_env(settings, **extra),
-        capture_output=True, text=True, timeout=60, check=False,
+        [sys.executable, "-m", "consumers", *args],
+        env=ledgerq_env(settings, **extra),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
 def test_stats_json_and_show(settings: Settings) -> None:
-    ids = enqueue_committed(settings, [TaskSpec("cli.a", {"n": i}) for i in range(3)]
-                            + [TaskSpec("cli.b", {}, business_key="order-7")])
+    ids = enqueue_committed(
+        settings,
+        [TaskSpec("cli.a", {"n": i}) for i in range(3)]
+        + [TaskSpec("cli.b", {}, business_key="order-7")],
+    )
     result = ledgerq(settings, "stats", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -53,8 +60,7 @@ def test_stats_json_and_show(settings: Settings) -> None:
     shown = ledgerq(settings, "show", str(ids[-1]), "--json")
     assert shown.returncode == 0, shown.stderr
     task = json.loads(shown.stdout)
-    assert (task["kind"], task["status"], task["business_key"]) == ("cli.b", "pending",
-                                                                     "order-7")
+    assert (task["kind"], task["status"], task["business_key"]) == ("cli.b", "pending", "order-7")
     assert task["attempts"] == 0 and task["last_error"] is None
 
     human = ledgerq(settings, "show", str(ids[0]))
@@ -66,8 +72,9 @@ def test_unknown_task_and_unreachable_services_give_one_clear_line(settings: Set
     assert missing.returncode == 2
     assert missing.stderr.strip() == "ledgerq: no task with id 987654321"
 
-    no_db = ledgerq(settings, "stats",
-                    LEDGERQ_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/nowhere")
+    no_db = ledgerq(
+        settings, "stats", LEDGERQ_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/nowhere"
+    )
     assert no_db.returncode == 2
     lines = no_db.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ledgerq: cannot reach PostgreSQL at"), lines
@@ -98,18 +105,36 @@ def test_sigterm_drains_in_flight_tasks_then_exits_zero(settings: Settings) -> N
         conn.execute(EFFECTS_DDL)
     ids = enqueue_committed(settings, [TaskSpec("test.slow", {"seconds": 1.5}) for _ in range(4)])
     worker = subprocess.Popen(
-        [sys.executable, "-m", "consumers", "-v", "worker", "--app", "tests.apps.slow_app",
-         "--concurrency", "4", "--grace", "20"],
-        env=ledgerq_env(settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "consumers",
+            "-v",
+            "worker",
+            "--app",
+            "tests.apps.slow_app",
+            "--concurrency",
+            "4",
+            "--grace",
+            "20",
+        ],
+        env=ledgerq_env(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
+
         async def publish() -> None:
             async with Pipeline(settings, Registry(), start_worker=False) as pipe:
                 await pipe.settle(ids, until=("published", "running"))
 
         asyncio.run(publish())
-        _wait_for(lambda: set(statuses(settings, ids).values()) == {"running"}, 30,
-                  "all four tasks running")
+        _wait_for(
+            lambda: set(statuses(settings, ids).values()) == {"running"},
+            30,
+            "all four tasks running",
+        )
         worker.send_signal(signal.SIGTERM)
         output, _ = worker.communicate(timeout=60)
     finally:
@@ -128,9 +153,13 @@ def test_worker_process_runs_sync_handlers_end_to_end(settings: Settings, kind: 
     ids = enqueue_committed(settings, [TaskSpec(kind, {}) for _ in range(20)])
     worker = subprocess.Popen(
         [sys.executable, "-m", "consumers", "worker", "--app", "tests.apps.slow_app"],
-        env=ledgerq_env(settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=ledgerq_env(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
+
         async def run() -> None:
             async with Pipeline(settings, Registry(), start_worker=False) as pipe:
                 await pipe.settle(ids)

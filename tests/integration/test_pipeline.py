@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -26,8 +27,10 @@ EFFECTS_DDL = """CREATE TABLE IF NOT EXISTS test_effects (
 
 def effects(settings: Settings) -> list[tuple[int, int]]:
     with db(settings) as conn:
-        return [(int(a), int(b)) for a, b in
-                conn.execute("SELECT task_id, attempt FROM test_effects ORDER BY id")]
+        return [
+            (int(a), int(b))
+            for a, b in conn.execute("SELECT task_id, attempt FROM test_effects ORDER BY id")
+        ]
 
 
 @pytest.fixture
@@ -46,10 +49,9 @@ def test_rolled_back_enqueue_never_runs_and_committed_one_runs_once(settings: Se
         ran.append(payload["n"])
 
     engine = sync_engine(settings, "test-producer", pool_size=1)
-    with Session(engine) as session:
-        with session.begin():
-            enqueue(session, "t.record", {"n": 1})
-            session.rollback()
+    with Session(engine) as session, session.begin():
+        enqueue(session, "t.record", {"n": 1})
+        session.rollback()
     with Session(engine) as session, session.begin():
         kept = enqueue(session, "t.record", {"n": 2})
     engine.dispose()
@@ -90,7 +92,7 @@ def test_failing_handler_retries_on_schedule_then_ends_dead_with_alert(settings:
 
     asyncio.run(main())
     assert len(attempts) == 3
-    gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
     assert gaps[0] >= 0.3 and gaps[1] >= 0.6, gaps  # the schedule is a floor
     dead = row(settings, task_id)
     assert dead["status"] == "dead" and dead["location"] == "history"
@@ -146,13 +148,18 @@ def test_handler_writes_commit_with_the_status_or_not_at_all(effects_table: Sett
         )
         if ctx.attempt == 1:  # a rescuer takes the task over while this attempt runs
             with db(settings) as conn:
-                conn.execute("UPDATE ledgerq_tasks SET status = 'pending', epoch = epoch + 1 "
-                             "WHERE id = %s", (ctx.id,))
+                conn.execute(
+                    "UPDATE ledgerq_tasks SET status = 'pending', epoch = epoch + 1 WHERE id = %s",
+                    (ctx.id,),
+                )
 
-    first, second = enqueue_committed(settings, [
-        TaskSpec("t.write_then_fail_once", {}, retry=[0.1]),
-        TaskSpec("t.write_then_lose_fence", {}, retry=[0.1]),
-    ])
+    first, second = enqueue_committed(
+        settings,
+        [
+            TaskSpec("t.write_then_fail_once", {}, retry=[0.1]),
+            TaskSpec("t.write_then_lose_fence", {}, retry=[0.1]),
+        ],
+    )
 
     async def main() -> None:
         async with Pipeline(settings, registry) as pipe:
@@ -176,7 +183,7 @@ def test_unroutable_publish_keeps_the_row_pending(settings: Settings) -> None:
 
     async def main() -> tuple[int, int]:
         async with Pipeline(settings, registry, start_worker=False) as pipe:
-            [warmup] = enqueue_committed(settings, [TaskSpec("t.noop", {}, queue="nowhere")])
+            enqueue_committed(settings, [TaskSpec("t.noop", {}, queue="nowhere")])
             assert (await pipe.relay.run_once()).published == 1  # declares its queue
             # An operator deletes the queue: the relay's next publish is unroutable.
             conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
@@ -200,8 +207,10 @@ def test_two_relays_do_not_publish_the_same_row(settings: Settings) -> None:
     ids = enqueue_committed(settings, [TaskSpec("t.noop", {"i": i}) for i in range(400)])
 
     async def main() -> tuple[int, int]:
-        async with Pipeline(settings, registry, start_worker=False) as a, \
-                Pipeline(settings, registry, start_worker=False) as b:
+        async with (
+            Pipeline(settings, registry, start_worker=False) as a,
+            Pipeline(settings, registry, start_worker=False) as b,
+        ):
             totals = await asyncio.gather(*(r.relay.run_once() for r in (a, b, a, b)))
             return sum(t.claimed for t in totals), sum(t.published for t in totals)
 
@@ -212,8 +221,9 @@ def test_two_relays_do_not_publish_the_same_row(settings: Settings) -> None:
 
 def test_unknown_kind_is_recorded_and_retried_not_crashed(settings: Settings) -> None:
     registry = Registry()
-    [task_id] = enqueue_committed(settings, [TaskSpec("t.nobody", {}, max_attempts=2,
-                                                       retry=[0.05])])
+    [task_id] = enqueue_committed(
+        settings, [TaskSpec("t.nobody", {}, max_attempts=2, retry=[0.05])]
+    )
 
     async def main() -> None:
         async with Pipeline(settings, registry) as pipe:
@@ -236,12 +246,14 @@ def test_message_naming_no_task_is_dead_lettered_or_acked(settings: Settings) ->
             channel.basic_publish(pipe.topology.exchange, rk, b"not json")
             channel.basic_publish(pipe.topology.exchange, rk, b'{"id": 999999, "epoch": 0}')
             deadline = time.monotonic() + 10
-            while (pipe.worker.counts.rejected + pipe.worker.counts.skipped < 2
-                   and time.monotonic() < deadline):
+            while (
+                pipe.worker.counts.rejected + pipe.worker.counts.skipped < 2
+                and time.monotonic() < deadline
+            ):
                 await asyncio.sleep(0.02)
             dead_letters = channel.queue_declare(pipe.topology.dead_letter_queue, passive=True)
             conn.close()
-            return pipe.worker.counts.rejected, dead_letters.method.message_count
+            return pipe.worker.counts.rejected, int(dead_letters.method.message_count or 0)
 
     rejected, dead_lettered = asyncio.run(main())
     assert rejected == 1 and dead_lettered == 1

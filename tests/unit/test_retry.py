@@ -32,14 +32,17 @@ def test_json_round_trip_and_coercion() -> None:
     assert RetryPolicy.from_json(None) == DEFAULT_POLICY
 
 
-@pytest.mark.parametrize("bad", [
-    {"kind": "sometimes"},
-    {"kind": "schedule", "delays": []},
-    {"kind": "schedule", "delays": "60"},
-    {"kind": "fixed", "delay": -1},
-    {"kind": "fixed", "delay": float("nan")},
-    {"kind": "fixed", "delay": True},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kind": "sometimes"},
+        {"kind": "schedule", "delays": []},
+        {"kind": "schedule", "delays": "60"},
+        {"kind": "fixed", "delay": -1},
+        {"kind": "fixed", "delay": float("nan")},
+        {"kind": "fixed", "delay": True},
+    ],
+)
 def test_bad_policies_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(InvalidRetryPolicyError):
         RetryPolicy.from_json(bad)

@@ -15,7 +15,7 @@ def test_terminal_states_have_no_way_out_but_an_operator_retry() -> None:
             assert "operator" in actor
     assert not can_transition(Status.SUCCEEDED, Status.RUNNING)
     assert can_transition(Status.PENDING, Status.RUNNING)  # the claim may beat the relay
-    assert LIVE.isdisjoint(TERMINAL) and LIVE | TERMINAL == set(Status)
+    assert LIVE.isdisjoint(TERMINAL) and set(Status) == LIVE | TERMINAL
     assert all(s.terminal for s in TERMINAL) and not Status.RUNNING.terminal
 
 
@@ -24,7 +24,7 @@ def test_every_live_state_can_reach_a_terminal_state() -> None:
         seen, frontier = {state}, [state]
         while frontier:
             current = frontier.pop()
-            for (source, target) in TRANSITIONS:
+            for source, target in TRANSITIONS:
                 if source == current and target not in seen:
                     seen.add(target)
                     frontier.append(target)
@@ -34,21 +34,26 @@ def test_every_live_state_can_reach_a_terminal_state() -> None:
 def test_named_queries_parse_and_refuse_duplicates() -> None:
     assert "FOR UPDATE SKIP LOCKED" in str(Q.select_due)
     assert parse("-- name: a\nSELECT 1\n-- a comment\n-- name: b\nSELECT 2") == {
-        "a": "SELECT 1", "b": "SELECT 2"}
+        "a": "SELECT 1",
+        "b": "SELECT 2",
+    }
     with pytest.raises(ValueError, match="twice"):
         parse("-- name: a\nSELECT 1\n-- name: a\nSELECT 2")
 
 
-@pytest.mark.parametrize(("body", "fence"), [
-    (b'{"id": 5, "epoch": 0}', (5, 0)),
-    (b'{"id": 5, "epoch": 3, "extra": 1}', (5, 3)),
-    (b"not json", None),
-    (b'{"id": "5", "epoch": 0}', None),
-    (b'{"id": 0, "epoch": 0}', None),
-    (b'{"id": 5}', None),
-    (b"[1, 2]", None),
-    (b'{"id": true, "epoch": 0}', None),
-])
+@pytest.mark.parametrize(
+    ("body", "fence"),
+    [
+        (b'{"id": 5, "epoch": 0}', (5, 0)),
+        (b'{"id": 5, "epoch": 3, "extra": 1}', (5, 3)),
+        (b"not json", None),
+        (b'{"id": "5", "epoch": 0}', None),
+        (b'{"id": 0, "epoch": 0}', None),
+        (b'{"id": 5}', None),
+        (b"[1, 2]", None),
+        (b'{"id": true, "epoch": 0}', None),
+    ],
+)
 def test_parse_fence(body: bytes, fence: tuple[int, int] | None) -> None:
     assert parse_fence(body) == fence
 
