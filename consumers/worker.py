@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,24 +32,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.execute import Done, TaskRunner
 from consumers.registry import Registry
-from ledger.store import AsyncLedger, ClaimedTask, FailOutcome, Failure, Fence
+from ledger.alerts import AlertHook, log_alert, safe_alert
+from ledger.store import AsyncLedger, ClaimedTask, Failure, Fence
 from ledger.topology import Topology
 from relay.amqp import CONNECTION_ERRORS, declare, declare_queue
 
 log = logging.getLogger("consumers.worker")
-
-AlertHook = Callable[[FailOutcome], None]
-
-
-def log_alert(outcome: FailOutcome) -> None:
-    """The default dead-letter alert: one ERROR line."""
-    log.error(
-        "task %s (%s) is dead after %d attempts: %s",
-        outcome.id,
-        outcome.kind,
-        outcome.attempts,
-        (outcome.last_error or "").splitlines()[-1:],
-    )
 
 
 @dataclass(frozen=True)
@@ -331,18 +318,12 @@ class Worker:
         for outcome in failed:
             if outcome.status == "dead":
                 self.counts.dead += 1
-                self._alert(outcome)
+                safe_alert(self.alert, outcome)
             else:
                 self.counts.retried += 1
         for task, _, message in batch:
             self._running.pop(task.id, None)
             await ack(message)
-
-    def _alert(self, outcome: FailOutcome) -> None:
-        try:
-            self.alert(outcome)
-        except Exception:
-            log.exception("the dead-letter alert hook failed for task %s", outcome.id)
 
     # -- leases -------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:

@@ -53,6 +53,7 @@ def cli(ctx: click.Context, database_url: str | None, amqp_url: str | None, verb
         # aiormq logs every failed connect attempt with a traceback-like line; ledgerq
         # reports an unreachable broker itself, in one line.
         logging.getLogger("aiormq").setLevel(logging.CRITICAL)
+        logging.getLogger("pika").setLevel(logging.CRITICAL)
     ctx.obj = Settings.from_env(database_url=database_url, amqp_url=amqp_url)
 
 

@@ -160,3 +160,54 @@ ORDER BY status, kind
 SELECT *, 'live' AS location FROM ledgerq_tasks WHERE id = :id
 UNION ALL
 SELECT *, 'history' AS location FROM ledgerq_history WHERE id = :id
+
+-- name: try_reconciler_lock
+-- Session-level advisory lock: one reconciler acts at a time.
+SELECT pg_try_advisory_lock(hashtext('ledgerq.reconciler'))
+
+-- name: release_reconciler_lock
+SELECT pg_advisory_unlock(hashtext('ledgerq.reconciler'))
+
+-- name: select_stalled
+-- Published but unclaimed for longer than the row's queue's stall window; keyset
+-- pagination by id so a huge ledger is read a page at a time.
+SELECT t.id, t.kind, t.queue, t.priority, t.epoch
+FROM ledgerq_tasks t
+LEFT JOIN unnest(CAST(:queues AS text[]), CAST(:stalls AS float8[])) AS w(queue, stall_s)
+       ON w.queue = t.queue
+WHERE t.status = 'published' AND t.id > :after
+  AND t.published_at < now() - make_interval(secs => COALESCE(w.stall_s, :default_stall_s))
+ORDER BY t.id
+LIMIT :limit
+FOR UPDATE OF t SKIP LOCKED
+
+-- name: select_overdue
+-- Pending rows due for longer than the default stall window: the relay should
+-- have published them; the reconciler stands in for a relay that is down.
+SELECT id, kind, queue, priority, epoch
+FROM ledgerq_tasks
+WHERE status = 'pending' AND id > :after
+  AND run_at < now() - make_interval(secs => :default_stall_s)
+ORDER BY id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED
+
+-- name: touch_published
+-- After a re-publish: status 'published', published_at restarts the stall clock.
+UPDATE ledgerq_tasks t
+SET status = 'published', published_at = now()
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
+RETURNING t.id
+
+-- name: select_expired
+-- Running rows whose lease ran out: their worker stopped heartbeating.
+SELECT id, epoch, kind, attempts, max_attempts, retry, worker
+FROM ledgerq_tasks
+WHERE status = 'running' AND lease_until < now() AND id > :after
+ORDER BY id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED
+
+-- name: count_expired
+SELECT count(*) FROM ledgerq_tasks WHERE status = 'running' AND lease_until < now()

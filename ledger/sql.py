@@ -59,6 +59,13 @@ class LedgerQueries:
     stats_live: TextClause
     stats_history: TextClause
     show_task: TextClause
+    try_reconciler_lock: TextClause
+    release_reconciler_lock: TextClause
+    select_stalled: TextClause
+    select_overdue: TextClause
+    touch_published: TextClause
+    select_expired: TextClause
+    count_expired: TextClause
 
 
 Q: LedgerQueries = load(LedgerQueries, "ledger", "queries.sql")

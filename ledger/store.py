@@ -83,9 +83,21 @@ class FailOutcome:
     status: str  # 'pending' (retry scheduled) or 'dead'
 
 
-def _fence_params(fences: Iterable[Fence]) -> dict[str, list[int]]:
+def fence_params(fences: Iterable[Fence]) -> dict[str, list[int]]:
     ordered = sorted(fences)  # lock rows in id order: concurrent batches cannot deadlock
     return {"ids": [f[0] for f in ordered], "epochs": [f[1] for f in ordered]}
+
+
+def fail_params(failures: Sequence[Failure]) -> dict[str, list[Any]]:
+    """Parallel arrays for the ``fail`` statement, in id order."""
+    ordered = sorted(failures, key=lambda f: f.id)
+    return {
+        "ids": [f.id for f in ordered],
+        "epochs": [f.epoch for f in ordered],
+        "delays": [f.delay for f in ordered],
+        "errors": [f.error for f in ordered],
+        "finals": [f.final for f in ordered],
+    }
 
 
 class PublishBatch:
@@ -100,19 +112,19 @@ class PublishBatch:
         if not rows:
             return set()
         result = await self._conn.execute(
-            Q.mark_published, _fence_params((r.id, r.epoch) for r in rows)
+            Q.mark_published, fence_params((r.id, r.epoch) for r in rows)
         )
         return {int(r[0]) for r in result}
 
 
 def complete_in_session(session: Session | Connection, fence: Fence) -> bool:
     """running -> succeeded inside a handler's own (sync) transaction."""
-    return session.execute(Q.complete, _fence_params([fence])).first() is not None
+    return session.execute(Q.complete, fence_params([fence])).first() is not None
 
 
 async def acomplete_in_session(session: AsyncSession | AsyncConnection, fence: Fence) -> bool:
     """running -> succeeded inside a handler's own (async) transaction."""
-    return (await session.execute(Q.complete, _fence_params([fence]))).first() is not None
+    return (await session.execute(Q.complete, fence_params([fence]))).first() is not None
 
 
 class AsyncLedger:
@@ -145,7 +157,7 @@ class AsyncLedger:
         self, fences: Iterable[Fence], worker: str, lease_s: float
     ) -> list[ClaimedTask]:
         """pending|published -> running for each (id, epoch) still current; returns the won."""
-        params: dict[str, Any] = _fence_params(fences)
+        params: dict[str, Any] = fence_params(fences)
         if not params["ids"]:
             return []
         params.update(worker=worker, lease_s=lease_s)
@@ -177,7 +189,7 @@ class AsyncLedger:
 
     async def complete(self, fences: Iterable[Fence]) -> set[int]:
         """running -> succeeded (moved to history) for the fences still current."""
-        params = _fence_params(fences)
+        params = fence_params(fences)
         if not params["ids"]:
             return set()
         async with self.engine.begin() as conn:
@@ -187,21 +199,13 @@ class AsyncLedger:
         """running -> pending (backoff) or dead, per row; returns the rows that moved."""
         if not failures:
             return []
-        ordered = sorted(failures, key=lambda f: f.id)
-        params = {
-            "ids": [f.id for f in ordered],
-            "epochs": [f.epoch for f in ordered],
-            "delays": [f.delay for f in ordered],
-            "errors": [f.error for f in ordered],
-            "finals": [f.final for f in ordered],
-        }
         async with self.engine.begin() as conn:
-            result = await conn.execute(Q.fail, params)
+            result = await conn.execute(Q.fail, fail_params(failures))
             return [FailOutcome(r.id, r.kind, r.attempts, r.last_error, r.status) for r in result]
 
     async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> set[int]:
         """Extend the leases still held; returns the ids whose fence still holds."""
-        params: dict[str, Any] = _fence_params(fences)
+        params: dict[str, Any] = fence_params(fences)
         if not params["ids"]:
             return set()
         params["lease_s"] = lease_s

@@ -9,7 +9,9 @@ rows that are due.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 #: Classic queues get this many priority levels (task priority 0-9).
 MAX_PRIORITY = 9
@@ -38,3 +40,17 @@ class Topology:
     @staticmethod
     def routing_key(name: str) -> str:
         return name
+
+    def queue_arguments(self) -> dict[str, Any]:
+        """Arguments every declarer uses (RabbitMQ refuses a re-declaration that differs)."""
+        return {"x-dead-letter-exchange": self.dead_letter_exchange, "x-max-priority": MAX_PRIORITY}
+
+
+def message_body(task_id: int, epoch: int) -> bytes:
+    """A task message names its row and the epoch it was published under; the payload
+    stays in the ledger (the claim returns it)."""
+    return json.dumps({"id": task_id, "epoch": epoch}, separators=(",", ":")).encode()
+
+
+def message_priority(priority: int) -> int:
+    return min(max(priority, 0), MAX_PRIORITY)

@@ -10,10 +10,10 @@ delivered, and a ``message_id`` equal to the task id.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from enum import Enum
+from typing import cast
 
 import aio_pika
 import aiormq
@@ -30,7 +30,7 @@ from yarl import URL
 
 from ledger.errors import ServiceUnavailableError
 from ledger.store import DueTask
-from ledger.topology import MAX_PRIORITY, Topology
+from ledger.topology import Topology, message_body, message_priority
 
 log = logging.getLogger("relay.amqp")
 
@@ -74,10 +74,6 @@ async def connect(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def queue_arguments(topology: Topology) -> FieldTable:
-    return {"x-dead-letter-exchange": topology.dead_letter_exchange, "x-max-priority": MAX_PRIORITY}
-
-
 async def declare(
     channel: AbstractChannel, topology: Topology, queues: Iterable[str]
 ) -> AbstractExchange:
@@ -99,7 +95,7 @@ async def declare_queue(
     channel: AbstractChannel, exchange: AbstractExchange, topology: Topology, name: str
 ) -> aio_pika.abc.AbstractQueue:
     queue = await channel.declare_queue(
-        topology.queue(name), durable=True, arguments=queue_arguments(topology)
+        topology.queue(name), durable=True, arguments=cast(FieldTable, topology.queue_arguments())
     )
     await queue.bind(exchange, routing_key=topology.routing_key(name))
     return queue
@@ -108,12 +104,12 @@ async def declare_queue(
 def encode(task: DueTask) -> aio_pika.Message:
     """The message for a due task. The body names the row; the payload stays in the ledger."""
     return aio_pika.Message(
-        body=json.dumps({"id": task.id, "epoch": task.epoch}, separators=(",", ":")).encode(),
+        body=message_body(task.id, task.epoch),
         message_id=str(task.id),
         type=task.kind,
         content_type="application/json",
         delivery_mode=DeliveryMode.PERSISTENT,
-        priority=min(max(task.priority, 0), MAX_PRIORITY),
+        priority=message_priority(task.priority),
     )
 
 

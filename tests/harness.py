@@ -21,8 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
 from consumers.registry import Registry
-from consumers.worker import AlertHook, Worker, WorkerConfig, log_alert
+from consumers.worker import Worker, WorkerConfig
 from ledger import TaskSpec, enqueue_many
+from ledger.alerts import AlertHook, log_alert
 from ledger.config import Settings
 from ledger.db import async_engine, libpq_url, sync_engine
 from ledger.store import AsyncLedger

@@ -1,0 +1,144 @@
+"""The reconciler: the ledger's safety net under the broker, run as a cron job.
+
+One pass, under a PostgreSQL advisory lock so only one reconciler acts at a time:
+
+1. **Expired leases.** A ``running`` row whose lease ran out lost its worker (it
+   crashed, hung, or was cut off). That counts as a failed attempt: the row goes
+   back to ``pending`` with its backoff, or to ``dead`` once attempts are spent,
+   so a task that always hangs or kills its worker cannot loop forever. The
+   relay publishes the retry like any other due row.
+2. **Stalled deliveries.** A ``published`` row nobody claimed within its queue's
+   stall window may have lost its message (a broker that lost it, a queue that
+   was purged). It is published again under the same epoch; if the first
+   message was only slow, one of the two claims wins and the other is skipped.
+3. **Overdue pending rows.** Due rows the relay has not published within the
+   stall window (the relay is down) are published here instead.
+
+Each step pages through rows by id (keyset pagination) and holds each page's
+rows locked (``FOR UPDATE SKIP LOCKED``) while it publishes them with pika.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ledger.alerts import AlertHook, log_alert, safe_alert
+from ledger.maintenance import MaintenanceLedger, SyncPublishBatch
+from relay.amqp import Outcome
+from relay.blocking import BlockingConfirmedPublisher
+
+log = logging.getLogger("relay.reconciler")
+
+
+@dataclass(frozen=True)
+class ReconcilerConfig:
+    #: A published row unclaimed for this long is published again.
+    stall_s: float = 180.0
+    #: Per-queue stall windows, overriding ``stall_s`` (a queue of slow tasks
+    #: with a deep backlog wants a longer one).
+    queue_stall_s: Mapping[str, float] = field(default_factory=dict)
+    page_size: int = 500
+
+    def __post_init__(self) -> None:
+        if self.stall_s <= 0:
+            raise ValueError(f"stall_s must be positive, got {self.stall_s}")
+        for queue, seconds in self.queue_stall_s.items():
+            if seconds <= 0:
+                raise ValueError(f"stall window for queue {queue!r} must be positive")
+        if not 1 <= self.page_size <= 10_000:
+            raise ValueError(f"page_size must be 1..10000, got {self.page_size}")
+
+
+@dataclass
+class ReconcileCounts:
+    acted: bool = True
+    republished: int = 0
+    overdue_published: int = 0
+    expired: int = 0
+    dead: int = 0
+    unconfirmed: int = 0
+    pages: int = 0
+    elapsed_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["elapsed_s"] = round(self.elapsed_s, 4)
+        return data
+
+    def line(self) -> str:
+        if not self.acted:
+            return "reconcile: another reconciler holds the lock; this one did nothing"
+        return (
+            f"reconcile: re-published {self.republished} stalled, published "
+            f"{self.overdue_published} overdue, expired {self.expired} leases "
+            f"({self.dead} dead), {self.unconfirmed} unconfirmed, {self.pages} pages "
+            f"in {self.elapsed_s * 1000:.0f} ms"
+        )
+
+
+PageSource = Callable[[int], AbstractContextManager[SyncPublishBatch]]
+
+
+@dataclass
+class Reconciler:
+    ledger: MaintenanceLedger
+    publisher: BlockingConfirmedPublisher
+    config: ReconcilerConfig = field(default_factory=ReconcilerConfig)
+    alert: AlertHook = log_alert
+
+    def run_once(self) -> ReconcileCounts:
+        started = time.perf_counter()
+        with self.ledger.exclusive() as acquired:
+            if not acquired:
+                log.info("another reconciler holds the lock; skipping this pass")
+                return ReconcileCounts(acted=False, elapsed_s=time.perf_counter() - started)
+            counts = ReconcileCounts()
+            self._expire(counts)
+            cfg = self.config
+            counts.republished = self._republish(
+                counts,
+                lambda after: self.ledger.stalled(
+                    after, cfg.page_size, cfg.stall_s, cfg.queue_stall_s
+                ),
+            )
+            counts.overdue_published = self._republish(
+                counts, lambda after: self.ledger.overdue(after, cfg.page_size, cfg.stall_s)
+            )
+        counts.elapsed_s = time.perf_counter() - started
+        return counts
+
+    def _expire(self, counts: ReconcileCounts) -> None:
+        after = 0
+        while True:
+            outcomes, last = self.ledger.expire_leases(after, self.config.page_size)
+            if last is None:
+                return
+            counts.pages += 1
+            for outcome in outcomes:
+                counts.expired += 1
+                if outcome.status == "dead":
+                    counts.dead += 1
+                    safe_alert(self.alert, outcome)
+            after = last
+
+    def _republish(self, counts: ReconcileCounts, pages: PageSource) -> int:
+        after, published = 0, 0
+        while True:
+            with pages(after) as batch:
+                if not batch.rows:
+                    return published
+                counts.pages += 1
+                outcomes = self.publisher.publish_many(batch.rows)
+                confirmed = [
+                    r for r, o in zip(batch.rows, outcomes, strict=True) if o is Outcome.CONFIRMED
+                ]
+                counts.unconfirmed += len(batch.rows) - len(confirmed)
+                published += len(batch.mark_published(confirmed))
+                after = batch.rows[-1].id
+                if len(batch.rows) < self.config.page_size:
+                    return published

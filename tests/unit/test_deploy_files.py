@@ -1,0 +1,54 @@
+"""The deploy/ files cannot be run here (no Docker engine), so they are parsed and
+checked against the real CLI: every command they run must exist with its options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+from consumers.cli import cli
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+FILES = sorted([DEPLOY / "compose.yaml", *(DEPLOY / "k8s").glob("*.yaml")])
+
+
+def _documents(path: Path) -> list[Any]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def _ledgerq_commands(node: Any) -> list[list[str]]:
+    """Every argument list in the tree that is handed to the ``ledgerq`` entrypoint."""
+    found: list[list[str]] = []
+    if isinstance(node, dict):
+        if node.get("image") == "ledgerq:latest" and isinstance(node.get("command"), list):
+            found.append([str(a) for a in node["command"]])
+        if "args" in node and str(node.get("image", "")).startswith("ledgerq"):
+            found.append([str(a) for a in node["args"]])
+        for value in node.values():
+            found.extend(_ledgerq_commands(value))
+    elif isinstance(node, list):
+        for value in node:
+            found.extend(_ledgerq_commands(value))
+    return found
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_deploy_file_parses(path: Path) -> None:
+    assert _documents(path), f"{path} is empty"
+
+
+def test_every_deployed_command_exists_with_its_options() -> None:
+    commands = [c for path in FILES for d in _documents(path) for c in _ledgerq_commands(d)]
+    names = {c[0] for c in commands if c}
+    assert {"migrate", "relay", "worker", "reconcile"} <= names, names
+    for argv in commands:
+        command = cli.commands.get(argv[0])
+        assert isinstance(command, click.Command), f"no such command: ledgerq {argv[0]}"
+        known = {opt for p in command.params for opt in p.opts}
+        for arg in argv[1:]:
+            if arg.startswith("--"):
+                assert arg.split("=")[0] in known, f"ledgerq {argv[0]} has no option {arg}"
