@@ -10,7 +10,8 @@ import click
 import pytest
 import yaml
 
-from consumers.cli import cli
+import consumers.cli  # noqa: F401  (registers every command on the group)
+from ledger.cli import cli
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 FILES = sorted([DEPLOY / "compose.yaml", *(DEPLOY / "k8s").glob("*.yaml")])
