@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.context import AsyncTaskContext, TaskContext
 from consumers.registry import Handler, Registry
+from ledger.faults import crash_point
 from ledger.store import ClaimedTask, Failure, acomplete_in_session, complete_in_session
 
 log = logging.getLogger("consumers.execute")
@@ -118,6 +119,7 @@ class TaskRunner:
             log.error("task %s: %s", task.id, msg)
             return failure(task, msg)
         timeout = _timeout(task, handler)
+        crash_point("worker.mid_handler")
         try:
             if handler.is_async:
                 actx = AsyncTaskContext(task, self.worker, _engine=self.async_engine)

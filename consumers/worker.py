@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from consumers.execute import Done, TaskRunner
 from consumers.registry import Registry
 from ledger.alerts import AlertHook, log_alert, safe_alert
+from ledger.faults import crash_point
 from ledger.store import AsyncLedger, ClaimedTask, Failure, Fence
 from ledger.topology import Topology
 from relay.amqp import CONNECTION_ERRORS, declare, declare_queue
@@ -209,6 +210,7 @@ class Worker:
             )
             await message.reject(requeue=False)
             return
+        crash_point("worker.after_receive")
         self._inbox.append((fence, message))
         self._inbox_ready.set()
 
@@ -276,6 +278,7 @@ class Worker:
                     delay=task.retry_delay(),
                 )
         if isinstance(outcome, Done) and not outcome.needs_write:
+            crash_point("worker.after_commit")
             self._running.pop(task.id, None)
             if outcome.won:
                 self.counts.succeeded += 1
@@ -314,6 +317,7 @@ class Worker:
             except Exception:
                 log.exception("writing %d outcomes failed; retrying", len(batch))
                 await asyncio.sleep(1.0)
+        crash_point("worker.after_commit")
         self.counts.succeeded += len(completed)
         for outcome in failed:
             if outcome.status == "dead":

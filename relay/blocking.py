@@ -8,6 +8,7 @@ both leave the row as it was.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -31,20 +32,31 @@ _CONNECTION_ERRORS = (
 
 class BlockingConfirmedPublisher:
     def __init__(self, url: str, topology: Topology) -> None:
+        self._url = url
         self._topology = topology
-        params = pika.URLParameters(url)
+        self._connection: Any = None
+        self._channel: Any = None
+        self._declared: set[str] = set()
+        self._ensure()
+
+    def _ensure(self) -> None:
+        """Connect (again, after a broker restart) and declare the base topology."""
+        if self._channel is not None and self._channel.is_open:
+            return
+        self.close()
+        params = pika.URLParameters(self._url)
         params.connection_attempts = 2
         params.retry_delay = 0.5
         params.socket_timeout = 5
         try:
             self._connection = pika.BlockingConnection(params)
+            self._channel = self._connection.channel()
+            self._channel.confirm_delivery()
+            self._declare_base()
         except _CONNECTION_ERRORS as exc:
             reason = "; ".join(str(a) for a in exc.args) or "connection refused or timed out"
-            raise ServiceUnavailableError("RabbitMQ", display_amqp_url(url), reason) from exc
-        self._channel: Any = self._connection.channel()
-        self._channel.confirm_delivery()
-        self._declare_base()
-        self._declared: set[str] = set()
+            raise ServiceUnavailableError("RabbitMQ", display_amqp_url(self._url), reason) from exc
+        self._declared.clear()
 
     def _declare_base(self) -> None:
         t = self._topology
@@ -62,7 +74,17 @@ class BlockingConfirmedPublisher:
         self._declared.add(name)
 
     def publish_many(self, tasks: Sequence[DueTask]) -> list[Outcome]:
-        return [self._publish_one(task) for task in tasks]
+        self._ensure()
+        outcomes = []
+        for task in tasks:
+            try:
+                outcomes.append(self._publish_one(task))
+            except _CONNECTION_ERRORS as exc:
+                log.warning("connection lost while re-publishing (%s); the rest waits", exc)
+                self._channel = None
+                outcomes.extend([Outcome.FAILED] * (len(tasks) - len(outcomes)))
+                break
+        return outcomes
 
     def _publish_one(self, task: DueTask) -> Outcome:
         properties = pika.BasicProperties(
@@ -91,5 +113,7 @@ class BlockingConfirmedPublisher:
         return Outcome.CONFIRMED
 
     def close(self) -> None:
-        if self._connection.is_open:
-            self._connection.close()
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is not None and connection.is_open:
+            with contextlib.suppress(*_CONNECTION_ERRORS):
+                connection.close()

@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ledger.faults import crash_point
 from ledger.notify import Wakeup
 from ledger.store import AsyncLedger
 from relay.amqp import ConfirmedPublisher, Outcome
@@ -76,6 +77,7 @@ class Relay:
                 outcomes = await self.publisher.publish_many(
                     batch.rows, self.config.confirm_timeout
                 )
+                crash_point("relay.after_publish")
                 confirmed = [
                     row
                     for row, o in zip(batch.rows, outcomes, strict=True)

@@ -1,0 +1,42 @@
+"""Handlers for the fault-injection suite: ``--app tests.apps.fault_app``.
+
+``fault.write`` records its run in ``fault_effects`` through the context's
+transaction, so a duplicate *database* effect would show as two rows.
+``fault.poison`` SIGKILLs the worker that runs it, every time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+from sqlalchemy import text
+
+from consumers import AsyncTaskContext, task
+
+EFFECTS_DDL = """CREATE TABLE IF NOT EXISTS fault_effects (
+    id bigserial PRIMARY KEY, task_id bigint NOT NULL, marker text, attempt int NOT NULL,
+    pid int NOT NULL)"""
+
+_INSERT = text(
+    "INSERT INTO fault_effects (task_id, marker, attempt, pid) "
+    "VALUES (:id, :marker, :attempt, :pid)"
+)
+
+
+@task("fault.write")
+async def write(payload: Any, ctx: AsyncTaskContext) -> None:
+    seconds = float(payload.get("sleep", 0))
+    if seconds:
+        await asyncio.sleep(seconds)
+    await ctx.session.execute(
+        _INSERT,
+        {"id": ctx.id, "marker": payload.get("marker"), "attempt": ctx.attempt, "pid": os.getpid()},
+    )
+
+
+@task("fault.poison")
+async def poison(payload: Any, ctx: AsyncTaskContext) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,283 @@
+"""Real relay and worker processes, supervised like a ReplicaSet, plus the checker.
+
+``Cluster`` starts ``python -m consumers relay`` and N ``worker`` processes and
+restarts any that die (the environment that made one crash is dropped on
+restart, as a fixed deploy would). The test process runs the reconciler itself
+(``run_once``), so every pass is visible to it.
+
+``check`` is the total-queue check, after Jepsen's: every committed task has
+exactly one terminal status, none is lost, nothing from a rolled-back
+transaction ran, handlers that write through the context's transaction left
+exactly one effect, the broker queue is empty and no ``running`` lease is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pika
+from sqlalchemy import Engine
+
+from ledger.config import Settings
+from ledger.db import sync_engine
+from ledger.maintenance import MaintenanceLedger
+from ledger.topology import Topology
+from relay.blocking import BlockingConfirmedPublisher
+from relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
+from tests.apps.fault_app import EFFECTS_DDL
+from tests.harness import db
+
+WORKER_ARGS = (
+    "worker",
+    "--app",
+    "tests.apps.fault_app",
+    "--concurrency",
+    "8",
+    "--lease",
+    "2",
+    "--grace",
+    "5",
+)
+
+
+@dataclass
+class Member:
+    role: str
+    args: Sequence[str]
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    exits: list[int] = field(default_factory=list)
+    starts: int = 0
+
+
+class Cluster:
+    def __init__(
+        self,
+        settings: Settings,
+        log_dir: Path,
+        *,
+        workers: int = 2,
+        worker_env: dict[str, str] | None = None,
+        relay_env: dict[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.log_dir = log_dir
+        self.members = [Member("relay", ("relay", "--poll-interval", "0.2"), relay_env or {})]
+        self.members += [
+            Member(f"worker-{i}", WORKER_ARGS, dict(worker_env or {}) if i == 0 else {})
+            for i in range(workers)
+        ]
+        self.engine: Engine = sync_engine(settings, "ledgerq-test-reconciler", pool_size=2)
+        self.publisher = BlockingConfirmedPublisher(
+            settings.amqp_url, Topology(settings.amqp_prefix)
+        )
+        self.reconciler = Reconciler(
+            MaintenanceLedger(self.engine), self.publisher, ReconcilerConfig(stall_s=3.0)
+        )
+        self.reconciles: list[ReconcileCounts] = []
+
+    def _env(self, member: Member) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            LEDGERQ_DATABASE_URL=self.settings.database_url,
+            LEDGERQ_AMQP_URL=self.settings.amqp_url,
+            LEDGERQ_AMQP_PREFIX=self.settings.amqp_prefix,
+            PYTHONPATH=os.getcwd(),
+        )
+        if member.starts == 0:
+            env.update(member.env)
+        return env
+
+    def _start(self, member: Member) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = (self.log_dir / f"{member.role}.log").open("ab")
+        member.proc = subprocess.Popen(
+            [sys.executable, "-m", "consumers", "-v", *member.args],
+            env=self._env(member),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        member.starts += 1
+
+    def start(self) -> Cluster:
+        with db(self.settings) as conn:
+            conn.execute(EFFECTS_DDL)
+        for member in self.members:
+            self._start(member)
+        return self
+
+    def supervise(self) -> None:
+        """Restart members that died (as Kubernetes would)."""
+        for member in self.members:
+            if member.proc is not None and member.proc.poll() is not None:
+                member.exits.append(member.proc.returncode)
+                self._start(member)
+
+    def kill(self, role: str, sig: int = signal.SIGKILL) -> None:
+        for member in self.members:
+            if member.role == role and member.proc is not None and member.proc.poll() is None:
+                member.proc.send_signal(sig)
+                member.proc.wait(30)
+
+    def workers(self) -> list[str]:
+        return [m.role for m in self.members if m.role.startswith("worker")]
+
+    def reconcile(self) -> ReconcileCounts:
+        counts = self.reconciler.run_once()
+        self.reconciles.append(counts)
+        return counts
+
+    def settle(
+        self, ids: Sequence[int], timeout: float = 90.0, tick: Callable[[float], None] | None = None
+    ) -> None:
+        """Supervise and reconcile until every id is terminal."""
+        started = time.monotonic()
+        last_reconcile = 0.0
+        while True:
+            elapsed = time.monotonic() - started
+            if tick is not None:
+                tick(elapsed)
+            self.supervise()
+            if time.monotonic() - last_reconcile > 0.5:
+                try:
+                    self.reconcile()
+                except Exception as exc:  # the broker or the DB is down right now
+                    print(f"reconcile failed during a fault: {exc!r}")
+                last_reconcile = time.monotonic()
+            if terminal_count(self.settings, ids) == len(ids):
+                return
+            if elapsed > timeout:
+                raise AssertionError(f"not settled in {timeout}s: {live_summary(self.settings)}")
+            time.sleep(0.2)
+
+    def stop(self) -> dict[str, list[int]]:
+        for member in self.members:
+            if member.proc is not None and member.proc.poll() is None:
+                member.proc.send_signal(signal.SIGTERM)
+        for member in self.members:
+            if member.proc is not None:
+                try:
+                    member.exits.append(member.proc.wait(60))
+                except subprocess.TimeoutExpired:
+                    member.proc.kill()
+                    member.exits.append(member.proc.wait())
+        self.publisher.close()
+        self.engine.dispose()
+        return {m.role: m.exits for m in self.members}
+
+
+def terminal_count(settings: Settings, ids: Sequence[int]) -> int:
+    with db(settings) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM ledgerq_history WHERE id = ANY(%s)", (list(ids),)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def live_summary(settings: Settings) -> dict[str, int]:
+    with db(settings) as conn:
+        return {
+            str(s): int(n)
+            for s, n in conn.execute("SELECT status, count(*) FROM ledgerq_tasks GROUP BY status")
+        }
+
+
+def queue_depth(settings: Settings, queue: str = "default") -> int:
+    conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
+    try:
+        ok = conn.channel().queue_declare(Topology(settings.amqp_prefix).queue(queue), passive=True)
+        return int(ok.method.message_count or 0)
+    finally:
+        conn.close()
+
+
+@dataclass
+class Verdict:
+    committed: int
+    terminal: dict[str, int]
+    lost: list[int]
+    live_left: int
+    rolled_back_ran: int
+    effect_duplicates: int
+    missing_effects: int
+    queue_depth: int
+    expired_running: int
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.lost
+            or self.live_left
+            or self.rolled_back_ran
+            or self.effect_duplicates
+            or self.missing_effects
+            or self.queue_depth
+            or self.expired_running
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "lost": len(self.lost), "ok": self.ok}
+
+
+def check(
+    settings: Settings,
+    committed: Sequence[int],
+    *,
+    effects_expected: Sequence[int] = (),
+    rolled_back_marker: str = "rolled-back",
+) -> Verdict:
+    """The total-queue check. ``effects_expected``: ids whose handler writes one effect."""
+    # Stale duplicate deliveries may still be on their way to being acked-and-skipped.
+    depth = queue_depth(settings)
+    deadline = time.monotonic() + 15
+    while depth and time.monotonic() < deadline:
+        time.sleep(0.2)
+        depth = queue_depth(settings)
+    with db(settings) as conn:
+        ids = list(committed)
+        terminal = {
+            str(s): int(n)
+            for s, n in conn.execute(
+                "SELECT status, count(*) FROM ledgerq_history WHERE id = ANY(%s) GROUP BY status",
+                (ids,),
+            )
+        }
+        finished = {
+            int(r[0])
+            for r in conn.execute("SELECT id FROM ledgerq_history WHERE id = ANY(%s)", (ids,))
+        }
+        live_row = conn.execute("SELECT count(*) FROM ledgerq_tasks").fetchone()
+        ran_row = conn.execute(
+            "SELECT count(*) FROM fault_effects WHERE marker = %s", (rolled_back_marker,)
+        ).fetchone()
+        per_task = {
+            int(t): int(n)
+            for t, n in conn.execute(
+                "SELECT task_id, count(*) FROM fault_effects WHERE task_id = ANY(%s) "
+                "GROUP BY task_id",
+                (list(effects_expected),),
+            )
+        }
+        expired_row = conn.execute(
+            "SELECT count(*) FROM ledgerq_tasks WHERE status = 'running' AND lease_until < now()"
+        ).fetchone()
+    return Verdict(
+        committed=len(ids),
+        terminal=terminal,
+        lost=sorted(set(ids) - finished),
+        live_left=int(live_row[0]) if live_row else 0,
+        rolled_back_ran=int(ran_row[0]) if ran_row else 0,
+        effect_duplicates=sum(n - 1 for n in per_task.values() if n > 1),
+        missing_effects=sum(1 for i in effects_expected if i not in per_task),
+        queue_depth=depth,
+        expired_running=int(expired_row[0]) if expired_row else 0,
+    )

@@ -1,0 +1,39 @@
+"""Faults outside our processes: a broker restart, killed PostgreSQL backends."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+from ledger.config import Settings
+from tests.harness import db
+
+
+def rabbitmqctl(*args: str) -> None:
+    tool = shutil.which("rabbitmqctl")
+    assert tool, "rabbitmqctl is needed for broker-restart tests"
+    subprocess.run([tool, *args], check=True, capture_output=True, timeout=120)
+
+
+def restart_broker(down_s: float = 2.0) -> None:
+    """stop_app / start_app: every connection drops, durable queues and persistent
+    messages survive."""
+    rabbitmqctl("stop_app")
+    try:
+        time.sleep(down_s)
+    finally:
+        rabbitmqctl("start_app")
+        rabbitmqctl("await_startup")
+
+
+def kill_backends(settings: Settings, pattern: str = "ledgerq-%") -> int:
+    """pg_terminate_backend on every connection of the services (not this test's)."""
+    with db(settings) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name LIKE %s AND application_name NOT LIKE 'ledgerq-test%%' "
+            "AND pid <> pg_backend_pid()",
+            (pattern,),
+        ).fetchall()
+    return sum(1 for r in rows if r[0])

@@ -1,0 +1,116 @@
+"""Processes SIGKILLed at chosen points: nothing committed is lost, nothing runs twice."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session
+
+from consumers import Registry
+from ledger import TaskSpec, enqueue
+from ledger.config import Settings
+from ledger.db import sync_engine
+from tests.faults.cluster import Cluster, check
+from tests.harness import Pipeline, enqueue_committed, row, statuses
+
+
+def _work(n: int, sleep: float = 0.0) -> list[TaskSpec]:
+    return [
+        TaskSpec("fault.write", {"n": i, "sleep": sleep}, max_attempts=5, retry=[0.2])
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize(
+    "point", ["worker.after_receive", "worker.mid_handler", "worker.after_commit"]
+)
+def test_worker_killed_at_a_crash_point_loses_nothing(
+    settings: Settings, tmp_path: Path, cluster_factory: list[Cluster], point: str
+) -> None:
+    cluster = Cluster(
+        settings,
+        tmp_path,
+        workers=1,
+        worker_env={"LEDGERQ_CRASH_AT": point, "LEDGERQ_CRASH_AFTER": "3"},
+    )
+    cluster_factory.append(cluster)
+    cluster.start()
+    ids = enqueue_committed(settings, _work(40, sleep=0.01))
+    cluster.settle(ids)
+    worker = cluster.members[1]
+    assert worker.exits[:1] == [-signal.SIGKILL], worker.exits  # the crash point was reached
+    verdict = check(settings, ids, effects_expected=ids)
+    assert verdict.ok, verdict.as_dict()
+    assert verdict.terminal == {"succeeded": len(ids)}
+    if point == "worker.mid_handler":
+        # The claimed task's lease expired; the reconciler made its retry.
+        assert sum(c.expired for c in cluster.reconciles) >= 1
+        assert any(row(settings, i)["attempts"] == 2 for i in ids)
+
+
+def test_relay_killed_between_publish_and_mark_loses_nothing(
+    settings: Settings, tmp_path: Path, cluster_factory: list[Cluster]
+) -> None:
+    cluster = Cluster(
+        settings, tmp_path, workers=2, relay_env={"LEDGERQ_CRASH_AT": "relay.after_publish"}
+    )
+    cluster_factory.append(cluster)
+    ids = enqueue_committed(settings, _work(200))
+    cluster.start()
+    cluster.settle(ids)
+    assert cluster.members[0].exits[:1] == [-signal.SIGKILL]
+    verdict = check(settings, ids, effects_expected=ids)
+    assert verdict.ok, verdict.as_dict()  # duplicates were published; none ran twice
+
+
+def test_poison_task_that_kills_its_worker_ends_dead_while_others_flow(
+    settings: Settings, tmp_path: Path, cluster_factory: list[Cluster]
+) -> None:
+    cluster = Cluster(settings, tmp_path, workers=2)
+    cluster_factory.append(cluster)
+    cluster.start()
+    [poison] = enqueue_committed(
+        settings, [TaskSpec("fault.poison", {}, max_attempts=3, retry=[0.1])]
+    )
+    ids = enqueue_committed(settings, _work(150, sleep=0.005))
+    cluster.settle([poison, *ids], timeout=120)
+    dead = row(settings, poison)
+    assert (dead["status"], dead["attempts"]) == ("dead", 3)
+    assert "lease expired" in dead["last_error"]
+    verdict = check(settings, [poison, *ids], effects_expected=ids)
+    assert verdict.ok, verdict.as_dict()
+    assert verdict.terminal == {"succeeded": len(ids), "dead": 1}
+    assert sum(len(m.exits) for m in cluster.members[1:]) >= 3  # it killed a worker each time
+
+
+def test_open_producer_transaction_does_not_hide_later_commits(settings: Settings) -> None:
+    """A relay that read "id > last seen" would skip the early id that commits late."""
+    registry = Registry()
+
+    @registry.task("t.ok")
+    async def ok(payload: object, ctx: object) -> None:
+        return None
+
+    engine = sync_engine(settings, "test-slow-producer", pool_size=2)
+    slow = Session(engine)
+    slow.begin()
+    early = enqueue(slow, "t.ok", {"who": "slow producer"})  # lower id, not committed yet
+    later = enqueue_committed(settings, [TaskSpec("t.ok", {"n": i}) for i in range(20)])
+    assert min(later) > early
+
+    async def main() -> None:
+        async with Pipeline(settings, registry) as pipe:
+            await pipe.settle(later)
+            assert statuses(settings, [early]) == {}  # invisible until its commit
+            slow.commit()
+            await pipe.settle([early])
+
+    try:
+        asyncio.run(main())
+    finally:
+        slow.close()
+        engine.dispose()
+    assert set(statuses(settings, [early, *later]).values()) == {"succeeded"}
