@@ -83,6 +83,7 @@ class Cluster:
             MaintenanceLedger(self.engine), self.publisher, ReconcilerConfig(stall_s=3.0)
         )
         self.reconciles: list[ReconcileCounts] = []
+        self._stopped = False
 
     def _env(self, member: Member) -> dict[str, str]:
         env = dict(os.environ)
@@ -160,6 +161,10 @@ class Cluster:
             time.sleep(0.2)
 
     def stop(self) -> dict[str, list[int]]:
+        """SIGTERM everything and wait (idempotent); return each member's exit codes."""
+        if self._stopped:
+            return {m.role: m.exits for m in self.members}
+        self._stopped = True
         for member in self.members:
             if member.proc is not None and member.proc.poll() is None:
                 member.proc.send_signal(signal.SIGTERM)

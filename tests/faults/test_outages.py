@@ -22,7 +22,7 @@ def test_broker_restart_with_tasks_in_flight(
     cluster_factory.append(cluster)
     cluster.start()
     ids = enqueue_committed(settings, _work(400, sleep=0.02))
-    restarted = []
+    restarted: list[float] = []
 
     def tick(elapsed: float) -> None:
         if not restarted and terminal_count(settings, ids) > 60:

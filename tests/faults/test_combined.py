@@ -1,0 +1,138 @@
+"""The combined run: thousands of tasks through repeated worker kills, a broker
+restart, killed database connections and a relay kill, then the total-queue check.
+
+The fault schedule is drawn from a seed (``LEDGERQ_FAULT_SEED``, else random) and
+printed with the result; faults fire at fractions of progress, not at times, so
+a seed replays the same schedule on a slow or a fast machine. The short run is
+part of the default suite; ``pytest --long`` runs the long one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session
+
+from ledger import TaskSpec, enqueue
+from ledger.config import Settings
+from ledger.db import sync_engine
+from tests.faults.cluster import Cluster, check, terminal_count
+from tests.faults.outages import kill_backends, restart_broker
+from tests.harness import enqueue_committed
+
+
+@dataclass
+class Fault:
+    at: float  # fraction of tasks finished when it fires
+    kind: str  # worker_kill | broker_restart | db_kill | relay_kill
+    target: str = ""
+
+
+def schedule(rng: random.Random, workers: int, worker_kills: int, db_kills: int) -> list[Fault]:
+    faults = [
+        Fault(rng.uniform(0.05, 0.9), "worker_kill", f"worker-{rng.randrange(workers)}")
+        for _ in range(worker_kills)
+    ]
+    faults += [Fault(rng.uniform(0.1, 0.85), "db_kill") for _ in range(db_kills)]
+    faults.append(Fault(rng.uniform(0.2, 0.6), "broker_restart"))
+    faults.append(Fault(rng.uniform(0.1, 0.8), "relay_kill", "relay"))
+    return sorted(faults, key=lambda f: f.at)
+
+
+def rolled_back(settings: Settings, n: int) -> None:
+    """Producers whose business transactions fail: their tasks must never run."""
+    engine = sync_engine(settings, "ledgerq-test-rollback", pool_size=1)
+    with Session(engine) as session:
+        for i in range(n):
+            session.begin()
+            enqueue(session, "fault.write", {"marker": "rolled-back", "n": i})
+            session.rollback()
+    engine.dispose()
+
+
+def run_combined(
+    settings: Settings,
+    tmp_path: Path,
+    cluster_factory: list[Cluster],
+    tasks: int,
+    workers: int,
+    worker_kills: int,
+    db_kills: int,
+) -> None:
+    seed = int(os.environ.get("LEDGERQ_FAULT_SEED") or random.randrange(2**32))
+    faults = schedule(random.Random(seed), workers, worker_kills, db_kills)
+    print(f"\ncombined run: seed={seed} tasks={tasks} workers={workers}")
+    for fault in faults:
+        print(f"  at {fault.at:5.1%}: {fault.kind} {fault.target}")
+    cluster = Cluster(settings, tmp_path, workers=workers)
+    cluster_factory.append(cluster)
+    cluster.start()
+    started = time.monotonic()
+    ids: list[int] = []
+    for chunk in range(0, tasks, 500):
+        ids += enqueue_committed(
+            settings,
+            [
+                TaskSpec("fault.write", {"n": i, "sleep": 0.002}, retry=[0.2], max_attempts=10)
+                for i in range(chunk, min(chunk + 500, tasks))
+            ],
+        )
+        rolled_back(settings, 10)
+    pending = list(faults)
+    fired: list[str] = []
+
+    def tick(elapsed: float) -> None:
+        done = terminal_count(settings, ids) / len(ids)
+        while pending and done >= pending[0].at:
+            fault = pending.pop(0)
+            if fault.kind in ("worker_kill", "relay_kill"):
+                cluster.kill(fault.target, signal.SIGKILL)
+            elif fault.kind == "db_kill":
+                kill_backends(settings)
+            else:
+                restart_broker()
+            fired.append(f"{fault.kind} {fault.target} at {done:.1%} ({elapsed:.1f}s)")
+
+    cluster.settle(ids, timeout=300, tick=tick)
+    elapsed = time.monotonic() - started
+    verdict = check(settings, ids, effects_expected=ids)
+    exits = cluster.stop()
+    summary = {
+        "seed": seed,
+        "tasks": len(ids),
+        "seconds": round(elapsed, 1),
+        "faults": fired,
+        "restarts": {role: len(codes) - 1 for role, codes in exits.items()},
+        "reconciler": {
+            "passes": len(cluster.reconciles),
+            "republished": sum(c.republished for c in cluster.reconciles),
+            "expired": sum(c.expired for c in cluster.reconciles),
+            "overdue_published": sum(c.overdue_published for c in cluster.reconciles),
+        },
+        "verdict": verdict.as_dict(),
+    }
+    print(json.dumps(summary, indent=2))
+    assert not pending, f"faults never fired: {pending}"
+    assert verdict.ok, summary
+    assert verdict.terminal == {"succeeded": len(ids)}
+
+
+def test_combined_short(settings: Settings, tmp_path: Path, cluster_factory: list[Cluster]) -> None:
+    run_combined(
+        settings, tmp_path, cluster_factory, tasks=2000, workers=3, worker_kills=4, db_kills=3
+    )
+
+
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_combined_long(settings: Settings, tmp_path: Path, cluster_factory: list[Cluster]) -> None:
+    run_combined(
+        settings, tmp_path, cluster_factory, tasks=20000, workers=3, worker_kills=15, db_kills=8
+    )

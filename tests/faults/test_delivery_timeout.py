@@ -1,0 +1,79 @@
+"""RabbitMQ's consumer delivery timeout must not turn a long task into a duplicate.
+
+The broker closes a channel whose delivery stayed unacked past
+``consumer_timeout`` (30 min by default) and requeues everything unacked on it.
+ledgerq keeps the delivery unacked while the handler runs (the ack follows the
+terminal commit), so a long task meets this. What happens then: the requeued
+message is redelivered on the reopened channel, its claim loses (the row is
+``running`` under a newer epoch), and it is acked and skipped; the original
+attempt finishes, commits ``succeeded`` with its writes, and drops its ack
+because its channel is gone. One execution, one effect.
+
+This test lowers the broker's timeout to 2 s (and its check interval) for its
+duration, then restores both.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ledger import TaskSpec
+from ledger.config import Settings
+from tests.faults.cluster import Cluster, check
+from tests.faults.outages import rabbitmqctl
+from tests.harness import enqueue_committed, row
+
+
+def _get_env(key: str) -> str:
+    out = subprocess.run(
+        ["rabbitmqctl", "eval", f"application:get_env(rabbit, {key})."],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    return out.strip().removeprefix("{ok,").removesuffix("}")
+
+
+@pytest.fixture
+def short_consumer_timeout() -> Iterator[None]:
+    saved = {key: _get_env(key) for key in ("consumer_timeout", "channel_tick_interval")}
+    rabbitmqctl("eval", "application:set_env(rabbit, consumer_timeout, 2000).")
+    rabbitmqctl("eval", "application:set_env(rabbit, channel_tick_interval, 500).")
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value.isdigit():
+                rabbitmqctl("eval", f"application:set_env(rabbit, {key}, {value}).")
+            else:
+                rabbitmqctl("eval", f"application:unset_env(rabbit, {key}).")
+
+
+def test_long_task_past_the_delivery_timeout_runs_once(
+    settings: Settings,
+    tmp_path: Path,
+    cluster_factory: list[Cluster],
+    short_consumer_timeout: None,
+) -> None:
+    # The worker's lease (2 s, heartbeat 0.5 s) keeps the task alive in the ledger
+    # while the broker gives up on the delivery.
+    cluster = Cluster(settings, tmp_path, workers=1)
+    cluster_factory.append(cluster)
+    cluster.start()
+    ids = enqueue_committed(settings, [TaskSpec("fault.write", {"sleep": 6.0})])
+    cluster.settle(ids, timeout=60)
+    verdict = check(settings, ids, effects_expected=ids)
+    assert verdict.ok, verdict.as_dict()
+    done = row(settings, ids[0])
+    assert (done["status"], done["attempts"]) == ("succeeded", 1)
+    assert cluster.stop()["worker-0"] == [0]
+    log = (tmp_path / "worker-0.log").read_text()
+    # The broker did time the delivery out: the original ack was dropped, and the
+    # redelivery was received and skipped rather than run.
+    assert "came on a channel that is gone; not acked" in log, log[-3000:]
+    assert "received=2, claimed=1, skipped=1, succeeded=1" in log, log[-3000:]
