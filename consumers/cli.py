@@ -11,6 +11,7 @@ import threading
 
 import click
 
+import consumers.bench.command
 import consumers.demo  # noqa: F401  (registers ``ledgerq demo``)
 import relay.cli  # noqa: F401  (registers ``ledgerq relay``)
 from consumers.registry import Registry, default_registry
@@ -48,10 +49,14 @@ async def serve_worker(settings: Settings, registry: Registry, config: WorkerCon
     connection = await connect(
         settings.amqp_url, wait_s=settings.connect_wait_s, name=f"ledgerq-{config.worker_id}"
     )
-    aengine = async_engine(settings, "ledgerq-worker", pool_size=config.concurrency + 4)
-    sengine = sync_engine(settings, "ledgerq-worker-sync", pool_size=config.concurrency)
+    # The worker's own statements (claim, finish, heartbeat) never queue behind
+    # handlers: they have a pool of their own. Handlers' sessions share db_pool
+    # connections (per kind of handler), so a worker's footprint is bounded.
+    internal = async_engine(settings, "ledgerq-worker", pool_size=4)
+    aengine = async_engine(settings, "ledgerq-worker-handlers", pool_size=config.db_pool)
+    sengine = sync_engine(settings, "ledgerq-worker-sync", pool_size=config.db_pool)
     worker = Worker(
-        AsyncLedger(aengine),
+        AsyncLedger(internal),
         registry,
         Topology(settings.amqp_prefix),
         config,
@@ -68,6 +73,7 @@ async def serve_worker(settings: Settings, registry: Registry, config: WorkerCon
         await worker.stop()
         await connection.close()
         await aengine.dispose()
+        await internal.dispose()
         sengine.dispose()
 
 
@@ -81,6 +87,8 @@ async def serve_worker(settings: Settings, registry: Registry, config: WorkerCon
 )
 @click.option("--concurrency", default=WorkerConfig.concurrency, show_default=True)
 @click.option("--prefetch", default=0, show_default=True, help="0 means 2 x concurrency.")
+@click.option("--db-pool", default=WorkerConfig.db_pool, show_default=True,
+              help="Database connections handlers' ctx.session may use at once.")
 @click.option("--lease", "lease_s", default=WorkerConfig.lease_s, show_default=True)
 @click.option(
     "--grace",
@@ -92,6 +100,7 @@ async def serve_worker(settings: Settings, registry: Registry, config: WorkerCon
 @pass_settings
 def worker_command(
     settings: Settings,
+    db_pool: int,
     app: str,
     queues: str,
     concurrency: int,
@@ -107,6 +116,7 @@ def worker_command(
             queues=names,
             concurrency=concurrency,
             prefetch=prefetch,
+            db_pool=db_pool,
             lease_s=lease_s,
             heartbeat_s=lease_s / 4,
             grace_s=grace_s,

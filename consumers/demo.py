@@ -20,25 +20,16 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from consumers.demo_app import RECEIPTS_DDL
 from consumers.processes import Services
+from consumers.sql import Q
 from ledger import enqueue, inspect
 from ledger.cli import cli, pass_settings
 from ledger.config import Settings
 from ledger.db import sync_engine
 from ledger.migrate import upgrade
-
-ORDERS_DDL = """
-CREATE TABLE IF NOT EXISTS ledgerq_demo_orders (
-    id bigserial PRIMARY KEY, customer text NOT NULL, created_at timestamptz DEFAULT now())
-"""
-INSERT_ORDER = text("INSERT INTO ledgerq_demo_orders (customer) VALUES (:c) RETURNING id")
-RESET = text("TRUNCATE ledgerq_tasks, ledgerq_history, ledgerq_demo_orders, ledgerq_demo_receipts")
-COUNT_RECEIPTS = text("SELECT count(*), count(DISTINCT task_id) FROM ledgerq_demo_receipts")
-COUNT_TERMINAL = text("SELECT count(*) FROM ledgerq_history")
 
 
 @dataclass
@@ -54,7 +45,7 @@ def _place_orders(
     plan = Plan()
     for n in range(orders):
         with Session(engine) as session, session.begin():
-            order_id = session.execute(INSERT_ORDER, {"c": f"customer-{n}"}).scalar_one()
+            order_id = session.execute(Q.insert_order, {"customer": f"customer-{n}"}).scalar_one()
             enqueue(session, "demo.receipt", {"order": order_id}, business_key=f"order-{order_id}")
             enqueue(session, "demo.noop", {"order": order_id})
             kinds = 2
@@ -74,7 +65,7 @@ def _place_orders(
 def _summary(engine: Engine, plan: Plan, elapsed: float) -> dict[str, Any]:
     with engine.connect() as conn:
         stats = inspect.stats(conn)
-        rows, distinct = conn.execute(COUNT_RECEIPTS).one()
+        rows, distinct = conn.execute(Q.count_receipts).one()
     return {
         "tasks_committed": plan.committed_tasks,
         "orders_rolled_back": plan.rolled_back_orders,
@@ -124,9 +115,9 @@ def demo_command(
     upgrade(settings)
     engine = sync_engine(settings, "ledgerq-demo", pool_size=2)
     with engine.begin() as conn:
-        conn.execute(text(ORDERS_DDL))
-        conn.execute(text(RECEIPTS_DDL))
-        conn.execute(RESET)
+        conn.execute(Q.create_orders)
+        conn.execute(Q.create_receipts)
+        conn.execute(Q.reset_demo)
     services = Services(settings, Path(logs))
     console = Console(stderr=as_json)
     services.start("relay", ["relay"])
@@ -148,7 +139,7 @@ def demo_command(
                 if services.dead():
                     raise click.ClickException(f"a service exited early; see {logs}/")
                 with engine.connect() as conn:
-                    done = int(conn.execute(COUNT_TERMINAL).scalar_one())
+                    done = int(conn.execute(Q.count_history).scalar_one())
                 progress.update(bar, completed=done)
                 time.sleep(0.2)
         elapsed = time.perf_counter() - started

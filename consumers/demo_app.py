@@ -10,21 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sqlalchemy import text
-
 from consumers.context import AsyncTaskContext
 from consumers.registry import task
-
-RECEIPTS_DDL = """
-CREATE TABLE IF NOT EXISTS ledgerq_demo_receipts (
-    task_id   bigint PRIMARY KEY,
-    order_id  bigint NOT NULL,
-    written_at timestamptz NOT NULL DEFAULT now()
-)
-"""
-INSERT_RECEIPT = text(
-    "INSERT INTO ledgerq_demo_receipts (task_id, order_id) VALUES (:task_id, :order_id)"
-)
+from consumers.sql import Q
 
 
 @task("demo.noop")
@@ -34,7 +22,7 @@ async def noop(payload: Any, ctx: AsyncTaskContext) -> None:
 
 @task("demo.receipt")
 async def receipt(payload: Any, ctx: AsyncTaskContext) -> None:
-    await ctx.session.execute(INSERT_RECEIPT, {"task_id": ctx.id, "order_id": payload["order"]})
+    await ctx.session.execute(Q.insert_receipt, {"task_id": ctx.id, "order_id": payload["order"]})
 
 
 @task("demo.flaky")

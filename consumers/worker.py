@@ -47,6 +47,8 @@ class WorkerConfig:
     concurrency: int = 32
     #: Unacked deliveries the broker may push; 0 means twice the concurrency.
     prefetch: int = 0
+    #: Connections handlers' ``ctx.session`` may hold at once (per kind: sync/async).
+    db_pool: int = 10
     lease_s: float = 60.0
     heartbeat_s: float = 15.0
     #: On SIGTERM, how long in-flight handlers get to finish.
@@ -59,6 +61,8 @@ class WorkerConfig:
             raise ValueError("a worker needs at least one queue")
         if not 1 <= self.concurrency <= 10_000:
             raise ValueError(f"concurrency must be 1..10000, got {self.concurrency}")
+        if not 1 <= self.db_pool <= 1000:
+            raise ValueError(f"db_pool must be 1..1000, got {self.db_pool}")
         if self.prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {self.prefetch}")
         if not 0 < self.heartbeat_s < self.lease_s:

@@ -27,20 +27,22 @@ def _connect_args(settings: Settings, application_name: str) -> dict[str, Any]:
 
 
 def sync_engine(settings: Settings, application_name: str, pool_size: int = 5) -> Engine:
+    """A pool of at most ``pool_size`` connections; callers past that wait for one."""
     return create_engine(
         settings.database_url,
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=0,
         pool_pre_ping=True,
         connect_args=_connect_args(settings, application_name),
     )
 
 
 def async_engine(settings: Settings, application_name: str, pool_size: int = 5) -> AsyncEngine:
+    """A pool of at most ``pool_size`` connections; callers past that wait for one."""
     return create_async_engine(
         settings.database_url,
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=0,
         pool_pre_ping=True,
         connect_args=_connect_args(settings, application_name),
     )

@@ -1,0 +1,1 @@
+"""``ledgerq bench``: throughput and latency on this machine, with a raw ceiling."""
