@@ -87,8 +87,12 @@ async def serve_worker(settings: Settings, registry: Registry, config: WorkerCon
 )
 @click.option("--concurrency", default=WorkerConfig.concurrency, show_default=True)
 @click.option("--prefetch", default=0, show_default=True, help="0 means 2 x concurrency.")
-@click.option("--db-pool", default=WorkerConfig.db_pool, show_default=True,
-              help="Database connections handlers' ctx.session may use at once.")
+@click.option(
+    "--db-pool",
+    default=WorkerConfig.db_pool,
+    show_default=True,
+    help="Database connections handlers' ctx.session may use at once.",
+)
 @click.option("--lease", "lease_s", default=WorkerConfig.lease_s, show_default=True)
 @click.option(
     "--grace",

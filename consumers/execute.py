@@ -2,13 +2,17 @@
 
 The outcome is one of:
 
-* ``Done(committed=True)`` - the handler used ``ctx.session``; its writes and the
-  fenced ``succeeded`` were committed together (or the fence was lost and both
-  rolled back: ``committed=False``). Nothing is left to write; ack.
-* ``Done(committed=False, pending=True)`` - the handler succeeded without the
-  session; the worker group-commits ``succeeded`` with other tasks, then acks.
+* ``Done(needs_write=False)`` - the handler used ``ctx.session``; its writes and
+  the fenced ``succeeded`` were committed together (``won``), or the fence was
+  lost and both rolled back (``won=False``). Nothing is left to write; ack.
+* ``Done(needs_write=True)`` - the handler succeeded without the session; the
+  worker group-commits ``succeeded`` with other tasks' outcomes, then acks.
 * ``Failure`` - the handler raised or timed out, or no handler exists; the
   session (if any) was rolled back and the worker records a retry or ``dead``.
+
+``release`` is called exactly once, when the handler has really stopped: for a
+sync handler that outlived its timeout that is when its thread returns, so a
+worker never runs more threads than its concurrency.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.context import AsyncTaskContext, TaskContext
 from consumers.registry import Handler, Registry
+from ledger.errors import LedgerqError
 from ledger.faults import crash_point
 from ledger.store import ClaimedTask, Failure, acomplete_in_session, complete_in_session
 
@@ -49,16 +54,26 @@ class Abort(Exception):
     """Raise from a handler to end the task ``dead`` now, without more retries."""
 
 
+def clean_error(text: str) -> str:
+    """An error text PostgreSQL will store: no NUL bytes, bounded length."""
+    return text.replace("\x00", "\\x00")[-MAX_ERROR_CHARS:]
+
+
 def describe(exc: BaseException) -> str:
     """A recorded reason: the exception line plus the innermost frames."""
-    lines = traceback.format_exception(exc, limit=-3)
-    text = "".join(lines).strip()
-    return text[-MAX_ERROR_CHARS:]
+    return clean_error("".join(traceback.format_exception(exc, limit=-3)).strip())
 
 
 def failure(task: ClaimedTask, error: str, *, final: bool = False) -> Failure:
-    delay = 0.0 if final else task.retry_delay()
-    return Failure(task.id, task.epoch, error, delay=delay, final=final)
+    """A failed attempt; a retry policy that cannot be read makes the failure final."""
+    delay = 0.0
+    if not final:
+        try:
+            delay = task.retry_delay()
+        except LedgerqError as exc:
+            error += f"\n(and the task's retry policy is unreadable: {exc})"
+            final = True
+    return Failure(task.id, task.epoch, clean_error(error), delay=delay, final=final)
 
 
 def _timeout(task: ClaimedTask, handler: Handler) -> float | None:
@@ -72,7 +87,7 @@ def _run_sync(handler: Handler, ctx: TaskContext) -> Done:
         handler.fn(ctx.task.payload, ctx)
         if ctx._session is None:
             return Done(needs_write=True)
-        won = complete_in_session(ctx._session, ctx.task.fence)
+        won = not ctx.lost and complete_in_session(ctx._session, ctx.task.fence)
         if won:
             ctx._session.commit()
         else:
@@ -84,7 +99,6 @@ def _run_sync(handler: Handler, ctx: TaskContext) -> Done:
 
 
 async def _run_async(handler: Handler, ctx: AsyncTaskContext) -> Done:
-    session = None
     try:
         await handler.fn(ctx.task.payload, ctx)
         session = ctx._session
@@ -112,33 +126,66 @@ class TaskRunner:
     async_engine: AsyncEngine | None
     on_context: Callable[[ClaimedTask, Any], None] | None = None
 
-    async def run(self, task: ClaimedTask) -> Outcome:
+    async def run(self, task: ClaimedTask, release: Callable[[], None]) -> Outcome:
         handler = self.registry.get(task.kind)
         if handler is None:
+            release()
             msg = f"no handler registered for kind {task.kind!r} in worker {self.worker}"
             log.error("task %s: %s", task.id, msg)
             return failure(task, msg)
-        timeout = _timeout(task, handler)
         crash_point("worker.mid_handler")
+        if handler.is_async:
+            try:
+                return await self._run_async(task, handler)
+            finally:
+                release()
+        return await self._run_sync(task, handler, release)
+
+    async def _run_async(self, task: ClaimedTask, handler: Handler) -> Outcome:
+        timeout = _timeout(task, handler)
+        ctx = AsyncTaskContext(task, self.worker, _engine=self.async_engine)
+        self._notify(task, ctx)
         try:
-            if handler.is_async:
-                actx = AsyncTaskContext(task, self.worker, _engine=self.async_engine)
-                self._notify(task, actx)
-                return await asyncio.wait_for(_run_async(handler, actx), timeout)
-            sctx = TaskContext(task, self.worker, _engine=self.sync_engine)
-            self._notify(task, sctx)
-            loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(self.pool, _run_sync, handler, sctx)
-            return await asyncio.wait_for(future, timeout)
+            return await asyncio.wait_for(_run_async(handler, ctx), timeout)
         except TimeoutError:
-            log.warning("task %s (%s) timed out after %ss", task.id, task.kind, timeout)
-            return failure(task, f"timed out after {timeout} s")
-        except Abort as exc:
-            return failure(task, describe(exc), final=True)
+            return self._timed_out(task, timeout)
         except Exception as exc:
-            log.info("task %s (%s) attempt %d failed: %r", task.id, task.kind, task.attempts, exc)
-            return failure(task, describe(exc))
+            return self._failed(task, exc)
+
+    async def _run_sync(
+        self, task: ClaimedTask, handler: Handler, release: Callable[[], None]
+    ) -> Outcome:
+        timeout = _timeout(task, handler)
+        ctx = TaskContext(task, self.worker, _engine=self.sync_engine)
+        self._notify(task, ctx)
+        future = asyncio.get_running_loop().run_in_executor(self.pool, _run_sync, handler, ctx)
+        future.add_done_callback(lambda _: release())
+        try:
+            # shield: a timeout or shutdown stops the wait, never the thread's
+            # commit-or-rollback (which the fence makes safe either way).
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            ctx.lost = True  # the thread may look; its writes will not commit
+            future.add_done_callback(_log_late_exception)
+            return self._timed_out(task, timeout)
+        except Exception as exc:
+            return self._failed(task, exc)
+
+    def _timed_out(self, task: ClaimedTask, timeout: float | None) -> Failure:
+        log.warning("task %s (%s) timed out after %ss", task.id, task.kind, timeout)
+        return failure(task, f"timed out after {timeout} s")
+
+    def _failed(self, task: ClaimedTask, exc: Exception) -> Failure:
+        if isinstance(exc, Abort):
+            return failure(task, describe(exc), final=True)
+        log.info("task %s (%s) attempt %d failed: %r", task.id, task.kind, task.attempts, exc)
+        return failure(task, describe(exc))
 
     def _notify(self, task: ClaimedTask, ctx: Any) -> None:
         if self.on_context is not None:
             self.on_context(task, ctx)
+
+
+def _log_late_exception(future: asyncio.Future[Done]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.info("a timed-out sync handler finished later with %r", future.exception())

@@ -2,17 +2,19 @@
 
 Three small loops share one event loop:
 
-* the **claimer** takes every delivery that has arrived, claims their rows in one
-  compare-and-set statement, starts the winners and acks the losers (a row
-  already finished, cancelled, or claimed by another worker);
+* the **claimer** takes the deliveries that have arrived, as many as there are
+  free handler slots, claims their rows in one compare-and-set statement, starts
+  the winners and acks the losers (a row already finished, cancelled, or claimed
+  by another worker). A delivery waits unclaimed until a slot is free, so no
+  attempt is counted for a task that has not started;
 * each claimed task runs in its own asyncio task (see :mod:`consumers.execute`);
 * the **finisher** takes every outcome that has arrived and writes them in one
-  transaction (``succeeded`` to history, retries with backoff, ``dead``), and
-  only after that commit acks their deliveries.
+  round trip per kind (``succeeded`` to history; retries with backoff or
+  ``dead``), and only after that commit hands the deliveries to the acker.
 
 A **heartbeat** loop extends the leases of running tasks. Acks go to the channel
-the delivery came on; if that channel died, the ack is dropped, never sent on a
-new channel, and the broker's redelivery is skipped because the row is terminal.
+the delivery came on; if that channel died the ack is dropped, never sent on a
+new channel, and the broker's redelivery is skipped because the row moved on.
 """
 
 from __future__ import annotations
@@ -22,23 +24,28 @@ import json
 import logging
 import os
 import socket
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from consumers.execute import Done, TaskRunner
+from consumers.acker import Acker
+from consumers.execute import Done, Outcome, TaskRunner, clean_error
 from consumers.registry import Registry
 from ledger.alerts import AlertHook, log_alert, safe_alert
 from ledger.faults import crash_point
-from ledger.store import AsyncLedger, ClaimedTask, Failure, Fence
+from ledger.store import AsyncLedger, ClaimedTask, FailOutcome, Failure, Fence
 from ledger.topology import Topology
 from relay.amqp import CONNECTION_ERRORS, declare, declare_queue
 
 log = logging.getLogger("consumers.worker")
+
+MAX_BIGINT = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -93,21 +100,21 @@ def parse_fence(body: bytes) -> Fence | None:
         task_id, epoch = data["id"], data["epoch"]
     except (ValueError, TypeError, KeyError):
         return None
-    if type(task_id) is not int or type(epoch) is not int or task_id < 1 or epoch < 0:
+    if type(task_id) is not int or type(epoch) is not int:
+        return None
+    if not (1 <= task_id <= MAX_BIGINT and 0 <= epoch <= MAX_BIGINT):
         return None
     return task_id, epoch
 
 
-async def ack(message: AbstractIncomingMessage) -> None:
-    """Ack on the delivery's own channel; if that channel is dead, drop the ack."""
-    try:
-        await message.ack()
-    except CONNECTION_ERRORS:
-        log.info(
-            "delivery of %s came on a channel that is gone; not acked (the broker "
-            "redelivers it and the redelivery is skipped)",
-            message.message_id,
-        )
+def _transient(exc: BaseException) -> bool:
+    """A database error worth retrying as it is (the connection, not the data)."""
+    if not isinstance(exc, DBAPIError):
+        return True
+    return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
+
+
+Entry = tuple[ClaimedTask, Outcome, AbstractIncomingMessage]
 
 
 class Worker:
@@ -127,6 +134,7 @@ class Worker:
         self.config = config
         self.alert = alert
         self.counts = WorkerCounts()
+        self.acker = Acker(max_waiting=max(8, config.effective_prefetch // 4))
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="ledgerq-handler")
         self.runner = TaskRunner(
             registry,
@@ -136,14 +144,16 @@ class Worker:
             async_engine or ledger.engine,
             on_context=self._track_context,
         )
-        self._inbox: list[tuple[Fence, AbstractIncomingMessage]] = []
-        self._inbox_ready = asyncio.Event()
-        self._outbox: list[tuple[ClaimedTask, Done | Failure, AbstractIncomingMessage]] = []
-        self._outbox_ready = asyncio.Event()
-        self._slots = asyncio.Semaphore(config.concurrency)
-        self._running: dict[int, tuple[ClaimedTask, Any]] = {}
+        self._free = config.concurrency
+        self._inbox: deque[tuple[Fence, AbstractIncomingMessage]] = deque()
+        self._claimer_wake = asyncio.Event()
+        self._outbox: list[Entry] = []
+        self._finisher_wake = asyncio.Event()
+        self._running: dict[Fence, tuple[ClaimedTask, Any]] = {}
         self._handlers: set[asyncio.Task[None]] = set()
-        self._loops: list[asyncio.Task[None]] = []
+        self._claimer: asyncio.Task[None] | None = None
+        self._finisher: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
         self._queues: list[tuple[AbstractQueue, str]] = []
         self._stopping = False
 
@@ -156,11 +166,9 @@ class Worker:
             queue = await declare_queue(channel, exchange, self.topology, name)
             tag = await queue.consume(self._on_message, no_ack=False)
             self._queues.append((queue, tag))
-        self._loops = [
-            asyncio.create_task(self._claim_loop(), name="ledgerq-claimer"),
-            asyncio.create_task(self._finish_loop(), name="ledgerq-finisher"),
-            asyncio.create_task(self._heartbeat_loop(), name="ledgerq-heartbeat"),
-        ]
+        self._claimer = asyncio.create_task(self._claim_loop(), name="ledgerq-claimer")
+        self._finisher = asyncio.create_task(self._finish_loop(), name="ledgerq-finisher")
+        self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="ledgerq-heartbeat")
         log.info(
             "worker %s consuming %s (concurrency %d, prefetch %d)",
             self.config.worker_id,
@@ -170,39 +178,41 @@ class Worker:
         )
 
     async def stop(self) -> None:
-        """Stop consuming, let in-flight handlers finish within the grace, write, ack."""
+        """Stop consuming and claiming; let in-flight handlers finish within the grace;
+        write their outcomes; ack. Unclaimed deliveries stay unacked (the broker
+        requeues them when the channel closes)."""
         self._stopping = True
         for queue, tag in self._queues:
             try:
                 await queue.cancel(tag)
             except CONNECTION_ERRORS as exc:
                 log.info("cancelling the consumer failed (%s); the channel is already gone", exc)
-        self._inbox_ready.set()
-        await asyncio.sleep(0)  # let the claimer take what already arrived
+        self._claimer_wake.set()
+        if self._claimer is not None:
+            await self._claimer  # it finishes the claim in flight, then stops
         if self._handlers:
             log.info(
                 "draining %d in-flight tasks (grace %.0fs)",
                 len(self._handlers),
                 self.config.grace_s,
             )
-            _, late = await asyncio.wait(self._handlers, timeout=self.config.grace_s)
-            for t in late:
-                t.cancel()
+            _, late = await asyncio.wait(set(self._handlers), timeout=self.config.grace_s)
+            for task in late:
+                task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-        await self._drain_outbox()
-        for loop_task in self._loops:
-            loop_task.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._finisher_wake.set()
+        if self._finisher is not None:
+            await self._finisher  # it exits once every outcome is written and acked
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
-        log.info("worker stopped: %s", self.counts)
-
-    async def _drain_outbox(self) -> None:
-        while self._outbox:
-            await self._finish_batch()
+        log.info("worker stopped: %s (%d acks sent)", self.counts, self.acker.acks_sent)
 
     # -- deliveries -------------------------------------------------------------
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         self.counts.received += 1
+        self.acker.received(message)
         fence = parse_fence(message.body)
         if fence is None:
             self.counts.rejected += 1
@@ -212,19 +222,21 @@ class Worker:
                 message.message_id,
                 message.body[:200],
             )
-            await message.reject(requeue=False)
+            self.acker.settled_elsewhere(message)
+            await _settle(message.reject(requeue=False), message)
             return
         crash_point("worker.after_receive")
         self._inbox.append((fence, message))
-        self._inbox_ready.set()
+        self._claimer_wake.set()
 
     async def _claim_loop(self) -> None:
-        while True:
-            await self._inbox_ready.wait()
-            self._inbox_ready.clear()
-            while self._inbox:
-                batch = self._inbox[: self.config.max_batch]
-                del self._inbox[: len(batch)]
+        while not self._stopping:
+            await self._claimer_wake.wait()
+            self._claimer_wake.clear()
+            while self._inbox and self._free > 0 and not self._stopping:
+                take = min(self._free, self.config.max_batch, len(self._inbox))
+                batch = [self._inbox.popleft() for _ in range(take)]
+                self._free -= take
                 await self._claim_batch(batch)
 
     async def _claim_batch(self, batch: list[tuple[Fence, AbstractIncomingMessage]]) -> None:
@@ -234,8 +246,10 @@ class Worker:
             )
         except Exception:
             log.exception("claim failed; returning %d deliveries to the broker", len(batch))
+            self._free += len(batch)
             for _, message in batch:
-                await _requeue(message)
+                self.acker.settled_elsewhere(message)
+                await _settle(message.reject(requeue=True), message)
             await asyncio.sleep(1.0)
             return
         by_id = {t.id: t for t in won}
@@ -246,11 +260,12 @@ class Worker:
                 lost.append((fence, message))
                 continue
             self.counts.claimed += 1
-            self._running[task.id] = (task, None)
+            self._running[task.fence] = (task, None)
             handler_task = asyncio.create_task(self._execute(task, message))
             self._handlers.add(handler_task)
-            handler_task.add_done_callback(self._handlers.discard)
+            handler_task.add_done_callback(self._handler_done)
         if lost:
+            self._free += len(lost)
             await self._skip(lost)
 
     async def _skip(self, lost: list[tuple[Fence, AbstractIncomingMessage]]) -> None:
@@ -259,31 +274,36 @@ class Worker:
             where = await self.ledger.whereabouts(f[0] for f, _ in lost)
         except Exception:
             where = {}
-        for (task_id, epoch), message in lost:
+        for (task_id, epoch), _ in lost:
             status = where.get(task_id)
             if status is None:
                 log.warning("delivery names task %s, which is not in the ledger; acked", task_id)
             else:
-                log.debug(
-                    "task %s (epoch %s) is %s; duplicate delivery acked", task_id, epoch, status
-                )
-            self.counts.skipped += 1
-            await ack(message)
+                log.debug("task %s (epoch %s) is %s; stale delivery acked", task_id, epoch, status)
+        self.counts.skipped += len(lost)
+        await self.acker.finished([m for _, m in lost])
+
+    def _release_slot(self) -> None:
+        self._free += 1
+        self._claimer_wake.set()
 
     async def _execute(self, task: ClaimedTask, message: AbstractIncomingMessage) -> None:
-        async with self._slots:
-            try:
-                outcome = await self.runner.run(task)
-            except asyncio.CancelledError:
-                outcome = Failure(
-                    task.id,
-                    task.epoch,
-                    "worker shut down before the handler finished (grace period over)",
-                    delay=task.retry_delay(),
-                )
+        try:
+            outcome = await self.runner.run(task, self._release_slot)
+        except asyncio.CancelledError:
+            outcome = Failure(
+                task.id,
+                task.epoch,
+                "worker shut down before the handler finished (grace period over)",
+                delay=0.0,
+            )
+        except Exception as exc:  # a bug of ours: record it, never lose the task
+            log.exception("running task %s failed unexpectedly", task.id)
+            outcome = Failure(
+                task.id, task.epoch, clean_error(f"worker error: {exc!r}"), final=True
+            )
         if isinstance(outcome, Done) and not outcome.needs_write:
             crash_point("worker.after_commit")
-            self._running.pop(task.id, None)
             if outcome.won:
                 self.counts.succeeded += 1
             else:
@@ -291,35 +311,59 @@ class Worker:
                     "task %s: fence lost before commit; the handler's writes were rolled back",
                     task.id,
                 )
-            await ack(message)
+            self._running.pop(task.fence, None)
+            await self.acker.finished([message])
             return
         self._outbox.append((task, outcome, message))
-        self._outbox_ready.set()
+        self._finisher_wake.set()
+
+    def _handler_done(self, task: asyncio.Task[None]) -> None:
+        self._handlers.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("handler task ended with %r", task.exception())
 
     def _track_context(self, task: ClaimedTask, ctx: Any) -> None:
         """Remember the handler's context, so a lost lease can be flagged on it."""
-        self._running[task.id] = (task, ctx)
+        self._running[task.fence] = (task, ctx)
 
     # -- terminal writes ----------------------------------------------------------
     async def _finish_loop(self) -> None:
         while True:
-            await self._outbox_ready.wait()
-            self._outbox_ready.clear()
+            await self._finisher_wake.wait()
+            self._finisher_wake.clear()
             while self._outbox:
-                await self._finish_batch()
+                batch = self._outbox[: self.config.max_batch]
+                del self._outbox[: len(batch)]
+                await self._finish_batch(batch)
+            if self._stopping and all(t.done() for t in self._handlers):
+                return
 
-    async def _finish_batch(self) -> None:
-        batch = self._outbox[: self.config.max_batch]
-        del self._outbox[: len(batch)]
+    async def _finish_batch(self, batch: list[Entry]) -> None:
         done = [t.fence for t, o, _ in batch if isinstance(o, Done)]
         failures = [o for _, o, _ in batch if isinstance(o, Failure)]
+        completed: set[int] = set()
+        failed: list[FailOutcome] = []
         while True:
             try:
-                completed = await self.ledger.complete(done)
+                if done:
+                    completed |= await self.ledger.complete(done)
+                    done = []  # committed: a retry below must not write it again
                 failed = await self.ledger.fail(failures)
                 break
-            except Exception:
-                log.exception("writing %d outcomes failed; retrying", len(batch))
+            except Exception as exc:
+                if not _transient(exc):
+                    log.exception(
+                        "writing %d outcomes failed and will not succeed as it is; "
+                        "returning them to the broker: their leases lapse and the "
+                        "reconciler retries them",
+                        len(batch),
+                    )
+                    for task, _, message in batch:
+                        self._running.pop(task.fence, None)
+                        self.acker.settled_elsewhere(message)
+                        await _settle(message.reject(requeue=True), message)
+                    return
+                log.warning("writing %d outcomes failed (%s); retrying", len(batch), exc)
                 await asyncio.sleep(1.0)
         crash_point("worker.after_commit")
         self.counts.succeeded += len(completed)
@@ -329,9 +373,9 @@ class Worker:
                 safe_alert(self.alert, outcome)
             else:
                 self.counts.retried += 1
-        for task, _, message in batch:
-            self._running.pop(task.id, None)
-            await ack(message)
+        for task, _, _ in batch:
+            self._running.pop(task.fence, None)
+        await self.acker.finished([m for _, _, m in batch])
 
     # -- leases -------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
@@ -341,26 +385,24 @@ class Worker:
                 continue
             snapshot = dict(self._running)
             try:
-                held = await self.ledger.heartbeat(
-                    (t.fence for t, _ in snapshot.values()), self.config.lease_s
-                )
+                held = await self.ledger.heartbeat(snapshot, self.config.lease_s)
             except Exception:
                 log.exception("heartbeat failed; leases may lapse")
                 continue
-            for task_id, (_, ctx) in snapshot.items():
-                if task_id not in held and task_id in self._running and ctx is not None:
+            for fence, (_, ctx) in snapshot.items():
+                if fence[0] not in held and fence in self._running and ctx is not None:
                     log.warning(
                         "task %s lost its lease (cancelled or rescued); its writes will not commit",
-                        task_id,
+                        fence[0],
                     )
                     ctx.lost = True
 
 
-async def _requeue(message: AbstractIncomingMessage) -> None:
+async def _settle(action: Any, message: AbstractIncomingMessage) -> None:
     try:
-        await message.reject(requeue=True)
+        await action
     except CONNECTION_ERRORS:
         log.info(
-            "could not requeue %s: its channel is gone (the broker redelivers it)",
+            "could not settle %s: its channel is gone (the broker redelivers it)",
             message.message_id,
         )

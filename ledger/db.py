@@ -1,5 +1,9 @@
 """Engines for the connections ledgerq opens itself, and a reachability check.
 
+No pre-ping on checkout (it would cost a round trip per statement): a pooled
+connection that died fails its next statement, SQLAlchemy discards it, and the
+caller's retry (every service loop has one) gets a fresh one.
+
 Producers bring their own engine; these are for the relay, the consumers, the
 reconciler and the CLI. Every connection carries a statement timeout and an
 idle-in-transaction timeout, so a stuck client cannot hold locks or stop vacuum.
@@ -32,7 +36,6 @@ def sync_engine(settings: Settings, application_name: str, pool_size: int = 5) -
         settings.database_url,
         pool_size=pool_size,
         max_overflow=0,
-        pool_pre_ping=True,
         connect_args=_connect_args(settings, application_name),
     )
 
@@ -43,7 +46,6 @@ def async_engine(settings: Settings, application_name: str, pool_size: int = 5) 
         settings.database_url,
         pool_size=pool_size,
         max_overflow=0,
-        pool_pre_ping=True,
         connect_args=_connect_args(settings, application_name),
     )
 

@@ -53,11 +53,6 @@ FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'pending'
 RETURNING t.id
 
--- name: next_due_in
--- Seconds until the earliest pending row falls due (NULL when none is pending).
-SELECT EXTRACT(EPOCH FROM (min(run_at) - now()))::float8
-FROM ledgerq_tasks WHERE status = 'pending'
-
 -- name: claim
 -- The consumer's claim. It accepts 'pending' as well as 'published': the
 -- delivery can overtake the relay's commit (the UPDATE then waits on the
@@ -67,7 +62,7 @@ FROM ledgerq_tasks WHERE status = 'pending'
 UPDATE ledgerq_tasks t
 SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1,
     started_at = now(), heartbeat_at = now(),
-    lease_until = now() + make_interval(secs => :lease_s), worker = :worker
+    lease_until = clock_timestamp() + make_interval(secs => :lease_s), worker = :worker
 FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
 RETURNING t.id, t.epoch, t.kind, t.queue, t.payload, t.attempts, t.max_attempts, t.retry,
@@ -138,7 +133,7 @@ SELECT id, kind, attempts, last_error, 'pending' AS status FROM retried
 
 -- name: heartbeat
 UPDATE ledgerq_tasks t
-SET heartbeat_at = now(), lease_until = now() + make_interval(secs => :lease_s)
+SET heartbeat_at = now(), lease_until = clock_timestamp() + make_interval(secs => :lease_s)
 FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
 RETURNING t.id

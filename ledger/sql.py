@@ -49,7 +49,6 @@ class LedgerQueries:
     live_id_by_dedupe_key: TextClause
     select_due: TextClause
     mark_published: TextClause
-    next_due_in: TextClause
     claim: TextClause
     whereabouts: TextClause
     complete: TextClause

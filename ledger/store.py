@@ -132,6 +132,9 @@ class AsyncLedger:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        # Single-statement operations run in autocommit: one round trip, no
+        # BEGIN/COMMIT, and the statement is still atomic.
+        self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     # -- relay ----------------------------------------------------------------
     @asynccontextmanager
@@ -146,12 +149,6 @@ class AsyncLedger:
             rows = [DueTask(r.id, r.kind, r.queue, r.priority, r.epoch) for r in result]
             yield PublishBatch(conn, rows)
 
-    async def next_due_in(self) -> float | None:
-        """Seconds until the earliest pending row is due; ``None`` if none is pending."""
-        async with self.engine.connect() as conn:
-            value = (await conn.execute(Q.next_due_in)).scalar()
-        return None if value is None else float(value)
-
     # -- consumers ------------------------------------------------------------
     async def claim(
         self, fences: Iterable[Fence], worker: str, lease_s: float
@@ -161,7 +158,7 @@ class AsyncLedger:
         if not params["ids"]:
             return []
         params.update(worker=worker, lease_s=lease_s)
-        async with self.engine.begin() as conn:
+        async with self._single.connect() as conn:
             result = await conn.execute(Q.claim, params)
             return [
                 ClaimedTask(
@@ -183,7 +180,7 @@ class AsyncLedger:
 
     async def whereabouts(self, ids: Iterable[int]) -> dict[int, str]:
         """The status of each id now (live or history); absent ids are unknown."""
-        async with self.engine.connect() as conn:
+        async with self._single.connect() as conn:
             result = await conn.execute(Q.whereabouts, {"ids": sorted(set(ids))})
             return {int(r.id): str(r.status) for r in result}
 
@@ -192,14 +189,14 @@ class AsyncLedger:
         params = fence_params(fences)
         if not params["ids"]:
             return set()
-        async with self.engine.begin() as conn:
+        async with self._single.connect() as conn:
             return {int(r[0]) for r in await conn.execute(Q.complete, params)}
 
     async def fail(self, failures: Sequence[Failure]) -> list[FailOutcome]:
         """running -> pending (backoff) or dead, per row; returns the rows that moved."""
         if not failures:
             return []
-        async with self.engine.begin() as conn:
+        async with self._single.connect() as conn:
             result = await conn.execute(Q.fail, fail_params(failures))
             return [FailOutcome(r.id, r.kind, r.attempts, r.last_error, r.status) for r in result]
 
@@ -209,10 +206,10 @@ class AsyncLedger:
         if not params["ids"]:
             return set()
         params["lease_s"] = lease_s
-        async with self.engine.begin() as conn:
+        async with self._single.connect() as conn:
             return {int(r[0]) for r in await conn.execute(Q.heartbeat, params)}
 
     async def save_checkpoint(self, fence: Fence, checkpoint: Any) -> bool:
         params = {"id": fence[0], "epoch": fence[1], "checkpoint": json.dumps(checkpoint)}
-        async with self.engine.begin() as conn:
+        async with self._single.connect() as conn:
             return (await conn.execute(Q.save_checkpoint, params)).first() is not None

@@ -1,0 +1,102 @@
+"""Acks that follow the commit, coalesced into ``multiple`` acks where that is safe.
+
+A ``basic.ack`` with ``multiple=True`` settles every outstanding delivery up to
+its tag on that channel, so it is only sent for a tag when every earlier
+delivery on the channel is settled already or settled by this ack: the longest
+finished prefix. Deliveries that finish out of order wait for the prefix; past
+``max_waiting`` of them (a long task holding the prefix back) they are acked
+one by one, so prefetch never fills with finished work. A delivery from a
+channel that has closed is never acked: its tag means nothing on the new one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+
+from aio_pika.abc import AbstractIncomingMessage
+
+from relay.amqp import CONNECTION_ERRORS
+
+log = logging.getLogger("consumers.acker")
+
+
+@dataclass
+class _Channel:
+    order: deque[int] = field(default_factory=deque)  # outstanding tags, delivery order
+    finished: dict[int, AbstractIncomingMessage] = field(default_factory=dict)
+    settled: set[int] = field(default_factory=set)  # acked or rejected one by one
+
+
+class Acker:
+    def __init__(self, max_waiting: int = 64) -> None:
+        self.max_waiting = max_waiting
+        self._channels: dict[int, _Channel] = {}
+        self._channel_of: dict[int, int] = {}  # id(delivery) -> id(its channel)
+        self.acks_sent = 0
+
+    def received(self, message: AbstractIncomingMessage) -> None:
+        # message.channel is valid now (it raises once the channel has closed).
+        self._channel_of[id(message)] = id(message.channel)
+        self._state(message).order.append(_tag(message))
+
+    def settled_elsewhere(self, message: AbstractIncomingMessage) -> None:
+        """The message was rejected or requeued by the caller."""
+        self._state(message).settled.add(_tag(message))
+        self._channel_of.pop(id(message), None)
+
+    async def finished(self, messages: list[AbstractIncomingMessage]) -> None:
+        """These deliveries' outcomes are committed: ack them (coalescing when safe)."""
+        touched: dict[int, _Channel] = {}
+        for message in messages:
+            state = self._state(message)
+            state.finished[_tag(message)] = message
+            touched[self._key(message)] = state
+        for key, state in touched.items():
+            await self._flush(key, state)
+
+    async def _flush(self, key: int, state: _Channel) -> None:
+        last: AbstractIncomingMessage | None = None
+        while state.order and (state.order[0] in state.finished or state.order[0] in state.settled):
+            tag = state.order.popleft()
+            if tag in state.finished:
+                last = state.finished.pop(tag)
+                self._channel_of.pop(id(last), None)  # every popped delivery is forgotten
+            else:
+                state.settled.discard(tag)
+        if last is not None:
+            await self._ack(key, last, multiple=True)
+        if len(state.finished) > self.max_waiting:
+            for tag, message in list(state.finished.items()):
+                del state.finished[tag]
+                state.settled.add(tag)
+                self._channel_of.pop(id(message), None)
+                await self._ack(key, message, multiple=False)
+
+    async def _ack(self, key: int, message: AbstractIncomingMessage, multiple: bool) -> None:
+        try:
+            await message.ack(multiple=multiple)
+            self.acks_sent += 1
+        except CONNECTION_ERRORS:
+            log.info(
+                "deliveries up to %s came on a channel that is gone; not acked (the "
+                "broker redelivers them and the redeliveries are skipped)",
+                message.message_id,
+            )
+            self._channels.pop(key, None)
+            for delivery, channel in list(self._channel_of.items()):
+                if channel == key:
+                    del self._channel_of[delivery]
+
+    def _key(self, message: AbstractIncomingMessage) -> int:
+        return self._channel_of.get(id(message), 0)
+
+    def _state(self, message: AbstractIncomingMessage) -> _Channel:
+        return self._channels.setdefault(self._key(message), _Channel())
+
+
+def _tag(message: AbstractIncomingMessage) -> int:
+    tag = message.delivery_tag
+    assert tag is not None, "a consumed delivery always has a tag"
+    return tag
