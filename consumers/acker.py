@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-
-from aio_pika.abc import AbstractIncomingMessage
+from typing import TYPE_CHECKING
 
 from relay.amqp import CONNECTION_ERRORS
+
+if TYPE_CHECKING:
+    from aio_pika.abc import AbstractIncomingMessage
 
 log = logging.getLogger("consumers.acker")
 

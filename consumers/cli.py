@@ -16,6 +16,7 @@ import consumers.demo  # noqa: F401  (registers ``ledgerq demo``)
 import relay.cli  # noqa: F401  (registers ``ledgerq relay``)
 from consumers.registry import Registry, default_registry
 from consumers.worker import Worker, WorkerConfig
+from ledger.alerts import default_alert
 from ledger.cli import cli, install_stop_handlers, pass_settings, run_cli
 from ledger.config import Settings
 from ledger.db import async_engine, check_database, sync_engine
@@ -62,6 +63,7 @@ async def serve_worker(settings: Settings, registry: Registry, config: WorkerCon
         config,
         sync_engine=sengine,
         async_engine=aengine,
+        alert=default_alert(),
     )
     stop = asyncio.Event()
     install_stop_handlers(stop.set)
@@ -95,6 +97,13 @@ async def serve_worker(settings: Settings, registry: Registry, config: WorkerCon
 )
 @click.option("--lease", "lease_s", default=WorkerConfig.lease_s, show_default=True)
 @click.option(
+    "--default-timeout",
+    default=WorkerConfig.default_timeout_s,
+    show_default=True,
+    help="Seconds an attempt may run when neither the task nor its @task sets a timeout "
+    "(0: no limit).",
+)
+@click.option(
     "--grace",
     "grace_s",
     default=WorkerConfig.grace_s,
@@ -105,6 +114,7 @@ async def serve_worker(settings: Settings, registry: Registry, config: WorkerCon
 def worker_command(
     settings: Settings,
     db_pool: int,
+    default_timeout: float,
     app: str,
     queues: str,
     concurrency: int,
@@ -124,6 +134,7 @@ def worker_command(
             lease_s=lease_s,
             heartbeat_s=lease_s / 4,
             grace_s=grace_s,
+            default_timeout_s=default_timeout or None,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc

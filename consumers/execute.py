@@ -76,9 +76,9 @@ def failure(task: ClaimedTask, error: str, *, final: bool = False) -> Failure:
     return Failure(task.id, task.epoch, clean_error(error), delay=delay, final=final)
 
 
-def _timeout(task: ClaimedTask, handler: Handler) -> float | None:
+def _timeout(task: ClaimedTask, handler: Handler, default: float | None) -> float | None:
     limits = [t for t in (task.timeout_s, handler.timeout_s) if t]
-    return min(limits) if limits else None
+    return min(limits) if limits else default
 
 
 def _run_sync(handler: Handler, ctx: TaskContext) -> Done:
@@ -125,6 +125,7 @@ class TaskRunner:
     sync_engine: Engine | None
     async_engine: AsyncEngine | None
     on_context: Callable[[ClaimedTask, Any], None] | None = None
+    default_timeout_s: float | None = None
 
     async def run(self, task: ClaimedTask, release: Callable[[], None]) -> Outcome:
         handler = self.registry.get(task.kind)
@@ -142,7 +143,7 @@ class TaskRunner:
         return await self._run_sync(task, handler, release)
 
     async def _run_async(self, task: ClaimedTask, handler: Handler) -> Outcome:
-        timeout = _timeout(task, handler)
+        timeout = _timeout(task, handler, self.default_timeout_s)
         ctx = AsyncTaskContext(task, self.worker, _engine=self.async_engine)
         self._notify(task, ctx)
         try:
@@ -155,7 +156,7 @@ class TaskRunner:
     async def _run_sync(
         self, task: ClaimedTask, handler: Handler, release: Callable[[], None]
     ) -> Outcome:
-        timeout = _timeout(task, handler)
+        timeout = _timeout(task, handler, self.default_timeout_s)
         ctx = TaskContext(task, self.worker, _engine=self.sync_engine)
         self._notify(task, ctx)
         future = asyncio.get_running_loop().run_in_executor(self.pool, _run_sync, handler, ctx)

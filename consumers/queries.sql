@@ -39,9 +39,9 @@ FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 -- name: fill_history
 -- Finished rows for the flat-cost check (negative ids never meet real ones).
 INSERT INTO ledgerq_history (id, kind, queue, payload, priority, shard, run_at, status,
-                             attempts, max_attempts, epoch, created_at, published_at,
+                             attempts, max_attempts, epoch, publishes, created_at, published_at,
                              started_at, finished_at)
-SELECT -g, 'bench.old', 'default', '{}'::jsonb, 0, 0, now(), 'succeeded', 1, 5, 1,
+SELECT -g, 'bench.old', 'default', '{}'::jsonb, 0, 0, now(), 'succeeded', 1, 5, 1, 1,
        now(), now(), now(), now()
 FROM generate_series(1, :n) AS g
 

@@ -27,9 +27,8 @@ import socket
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -41,7 +40,13 @@ from ledger.alerts import AlertHook, log_alert, safe_alert
 from ledger.faults import crash_point
 from ledger.store import AsyncLedger, ClaimedTask, FailOutcome, Failure, Fence
 from ledger.topology import Topology
+from ledger.validation import check_name
 from relay.amqp import CONNECTION_ERRORS, declare, declare_queue
+
+if TYPE_CHECKING:  # the broker client is the adapters' business (relay.amqp)
+    from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
+
+    Entry = tuple[ClaimedTask, Outcome, AbstractIncomingMessage]
 
 log = logging.getLogger("consumers.worker")
 
@@ -60,6 +65,9 @@ class WorkerConfig:
     heartbeat_s: float = 15.0
     #: On SIGTERM, how long in-flight handlers get to finish.
     grace_s: float = 30.0
+    #: A handler with no timeout of its own (task or @task option) gets this one,
+    #: so a task that always hangs still ends ``dead`` after its attempts.
+    default_timeout_s: float | None = 1800.0
     max_batch: int = 500
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
@@ -76,6 +84,10 @@ class WorkerConfig:
             raise ValueError("heartbeat_s must be positive and shorter than lease_s")
         if self.grace_s < 0:
             raise ValueError("grace_s must be >= 0")
+        if self.default_timeout_s is not None and self.default_timeout_s <= 0:
+            raise ValueError("default_timeout_s must be positive (or None for no limit)")
+        for name in self.queues:
+            check_name(name, "queue")
 
     @property
     def effective_prefetch(self) -> int:
@@ -114,9 +126,6 @@ def _transient(exc: BaseException) -> bool:
     return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
 
 
-Entry = tuple[ClaimedTask, Outcome, AbstractIncomingMessage]
-
-
 class Worker:
     def __init__(
         self,
@@ -143,6 +152,7 @@ class Worker:
             sync_engine,
             async_engine or ledger.engine,
             on_context=self._track_context,
+            default_timeout_s=config.default_timeout_s,
         )
         self._free = config.concurrency
         self._inbox: deque[tuple[Fence, AbstractIncomingMessage]] = deque()
@@ -370,7 +380,8 @@ class Worker:
         for outcome in failed:
             if outcome.status == "dead":
                 self.counts.dead += 1
-                safe_alert(self.alert, outcome)
+                # In a thread: a webhook must not stall the loop (or its heartbeats).
+                await asyncio.to_thread(safe_alert, self.alert, outcome)
             else:
                 self.counts.retried += 1
         for task, _, _ in batch:

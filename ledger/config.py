@@ -13,6 +13,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from ledger.errors import LedgerqError
+
+
+class ConfigError(LedgerqError, ValueError):
+    """An environment variable holds a value ledgerq cannot use."""
+
+
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/ledgerq"
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DEFAULT_AMQP_PREFIX = "ledgerq"
@@ -42,10 +49,23 @@ class Settings:
             database_url=env.get("LEDGERQ_DATABASE_URL", DEFAULT_DATABASE_URL),
             amqp_url=env.get("LEDGERQ_AMQP_URL", DEFAULT_AMQP_URL),
             amqp_prefix=env.get("LEDGERQ_AMQP_PREFIX", DEFAULT_AMQP_PREFIX),
-            connect_wait_s=float(env.get("LEDGERQ_CONNECT_WAIT_S", "10")),
+            connect_wait_s=_seconds(env, "LEDGERQ_CONNECT_WAIT_S", 10.0),
         )
         if database_url:
             settings = replace(settings, database_url=database_url)
         if amqp_url:
             settings = replace(settings, amqp_url=amqp_url)
         return settings
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:
+        raise ConfigError(f"{name} must be a number of seconds from 0 to 3600, got {raw!r}")
+    return value

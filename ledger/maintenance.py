@@ -80,6 +80,7 @@ class MaintenanceLedger:
             "after": after,
             "limit": limit,
             "default_stall_s": default_stall_s,
+            "min_stall_s": min([default_stall_s, *stalls.values()]),
             "queues": list(stalls),
             "stalls": [float(v) for v in stalls.values()],
         }

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
 from ledger import validation as v
-from ledger.errors import InvalidTaskError
+from ledger.errors import InvalidTaskError, LedgerqError
 from ledger.retry import RetryPolicy
 from ledger.sql import Q
 
@@ -65,11 +65,11 @@ class TaskSpec:
         return {
             "kind": kind,
             "queue": v.check_name(self.queue, "queue"),
-            "payload": v.encode_payload(self.payload),
+            "payload": v.encode_payload({} if self.payload is None else self.payload),
             "business_key": business_key,
             "dedupe_key": business_key if self.unique else None,
             "priority": v.check_priority(self.priority),
-            "shard": v.check_int_option(self.shard, "shard"),
+            "shard": v.check_int_option(self.shard, "shard", maximum=v.MAX_SHARD),
             "run_at": run_at,
             "delay_s": delay_s,
             "max_attempts": v.check_max_attempts(self.max_attempts),
@@ -105,21 +105,36 @@ def _chunks(specs: Iterable[TaskSpec]) -> Iterable[list[TaskSpec]]:
         yield chunk
 
 
+def _dedupe(params: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": params["kind"], "dedupe_key": params["dedupe_key"]}
+
+
+# A live duplicate can finish between the INSERT that met it and the SELECT that
+# looks it up; then the INSERT is simply tried again.
+_UNIQUE_TRIES = 5
+
+
+def _unique_race_lost(params: dict[str, Any]) -> LedgerqError:
+    return LedgerqError(
+        f"could not enqueue {params['kind']!r} with business_key {params['dedupe_key']!r}: "
+        "its live duplicate kept finishing between insert and lookup"
+    )
+
+
 def enqueue(executor: Executor, kind: str, payload: Any = None, **options: Any) -> int:
     """Insert one task in ``executor``'s transaction and return its id.
 
     With ``unique=True`` and a ``business_key``, a live task of the same kind and
     key is reused: its id is returned and nothing is inserted.
     """
-    spec = TaskSpec(kind, {} if payload is None else payload, **options)
-    params = spec.params()
-    row = executor.execute(Q.insert_task, params).first()
-    if row is not None:
-        return int(row[0])
-    existing = executor.execute(
-        Q.live_id_by_dedupe_key, {"kind": params["kind"], "dedupe_key": params["dedupe_key"]}
-    ).scalar_one()
-    return int(existing)
+    params = TaskSpec(kind, payload, **options).params()
+    for _ in range(_UNIQUE_TRIES):
+        row = executor.execute(Q.insert_task, params).first()
+        if row is None:
+            row = executor.execute(Q.live_id_by_dedupe_key, _dedupe(params)).first()
+        if row is not None:
+            return int(row[0])
+    raise _unique_race_lost(params)
 
 
 def enqueue_many(executor: Executor, specs: Iterable[TaskSpec]) -> list[int]:
@@ -136,17 +151,14 @@ def enqueue_many(executor: Executor, specs: Iterable[TaskSpec]) -> list[int]:
 
 async def aenqueue(executor: AsyncExecutor, kind: str, payload: Any = None, **options: Any) -> int:
     """:func:`enqueue` for an ``AsyncSession`` or ``AsyncConnection``."""
-    spec = TaskSpec(kind, {} if payload is None else payload, **options)
-    params = spec.params()
-    row = (await executor.execute(Q.insert_task, params)).first()
-    if row is not None:
-        return int(row[0])
-    existing = (
-        await executor.execute(
-            Q.live_id_by_dedupe_key, {"kind": params["kind"], "dedupe_key": params["dedupe_key"]}
-        )
-    ).scalar_one()
-    return int(existing)
+    params = TaskSpec(kind, payload, **options).params()
+    for _ in range(_UNIQUE_TRIES):
+        row = (await executor.execute(Q.insert_task, params)).first()
+        if row is None:
+            row = (await executor.execute(Q.live_id_by_dedupe_key, _dedupe(params))).first()
+        if row is not None:
+            return int(row[0])
+    raise _unique_race_lost(params)
 
 
 async def aenqueue_many(executor: AsyncExecutor, specs: Iterable[TaskSpec]) -> list[int]:

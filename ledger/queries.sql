@@ -48,7 +48,7 @@ FOR UPDATE SKIP LOCKED
 
 -- name: mark_published
 UPDATE ledgerq_tasks t
-SET status = 'published', published_at = now()
+SET status = 'published', published_at = now(), publishes = t.publishes + 1
 FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'pending'
 RETURNING t.id
@@ -60,7 +60,7 @@ RETURNING t.id
 -- The epoch in the message must match, so a stale message cannot claim a
 -- later attempt (for instance one waiting out its retry backoff).
 UPDATE ledgerq_tasks t
-SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1,
+SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
     started_at = now(), heartbeat_at = now(),
     lease_until = clock_timestamp() + make_interval(secs => :lease_s), worker = :worker
 FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
@@ -83,11 +83,11 @@ WITH done AS (
     RETURNING t.*
 )
 INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
-                             run_at, status, attempts, max_attempts, retry, epoch, lease_until,
+                             run_at, status, attempts, max_attempts, retry, epoch, publishes, lease_until,
                              heartbeat_at, worker, checkpoint, last_error, timeout_s, parent_id,
                              created_at, published_at, started_at, finished_at)
 SELECT id, kind, queue, payload, business_key, NULL, priority, shard,
-       run_at, 'succeeded', attempts, max_attempts, retry, epoch, NULL,
+       run_at, 'succeeded', attempts, max_attempts, retry, epoch, publishes, NULL,
        heartbeat_at, worker, checkpoint, last_error, timeout_s, parent_id,
        created_at, published_at, started_at, now()
 FROM done
@@ -108,12 +108,12 @@ WITH m AS (
 ), buried AS (
     INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key, priority,
                                  shard, run_at, status, attempts, max_attempts, retry, epoch,
-                                 lease_until, heartbeat_at, worker, checkpoint, last_error,
+                                 publishes, lease_until, heartbeat_at, worker, checkpoint, last_error,
                                  timeout_s, parent_id, created_at, published_at, started_at,
                                  finished_at)
     SELECT id, kind, queue, payload, business_key, NULL, priority,
            shard, run_at, 'dead', attempts, max_attempts, retry, epoch,
-           NULL, heartbeat_at, worker, checkpoint, new_error,
+           publishes, NULL, heartbeat_at, worker, checkpoint, new_error,
            timeout_s, parent_id, created_at, published_at, started_at,
            now()
     FROM dead
@@ -164,14 +164,19 @@ SELECT pg_try_advisory_lock(hashtext('ledgerq.reconciler'))
 SELECT pg_advisory_unlock(hashtext('ledgerq.reconciler'))
 
 -- name: select_stalled
--- Published but unclaimed for longer than the row's queue's stall window; keyset
--- pagination by id so a huge ledger is read a page at a time.
+-- Published but unclaimed for longer than the row's queue's stall window, which
+-- doubles with each publication since the last claim (up to 64x), so a queue
+-- with a deep backlog or no consumer is not flooded with copies. Keyset
+-- pagination by id so a huge ledger is read a page at a time; the plain
+-- :min_stall_s bound lets the partial index on published_at narrow the scan.
 SELECT t.id, t.kind, t.queue, t.priority, t.epoch
 FROM ledgerq_tasks t
 LEFT JOIN unnest(CAST(:queues AS text[]), CAST(:stalls AS float8[])) AS w(queue, stall_s)
        ON w.queue = t.queue
 WHERE t.status = 'published' AND t.id > :after
-  AND t.published_at < now() - make_interval(secs => COALESCE(w.stall_s, :default_stall_s))
+  AND t.published_at < now() - make_interval(secs => :min_stall_s)
+  AND t.published_at < now() - make_interval(
+        secs => COALESCE(w.stall_s, :default_stall_s) * power(2, LEAST(GREATEST(t.publishes - 1, 0), 6)))
 ORDER BY t.id
 LIMIT :limit
 FOR UPDATE OF t SKIP LOCKED
@@ -190,7 +195,7 @@ FOR UPDATE SKIP LOCKED
 -- name: touch_published
 -- After a re-publish: status 'published', published_at restarts the stall clock.
 UPDATE ledgerq_tasks t
-SET status = 'published', published_at = now()
+SET status = 'published', published_at = now(), publishes = t.publishes + 1
 FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
 RETURNING t.id

@@ -17,6 +17,8 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:\-]{0,199}")
 MAX_BUSINESS_KEY = 512
 PRIORITY_RANGE = range(0, 10)
+MAX_SECONDS = 10 * 365 * 24 * 3600.0
+MAX_SHARD = 32767  # smallint
 
 
 def check_name(value: object, what: str) -> str:
@@ -36,6 +38,10 @@ def encode_payload(payload: object) -> str:
         text = json.dumps(payload, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidTaskError(f"task payload is not JSON-serialisable: {exc}") from exc
+    if "\\u0000" in text:
+        raise InvalidTaskError(
+            "task payload contains a NUL character (\\u0000), which PostgreSQL's jsonb cannot store"
+        )
     size = len(text.encode())
     if size > MAX_PAYLOAD_BYTES:
         raise PayloadTooLargeError(
@@ -64,6 +70,10 @@ def check_optional_seconds(value: object, what: str) -> float | None:
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidTaskError(f"{what} must be zero or more seconds, got {value!r}")
+    if seconds > MAX_SECONDS:
+        raise InvalidTaskError(
+            f"{what} must be at most {MAX_SECONDS:.0f} seconds (10 years), got {value!r}"
+        )
     return seconds
 
 
@@ -83,14 +93,17 @@ def resolve_due(
 def check_business_key(value: object) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > MAX_BUSINESS_KEY:
+    if not isinstance(value, str) or not value or len(value) > MAX_BUSINESS_KEY or "\x00" in value:
         raise InvalidTaskError(
-            f"business_key must be a non-empty string of at most {MAX_BUSINESS_KEY} characters"
+            f"business_key must be a non-empty string of at most {MAX_BUSINESS_KEY} characters "
+            "without NUL"
         )
     return value
 
 
-def check_int_option(value: object, what: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidTaskError(f"{what} must be an integer >= {minimum}, got {value!r}")
+def check_int_option(value: object, what: str, minimum: int = 0, maximum: int = 2**63 - 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidTaskError(
+            f"{what} must be an integer from {minimum} to {maximum}, got {value!r}"
+        )
     return value

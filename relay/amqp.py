@@ -169,8 +169,9 @@ class ConfirmedPublisher:
             log.warning("broker nacked task %s; it stays pending", task.id)
             return Outcome.NACKED
         except CONNECTION_ERRORS as exc:
+            # The channel is reopened by _ready() only if it really closed; a
+            # confirm that timed out on a healthy channel keeps it.
             log.warning("publish of task %s unconfirmed (%s); it stays pending", task.id, exc)
-            self._channel = None
             return Outcome.FAILED
         if isinstance(result, Basic.Ack):
             return Outcome.CONFIRMED

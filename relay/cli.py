@@ -66,7 +66,10 @@ def relay_command(
     settings: Settings, batch_size: int, poll_interval: float, confirm_timeout: float
 ) -> None:
     """Publish due tasks to RabbitMQ with publisher confirms (runs until SIGTERM)."""
-    config = RelayConfig(batch_size, poll_interval, confirm_timeout)
+    try:
+        config = RelayConfig(batch_size, poll_interval, confirm_timeout)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
     asyncio.run(serve_relay(settings, config))
 
 

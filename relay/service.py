@@ -43,8 +43,10 @@ class RelayConfig:
             raise ValueError(f"batch_size must be 1..10000, got {self.batch_size}")
         if not 0.01 <= self.poll_interval <= 300:
             raise ValueError(f"poll_interval must be 0.01..300 s, got {self.poll_interval}")
-        if not 0.1 <= self.confirm_timeout <= 300:
-            raise ValueError(f"confirm_timeout must be 0.1..300 s, got {self.confirm_timeout}")
+        # The batch's transaction stays open while confirms arrive: keep this well
+        # under the connection's idle-in-transaction timeout.
+        if not 0.1 <= self.confirm_timeout <= 60:
+            raise ValueError(f"confirm_timeout must be 0.1..60 s, got {self.confirm_timeout}")
 
 
 @dataclass

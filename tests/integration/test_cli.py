@@ -85,6 +85,19 @@ def test_unknown_task_and_unreachable_services_give_one_clear_line(settings: Set
     assert len(lines) == 1 and lines[0].startswith("ledgerq: cannot reach RabbitMQ at"), lines
 
 
+def test_bad_options_and_environment_are_one_line_errors(settings: Settings) -> None:
+    relay = ledgerq(settings, "relay", "--batch-size", "0")
+    assert relay.returncode == 2 and "batch_size must be 1..10000" in relay.stderr
+    assert "Traceback" not in relay.stderr
+    worker = ledgerq(settings, "worker", "--app", "tests.apps.slow_app", "--queues", "a b")
+    assert worker.returncode == 2 and "malformed" in worker.stderr
+    env = ledgerq(settings, "stats", LEDGERQ_CONNECT_WAIT_S="soon")
+    assert env.returncode == 2
+    assert env.stderr.strip() == (
+        "ledgerq: LEDGERQ_CONNECT_WAIT_S must be a number of seconds from 0 to 3600, got 'soon'"
+    )
+
+
 def test_bad_app_module_is_a_clear_error(settings: Settings) -> None:
     result = ledgerq(settings, "worker", "--app", "no_such_module_xyz")
     assert result.returncode == 2

@@ -264,3 +264,23 @@ def test_worker_config_validates() -> None:
         WorkerConfig(concurrency=0)
     with pytest.raises(ValueError, match="heartbeat"):
         WorkerConfig(lease_s=10, heartbeat_s=20)
+
+
+def test_a_task_that_always_hangs_ends_dead(settings: Settings) -> None:
+    registry = Registry()
+
+    @registry.task("t.hang")
+    async def hang(payload: Any, ctx: AsyncTaskContext) -> None:
+        await asyncio.sleep(3600)
+
+    [task_id] = enqueue_committed(settings, [TaskSpec("t.hang", {}, max_attempts=2, retry=[0.05])])
+    config = WorkerConfig(concurrency=2, lease_s=30, heartbeat_s=5, default_timeout_s=0.2)
+
+    async def main() -> None:
+        async with Pipeline(settings, registry, worker=config) as pipe:
+            await pipe.settle([task_id])
+
+    asyncio.run(main())
+    dead = row(settings, task_id)
+    assert (dead["status"], dead["attempts"]) == ("dead", 2)
+    assert "timed out after 0.2 s" in dead["last_error"]
