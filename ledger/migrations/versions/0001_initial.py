@@ -32,7 +32,6 @@ _UPGRADE = [
     max_attempts  integer     NOT NULL DEFAULT 5,
     retry         jsonb,
     epoch         bigint      NOT NULL DEFAULT 0,
-    publishes     integer     NOT NULL DEFAULT 0,
     lease_until   timestamptz,
     heartbeat_at  timestamptz,
     worker        text,

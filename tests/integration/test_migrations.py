@@ -1,0 +1,32 @@
+"""The shipped Alembic migrations go up, down and up again on a real database."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import psycopg
+from alembic import command
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from ledger.config import Settings
+from ledger.db import libpq_url
+from ledger.migrate import alembic_config, current_revision, upgrade
+
+
+def test_upgrade_downgrade_upgrade(base_settings: Settings) -> None:
+    url = make_url(base_settings.database_url).set(database="ledgerq_test_migrations")
+    settings = replace(base_settings, database_url=url.render_as_string(False))
+    maintenance = libpq_url(url.set(database="postgres").render_as_string(False))
+    with psycopg.connect(maintenance, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS ledgerq_test_migrations WITH (FORCE)"))
+    upgrade(settings)  # creates the database too
+    assert current_revision(settings) == "0002"
+    command.downgrade(alembic_config(settings.database_url), "base")
+    with psycopg.connect(libpq_url(settings.database_url)) as conn:
+        left = conn.execute("SELECT to_regclass('ledgerq_tasks'), to_regclass('ledgerq_history')")
+        assert left.fetchone() == (None, None)
+    upgrade(settings)
+    assert current_revision(settings) == "0002"
+    with psycopg.connect(maintenance, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE ledgerq_test_migrations WITH (FORCE)"))
