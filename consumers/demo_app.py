@@ -20,7 +20,7 @@ async def noop(payload: Any, ctx: AsyncTaskContext) -> None:
     return None
 
 
-@task("demo.receipt")
+@task("demo.receipt", group_commit=True)
 async def receipt(payload: Any, ctx: AsyncTaskContext) -> None:
     await ctx.session.execute(Q.insert_receipt, {"task_id": ctx.id, "order_id": payload["order"]})
 

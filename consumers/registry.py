@@ -27,16 +27,21 @@ class Handler:
     kind: str
     fn: Callable[..., Any]
     is_async: bool
-    #: Seconds a single attempt may run before it counts as failed (None: no limit
-    #: beyond the task's own ``timeout``).
+    #: Seconds a single attempt may run before it counts as failed (None: the
+    #: task's own ``timeout``, else the worker's default).
     timeout_s: float | None = None
+    #: Run back to back with other tasks of group-commit kinds in one transaction
+    #: (see consumers.group): for short handlers that only write to the database.
+    group_commit: bool = False
 
 
 class Registry:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
 
-    def task(self, kind: str, *, timeout: float | None = None) -> Callable[[F], F]:
+    def task(
+        self, kind: str, *, timeout: float | None = None, group_commit: bool = False
+    ) -> Callable[[F], F]:
         """Decorator: register ``fn`` as the handler of ``kind``."""
         try:
             check_name(kind, "kind")
@@ -60,7 +65,10 @@ class Registry:
                 raise RegistryError(
                     f"kind {kind!r} already has a handler: {existing.fn.__qualname__}"
                 )
-            self._handlers[kind] = Handler(kind, fn, inspect.iscoroutinefunction(fn), timeout)
+            is_async = inspect.iscoroutinefunction(fn)
+            if group_commit and not is_async:
+                raise RegistryError(f"group_commit needs an async handler ({fn.__qualname__})")
+            self._handlers[kind] = Handler(kind, fn, is_async, timeout, group_commit)
             return fn
 
         return register

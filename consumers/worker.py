@@ -25,6 +25,7 @@ import logging
 import os
 import socket
 from collections import deque
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.acker import Acker
 from consumers.execute import Done, Outcome, TaskRunner, clean_error
-from consumers.registry import Registry
+from consumers.group import GroupCommitter
+from consumers.registry import Handler, Registry
 from ledger.alerts import AlertHook, log_alert, safe_alert
 from ledger.faults import crash_point
 from ledger.store import AsyncLedger, ClaimedTask, FailOutcome, Failure, Fence
@@ -154,6 +156,10 @@ class Worker:
             on_context=self._track_context,
             default_timeout_s=config.default_timeout_s,
         )
+        self.registry = registry
+        self.group = GroupCommitter(
+            async_engine or ledger.engine, config.worker_id, config.default_timeout_s
+        )
         self._free = config.concurrency
         self._inbox: deque[tuple[Fence, AbstractIncomingMessage]] = deque()
         self._claimer_wake = asyncio.Event()
@@ -264,6 +270,7 @@ class Worker:
             return
         by_id = {t.id: t for t in won}
         lost: list[tuple[Fence, AbstractIncomingMessage]] = []
+        grouped: list[tuple[ClaimedTask, Handler, AbstractIncomingMessage]] = []
         for fence, message in batch:
             task = by_id.pop(fence[0], None)
             if task is None:
@@ -271,12 +278,48 @@ class Worker:
                 continue
             self.counts.claimed += 1
             self._running[task.fence] = (task, None)
-            handler_task = asyncio.create_task(self._execute(task, message))
-            self._handlers.add(handler_task)
-            handler_task.add_done_callback(self._handler_done)
+            handler = self.registry.get(task.kind)
+            if handler is not None and handler.group_commit:
+                grouped.append((task, handler, message))
+            else:
+                self._spawn(self._execute(task, message))
+        if grouped:
+            self._spawn(self._execute_group(grouped))
         if lost:
             self._free += len(lost)
             await self._skip(lost)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        handler_task = asyncio.create_task(coro)
+        self._handlers.add(handler_task)
+        handler_task.add_done_callback(self._handler_done)
+
+    async def _execute_group(
+        self, grouped: list[tuple[ClaimedTask, Handler, AbstractIncomingMessage]]
+    ) -> None:
+        """Group-commit kinds: one transaction for the batch, else each on its own."""
+        try:
+            committed = await self.group.run([(t, h) for t, h, _ in grouped])
+        except asyncio.CancelledError:  # shutdown's grace ran out: nothing was committed
+            for task, _, message in grouped:
+                self._release_slot()
+                shutdown = Failure(
+                    task.id,
+                    task.epoch,
+                    "worker shut down before the handler finished (grace period over)",
+                )
+                self._outbox.append((task, shutdown, message))
+            self._finisher_wake.set()
+            return
+        if not committed:
+            await asyncio.gather(*(self._execute(t, m) for t, _, m in grouped))
+            return
+        crash_point("worker.after_commit")
+        self.counts.succeeded += len(grouped)
+        for task, _, _ in grouped:
+            self._running.pop(task.fence, None)
+            self._release_slot()
+        await self.acker.finished([m for _, _, m in grouped])
 
     async def _skip(self, lost: list[tuple[Fence, AbstractIncomingMessage]]) -> None:
         """Ack deliveries whose claim lost: the row moved on without them."""

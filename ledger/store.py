@@ -124,7 +124,14 @@ def complete_in_session(session: Session | Connection, fence: Fence) -> bool:
 
 async def acomplete_in_session(session: AsyncSession | AsyncConnection, fence: Fence) -> bool:
     """running -> succeeded inside a handler's own (async) transaction."""
-    return (await session.execute(Q.complete, fence_params([fence]))).first() is not None
+    return bool(await acomplete_many_in_session(session, [fence]))
+
+
+async def acomplete_many_in_session(
+    session: AsyncSession | AsyncConnection, fences: Iterable[Fence]
+) -> set[int]:
+    """running -> succeeded for many, inside the caller's transaction; returns the won ids."""
+    return {int(r[0]) for r in await session.execute(Q.complete, fence_params(fences))}
 
 
 class AsyncLedger:

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from consumers import AsyncTaskContext, Registry, TaskContext
+from consumers import AsyncTaskContext, Registry, RegistryError, TaskContext
 from consumers.worker import WorkerConfig
 from ledger import TaskSpec, enqueue
 from ledger.config import Settings
@@ -284,3 +284,44 @@ def test_a_task_that_always_hangs_ends_dead(settings: Settings) -> None:
     dead = row(settings, task_id)
     assert (dead["status"], dead["attempts"]) == ("dead", 2)
     assert "timed out after 0.2 s" in dead["last_error"]
+
+
+def test_group_commit_shares_one_transaction_and_falls_back_per_task(
+    effects_table: Settings,
+) -> None:
+    settings = effects_table
+    registry = Registry()
+
+    @registry.task("t.grouped", group_commit=True)
+    async def grouped(payload: Any, ctx: AsyncTaskContext) -> None:
+        await ctx.session.execute(
+            text("INSERT INTO test_effects (task_id, attempt) VALUES (:i, txid_current())"),
+            {"i": ctx.id},
+        )
+        if payload.get("fail") and ctx.attempt == 1:
+            raise RuntimeError("one bad apple")
+
+    specs = [TaskSpec("t.grouped", {"n": i}, retry=[0.05]) for i in range(60)]
+    specs.append(TaskSpec("t.grouped", {"fail": True}, retry=[0.05]))
+    ids = enqueue_committed(settings, specs)
+
+    async def main() -> None:
+        # Nothing runs until every message is queued, so claims come in batches.
+        async with Pipeline(settings, registry, start_worker=False) as pipe:
+            await pipe.settle(ids, until=("published",))
+        async with Pipeline(settings, registry) as pipe:
+            await pipe.settle(ids)
+
+    asyncio.run(main())
+    assert set(statuses(settings, ids).values()) == {"succeeded"}
+    written = effects(settings)
+    assert sorted(t for t, _ in written) == sorted(ids)  # exactly one effect per task
+    transactions = {txid for _, txid in written}
+    assert len(transactions) < len(ids) / 2, len(transactions)  # commits were shared
+    assert row(settings, ids[-1])["attempts"] == 2  # the failing one retried on its own
+
+
+def test_group_commit_needs_an_async_handler() -> None:
+    registry = Registry()
+    with pytest.raises(RegistryError, match="group_commit needs an async handler"):
+        registry.task("t.sync", group_commit=True)(lambda payload, ctx: None)

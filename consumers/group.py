@@ -1,0 +1,66 @@
+"""Group commit for short database handlers: ``@task("kind", group_commit=True)``.
+
+Tasks of such kinds that are claimed together run back to back in **one**
+transaction: each handler writes through the shared ``ctx.session``, then one
+fenced ``complete`` marks them all ``succeeded`` and one COMMIT makes the
+handlers' writes and the statuses durable together. One commit (one WAL flush)
+serves the whole batch instead of one per task.
+
+If anything goes wrong - a handler raises or times out, or any fence was lost -
+the whole transaction rolls back and every task of the batch runs again on its
+own, in its own transaction, through the ordinary path; that path records the
+failure, the retry or the lost fence exactly as it would have. A handler's
+database writes are therefore committed at most once, with its status.
+
+Handlers run one after another, so the option is for handlers that do a little
+database work and no slow I/O; the batch is what one claim returned (at most the
+worker's free slots). In a batch that falls back, a handler runs twice within
+the same attempt (its first run's writes rolled back): use the option only for
+handlers whose every effect is a database write through ``ctx.session``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from consumers.context import AsyncTaskContext
+from consumers.registry import Handler
+from ledger.store import ClaimedTask, acomplete_many_in_session
+
+log = logging.getLogger("consumers.group")
+
+
+@dataclass
+class GroupCommitter:
+    engine: AsyncEngine
+    worker: str
+    default_timeout_s: float | None = None
+
+    async def run(self, batch: Sequence[tuple[ClaimedTask, Handler]]) -> bool:
+        """Run and commit the whole batch; False (nothing committed) if any part failed."""
+        async with AsyncSession(self.engine) as session:
+            try:
+                for task, handler in batch:
+                    ctx = AsyncTaskContext(task, self.worker, _session=session)
+                    timeout = handler.timeout_s or task.timeout_s or self.default_timeout_s
+                    await asyncio.wait_for(handler.fn(task.payload, ctx), timeout)
+                won = await acomplete_many_in_session(session, [t.fence for t, _ in batch])
+                if len(won) != len(batch):
+                    log.info(
+                        "group of %d: %d fences lost; running each on its own",
+                        len(batch),
+                        len(batch) - len(won),
+                    )
+                    await session.rollback()
+                    return False
+                await session.commit()
+                return True
+            except Exception as exc:
+                log.info("group of %d failed (%r); running each on its own", len(batch), exc)
+                await session.rollback()
+                return False
