@@ -147,7 +147,9 @@ class TaskRunner:
         ctx = AsyncTaskContext(task, self.worker, _engine=self.async_engine)
         self._notify(task, ctx)
         try:
-            return await asyncio.wait_for(_run_async(handler, ctx), timeout)
+            # asyncio.timeout, not wait_for: no extra task per handler run.
+            async with asyncio.timeout(timeout):
+                return await _run_async(handler, ctx)
         except TimeoutError:
             return self._timed_out(task, timeout)
         except Exception as exc:

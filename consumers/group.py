@@ -48,7 +48,8 @@ class GroupCommitter:
                 for task, handler in batch:
                     ctx = AsyncTaskContext(task, self.worker, _session=session)
                     timeout = handler.timeout_s or task.timeout_s or self.default_timeout_s
-                    await asyncio.wait_for(handler.fn(task.payload, ctx), timeout)
+                    async with asyncio.timeout(timeout):
+                        await handler.fn(task.payload, ctx)
                 won = await acomplete_many_in_session(session, [t.fence for t, _ in batch])
                 if len(won) != len(batch):
                     log.info(

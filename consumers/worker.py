@@ -58,7 +58,8 @@ MAX_BIGINT = 2**63 - 1
 @dataclass(frozen=True)
 class WorkerConfig:
     queues: tuple[str, ...] = ("default",)
-    concurrency: int = 32
+    #: Handlers running at once (async tasks on the loop, or threads for sync ones).
+    concurrency: int = 100
     #: Unacked deliveries the broker may push; 0 means twice the concurrency.
     prefetch: int = 0
     #: Connections handlers' ``ctx.session`` may hold at once (per kind: sync/async).

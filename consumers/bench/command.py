@@ -24,6 +24,7 @@ from consumers.bench.phases import Bench, percentiles
 from consumers.bench.raw import raw_ceiling
 from consumers.bench.report import plot, render
 from consumers.sql import Q
+from consumers.worker import WorkerConfig
 from ledger.cli import cli, pass_settings
 from ledger.config import Settings
 from ledger.db import sync_engine
@@ -53,8 +54,13 @@ def bench_settings(settings: Settings) -> Settings:
 
 @cli.command("bench")
 @click.option("--tasks", default=20_000, show_default=True, help="Backlog size for each drain.")
-@click.option("--workers", default=2, show_default=True, help="Worker processes.")
-@click.option("--concurrency", default=64, show_default=True, help="Per worker process.")
+@click.option("--workers", default=1, show_default=True, help="Worker processes.")
+@click.option(
+    "--concurrency",
+    default=WorkerConfig.concurrency,
+    show_default=True,
+    help="Per worker process (the worker's own default).",
+)
 @click.option(
     "--handler",
     type=click.Choice(["both", "noop", "db"]),
