@@ -1,7 +1,7 @@
 """``ledgerq bench``: measure the pipeline on this machine against its raw ceiling.
 
 It runs in a database of its own (the configured one with ``_bench`` appended)
-and under the AMQP prefix ``ledgerq-bench``, because it truncates its tables.
+and under the AMQP prefix ``<prefix>-bench``, because it truncates its tables.
 Relay and workers are the real ``ledgerq relay`` / ``ledgerq worker`` processes.
 """
 
@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ def bench_settings(settings: Settings) -> Settings:
     return replace(
         settings,
         database_url=url.set(database=name).render_as_string(False),
-        amqp_prefix="ledgerq-bench",
+        amqp_prefix=f"{settings.amqp_prefix}-bench",
     )
 
 
@@ -90,6 +91,12 @@ def bench_settings(settings: Settings) -> Settings:
     default=None,
     help="Write a PNG of latency over time.",
 )
+@click.option(
+    "--repeat",
+    default=1,
+    show_default=True,
+    help="Run each drain this many times and report the median.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_settings
 def bench_command(
@@ -103,10 +110,11 @@ def bench_command(
     history_rows: int,
     plot_path: str | None,
     as_json: bool,
+    repeat: int,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
-    if tasks < 10 or workers < 1 or concurrency < 1:
-        raise click.BadParameter("--tasks >= 10, --workers >= 1 and --concurrency >= 1")
+    if tasks < 10 or workers < 1 or concurrency < 1 or repeat < 1:
+        raise click.BadParameter("--tasks >= 10, --workers, --concurrency and --repeat >= 1")
     settings = bench_settings(settings)
     upgrade(settings)
     engine = sync_engine(settings, "ledgerq-bench", pool_size=2)
@@ -124,6 +132,7 @@ def bench_command(
             "idle_rate": idle_rate,
             "load_rate": load_rate,
             "history_rows": history_rows,
+            "repeat": repeat,
             "cpus": _cpus(),
             "python": platform.python_version(),
         }
@@ -142,7 +151,7 @@ def bench_command(
             return lambda done, of: progress.update(bar, completed=done, total=of)
 
         try:
-            _run(bench, result, tasks, handler, idle_rate, load_rate, history_rows, phase)
+            _run(bench, result, tasks, handler, idle_rate, load_rate, history_rows, phase, repeat)
         finally:
             bench.services.stop()
             engine.dispose()
@@ -166,6 +175,7 @@ def _run(
     load_rate: float,
     history_rows: int,
     phase: Any,
+    repeat: int = 1,
 ) -> None:
     progress = phase("raw aio-pika ceiling", 1)
     publish, consume = asyncio.run(raw_ceiling(bench.settings.amqp_url, tasks))
@@ -182,11 +192,19 @@ def _run(
     bench.start_workers()
     result["drain_per_s"] = result["drain_db_per_s"] = 0
     if handler in ("both", "noop"):
-        result["drain_per_s"] = round(bench.drain(tasks, "demo.noop", phase("drain, no-op", 1)))
+        runs = [
+            bench.drain(tasks, "demo.noop", phase(f"drain, no-op ({i + 1}/{repeat})", 1))
+            for i in range(repeat)
+        ]
+        result["drain_per_s"], result["drain_runs"] = _median(runs), [round(r) for r in runs]
     if handler in ("both", "db"):
-        result["drain_db_per_s"] = round(
-            bench.drain(tasks, "demo.receipt", phase("drain, one-row DB handler", 1))
-        )
+        runs = [
+            bench.drain(
+                tasks, "demo.receipt", phase(f"drain, one-row DB handler ({i + 1}/{repeat})", 1)
+            )
+            for i in range(repeat)
+        ]
+        result["drain_db_per_s"], result["drain_db_runs"] = _median(runs), [round(r) for r in runs]
     probes = max(10, min(int(idle_rate * 10), tasks // 2))
     idle = bench.latency(idle_rate, probes / idle_rate, 1, phase("latency, idle", 1))
     load_seconds = max(2.0, min(5.0, tasks / load_rate))
@@ -199,9 +217,14 @@ def _run(
     if history_rows:
         bench.reset()
         bench.fill_history(history_rows)
-        with_history = bench.drain(
-            tasks, "demo.noop", phase("drain with full history", 1), reset=False
-        )
+        runs = [
+            bench.drain(
+                tasks, "demo.noop", phase(f"drain, full history ({i + 1}/{repeat})", 1), reset=False
+            )
+            for i in range(repeat)
+        ]
+        with_history = _median(runs)
+        result["drain_history_runs"] = [round(r) for r in runs]
         result["drain_per_s_with_history"] = round(with_history)
         result["history_ratio"] = (
             round(with_history / result["drain_per_s"], 3) if result["drain_per_s"] else None
@@ -209,6 +232,10 @@ def _run(
     result["worker_rss_mb"] = bench.worker_peak_rss_mb()
     if result["raw_publish_per_s"]:
         result["drain_vs_raw_publish"] = round(result["drain_per_s"] / publish, 3)
+
+
+def _median(values: list[float]) -> int:
+    return round(statistics.median(values))
 
 
 def _cpus() -> int:

@@ -1,0 +1,63 @@
+"""``ledgerq bench`` runs end to end and prints every figure. It asserts no speed:
+benchmarks measure, tests check that they run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pika
+
+from consumers.bench.command import KEYS
+from ledger.config import Settings
+from tests.integration.test_cli import ledgerq_env
+
+
+def test_bench_runs_and_prints_every_key(settings: Settings) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "consumers",
+            "bench",
+            "--tasks",
+            "200",
+            "--json",
+            "--idle-rate",
+            "50",
+            "--load-rate",
+            "400",
+        ],
+        env=ledgerq_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    try:
+        assert result.returncode == 0, result.stderr[-3000:]
+        data = json.loads(result.stdout)
+        for key in KEYS:
+            assert key in data, key
+        for key in ("p50", "p95", "p99"):
+            assert isinstance(data["latency_ms"][key], float | int)
+        positive = (
+            "enqueue_per_s",
+            "enqueue_batch_per_s",
+            "drain_per_s",
+            "drain_db_per_s",
+            "raw_publish_per_s",
+            "raw_consume_per_s",
+            "worker_rss_mb",
+        )
+        assert all(data[key] > 0 for key in positive), {k: data[k] for k in positive}
+    finally:  # the bench declares its queues under <prefix>-bench
+        conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
+        channel = conn.channel()
+        prefix = f"{settings.amqp_prefix}-bench"
+        for name in (f"{prefix}.q.default", f"{prefix}.dead-letters"):
+            channel.queue_delete(name)
+        channel.exchange_delete(f"{prefix}.tasks")
+        channel.exchange_delete(f"{prefix}.dlx")
+        conn.close()
