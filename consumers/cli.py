@@ -17,7 +17,7 @@ import relay.cli  # noqa: F401  (registers ``ledgerq relay``)
 from consumers.registry import Registry, default_registry
 from consumers.worker import Worker, WorkerConfig
 from ledger.alerts import default_alert
-from ledger.cli import cli, install_stop_handlers, pass_settings, run_cli
+from ledger.cli import cli, install_stop_handlers, pass_settings, run_cli, run_service
 from ledger.config import Settings
 from ledger.db import async_engine, check_database, sync_engine
 from ledger.errors import LedgerqError
@@ -138,7 +138,7 @@ def worker_command(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
-    asyncio.run(serve_worker(settings, registry, config))
+    run_service(serve_worker(settings, registry, config))
     stuck = [
         t for t in threading.enumerate() if t.name.startswith("ledgerq-handler") and t.is_alive()
     ]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import click
@@ -77,6 +78,19 @@ def run_cli(group: click.Group) -> None:
         error = ServiceUnavailableError("PostgreSQL", url, first_line(exc.orig or exc))
         click.echo(f"ledgerq: {error}", err=True)
         sys.exit(2)
+
+
+def run_service(main: Coroutine[Any, Any, None]) -> None:
+    """Run a long-lived service's coroutine on uvloop (asyncio's loop with
+    ``LEDGERQ_EVENT_LOOP=asyncio``): the relay and workers spend much of their CPU
+    in the event loop's socket handling, which uvloop does in C."""
+    if os.environ.get("LEDGERQ_EVENT_LOOP", "uvloop") == "asyncio":
+        asyncio.run(main)
+        return
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
 
 
 def install_stop_handlers(stop: Callable[[], None]) -> None:

@@ -11,7 +11,7 @@ import threading
 import click
 
 from ledger.alerts import default_alert
-from ledger.cli import cli, install_stop_handlers, pass_settings
+from ledger.cli import cli, install_stop_handlers, pass_settings, run_service
 from ledger.config import Settings
 from ledger.db import async_engine, check_database, sync_engine
 from ledger.maintenance import MaintenanceLedger
@@ -70,7 +70,7 @@ def relay_command(
         config = RelayConfig(batch_size, poll_interval, confirm_timeout)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
-    asyncio.run(serve_relay(settings, config))
+    run_service(serve_relay(settings, config))
 
 
 def _parse_queue_stalls(values: tuple[str, ...]) -> dict[str, float]:
