@@ -3,7 +3,8 @@
 ``ctx.session`` is created on first use. It is the transaction that also writes
 the task's terminal status: the worker commits the handler's writes and
 ``succeeded`` together, or neither. A handler that never touches it costs no
-transaction of its own; its status is group-committed with others'.
+transaction of its own; its status is written with other such tasks' in one
+statement (kinds marked ``group_commit`` share one: see consumers.group).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from ledger.store import ClaimedTask
 class _Context:
     task: ClaimedTask
     worker: str
-    #: Set when a heartbeat finds the fence gone (the task was cancelled or rescued):
+    #: Set when a heartbeat finds the fence gone (the task was rescued elsewhere), or
+    #: when the attempt timed out:
     #: a long handler may check it and stop early; its writes would not commit anyway.
     lost: bool = False
 

@@ -76,7 +76,8 @@ def failure(task: ClaimedTask, error: str, *, final: bool = False) -> Failure:
     return Failure(task.id, task.epoch, clean_error(error), delay=delay, final=final)
 
 
-def _timeout(task: ClaimedTask, handler: Handler, default: float | None) -> float | None:
+def handler_timeout(task: ClaimedTask, handler: Handler, default: float | None) -> float | None:
+    """The smaller of the task's and the handler's timeouts, else the worker's default."""
     limits = [t for t in (task.timeout_s, handler.timeout_s) if t]
     return min(limits) if limits else default
 
@@ -143,7 +144,7 @@ class TaskRunner:
         return await self._run_sync(task, handler, release)
 
     async def _run_async(self, task: ClaimedTask, handler: Handler) -> Outcome:
-        timeout = _timeout(task, handler, self.default_timeout_s)
+        timeout = handler_timeout(task, handler, self.default_timeout_s)
         ctx = AsyncTaskContext(task, self.worker, _engine=self.async_engine)
         self._notify(task, ctx)
         try:
@@ -158,7 +159,7 @@ class TaskRunner:
     async def _run_sync(
         self, task: ClaimedTask, handler: Handler, release: Callable[[], None]
     ) -> Outcome:
-        timeout = _timeout(task, handler, self.default_timeout_s)
+        timeout = handler_timeout(task, handler, self.default_timeout_s)
         ctx = TaskContext(task, self.worker, _engine=self.sync_engine)
         self._notify(task, ctx)
         future = asyncio.get_running_loop().run_in_executor(self.pool, _run_sync, handler, ctx)

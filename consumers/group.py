@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from consumers.context import AsyncTaskContext
+from consumers.execute import handler_timeout
 from consumers.registry import Handler
 from ledger.store import ClaimedTask, acomplete_many_in_session
 
@@ -47,7 +48,7 @@ class GroupCommitter:
             try:
                 for task, handler in batch:
                     ctx = AsyncTaskContext(task, self.worker, _session=session)
-                    timeout = handler.timeout_s or task.timeout_s or self.default_timeout_s
+                    timeout = handler_timeout(task, handler, self.default_timeout_s)
                     async with asyncio.timeout(timeout):
                         await handler.fn(task.payload, ctx)
                 won = await acomplete_many_in_session(session, [t.fence for t, _ in batch])

@@ -173,6 +173,7 @@ class Worker:
         self._heartbeat: asyncio.Task[None] | None = None
         self._queues: list[tuple[AbstractQueue, str]] = []
         self._stopping = False
+        self._alerts: set[asyncio.Task[None]] = set()
 
     # -- lifecycle --------------------------------------------------------------
     async def start(self, connection: AbstractRobustConnection) -> None:
@@ -220,6 +221,8 @@ class Worker:
         self._finisher_wake.set()
         if self._finisher is not None:
             await self._finisher  # it exits once every outcome is written and acked
+        if self._alerts:
+            await asyncio.wait(set(self._alerts), timeout=10)
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
@@ -424,13 +427,19 @@ class Worker:
         for outcome in failed:
             if outcome.status == "dead":
                 self.counts.dead += 1
-                # In a thread: a webhook must not stall the loop (or its heartbeats).
-                await asyncio.to_thread(safe_alert, self.alert, outcome)
+                self._alert_later(outcome)
             else:
                 self.counts.retried += 1
         for task, _, _ in batch:
             self._running.pop(task.fence, None)
         await self.acker.finished([m for _, _, m in batch])
+
+    def _alert_later(self, outcome: FailOutcome) -> None:
+        """Alert in a thread, in the background: a slow webhook holds up neither the
+        loop (heartbeats) nor the finisher (acks, later outcomes)."""
+        alert = asyncio.create_task(asyncio.to_thread(safe_alert, self.alert, outcome))
+        self._alerts.add(alert)
+        alert.add_done_callback(self._alerts.discard)
 
     # -- leases -------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
@@ -447,7 +456,8 @@ class Worker:
             for fence, (_, ctx) in snapshot.items():
                 if fence[0] not in held and fence in self._running and ctx is not None:
                     log.warning(
-                        "task %s lost its lease (cancelled or rescued); its writes will not commit",
+                        "task %s lost its lease (rescued by the reconciler); its writes "
+                        "will not commit",
                         fence[0],
                     )
                     ctx.lost = True

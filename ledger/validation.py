@@ -16,6 +16,9 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 #: Kinds and queue names: a letter, then letters, digits, ``_ . : -``; at most 200.
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:\-]{0,199}")
 MAX_BUSINESS_KEY = 512
+MAX_ATTEMPTS = 10_000
+# \u0000 in JSON text, not preceded by an escaped backslash (an even run of them).
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 PRIORITY_RANGE = range(0, 10)
 MAX_SECONDS = 10 * 365 * 24 * 3600.0
 MAX_SHARD = 32767  # smallint
@@ -38,7 +41,7 @@ def encode_payload(payload: object) -> str:
         text = json.dumps(payload, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidTaskError(f"task payload is not JSON-serialisable: {exc}") from exc
-    if "\\u0000" in text:
+    if _JSON_NUL.search(text):
         raise InvalidTaskError(
             "task payload contains a NUL character (\\u0000), which PostgreSQL's jsonb cannot store"
         )
@@ -51,8 +54,10 @@ def encode_payload(payload: object) -> str:
 
 
 def check_max_attempts(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidTaskError(f"max_attempts must be an integer >= 1, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+        raise InvalidTaskError(
+            f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS}, got {value!r}"
+        )
     return value
 
 

@@ -18,6 +18,7 @@ from ledger.maintenance import MaintenanceLedger
 from ledger.notify import Wakeup
 from ledger.store import AsyncLedger
 from ledger.topology import Topology
+from ledger.validation import check_name
 from relay.amqp import ConfirmedPublisher, connect
 from relay.blocking import BlockingConfirmedPublisher
 from relay.reconciler import Reconciler, ReconcilerConfig
@@ -78,6 +79,10 @@ def _parse_queue_stalls(values: tuple[str, ...]) -> dict[str, float]:
     for value in values:
         name, sep, seconds = value.partition("=")
         try:
+            check_name(name, "queue")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--queue-stall") from exc
+        try:
             stalls[name] = float(seconds)
         except ValueError:
             sep = ""
@@ -91,7 +96,7 @@ def _parse_queue_stalls(values: tuple[str, ...]) -> dict[str, float]:
 @cli.command("reconcile")
 @click.option(
     "--every",
-    type=float,
+    type=click.FloatRange(min=1.0),
     default=None,
     help="Loop, one pass every SECONDS (default: one pass, then exit).",
 )

@@ -37,7 +37,8 @@ def test_a_good_spec_gives_insert_parameters() -> None:
         ({"payload": float("nan")}, "not JSON-serialisable"),
         ({"delay": -1}, "zero or more seconds"),
         ({"delay": "soon"}, "number of seconds"),
-        ({"max_attempts": 0}, "max_attempts must be an integer >= 1"),
+        ({"max_attempts": 0}, "max_attempts must be an integer from 1 to 10000"),
+        ({"max_attempts": 10**10}, "max_attempts"),
         ({"max_attempts": 2.5}, "max_attempts"),
         ({"priority": 10}, "priority must be an integer from 0 to 9"),
         ({"queue": "a b"}, "queue"),
@@ -53,6 +54,10 @@ def test_bad_input_is_refused_with_a_clear_message(options: dict[str, Any], mess
     base.update(options)
     with pytest.raises(InvalidTaskError, match=message):
         TaskSpec(**base)
+
+
+def test_an_escaped_backslash_before_u0000_is_not_a_nul() -> None:
+    TaskSpec("ok.kind", {"path": "C:\\u0000x"})  # a backslash, then the text u0000
 
 
 def test_oversize_payload_is_refused_with_its_size() -> None:
