@@ -23,8 +23,16 @@ def restart_broker(down_s: float = 2.0) -> None:
     try:
         time.sleep(down_s)
     finally:
-        rabbitmqctl("start_app")
-        rabbitmqctl("await_startup")
+        # Never leave the broker stopped: retry start_app a few times.
+        for attempt in range(3):
+            try:
+                rabbitmqctl("start_app")
+                rabbitmqctl("await_startup")
+                break
+            except subprocess.SubprocessError:
+                if attempt == 2:
+                    raise
+                time.sleep(2)
 
 
 def kill_backends(settings: Settings, pattern: str = "ledgerq-%") -> int:
