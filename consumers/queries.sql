@@ -19,6 +19,10 @@ INSERT INTO ledgerq_demo_receipts (task_id, order_id) VALUES (:task_id, :order_i
 -- name: reset_demo
 TRUNCATE ledgerq_tasks, ledgerq_history, ledgerq_demo_orders, ledgerq_demo_receipts
 
+-- name: clear_run
+-- Between drains over a filled history: the last run's rows go, the filler stays.
+DELETE FROM ledgerq_history WHERE id > 0
+
 -- name: count_receipts
 SELECT count(*), count(DISTINCT task_id) FROM ledgerq_demo_receipts
 

@@ -16,6 +16,7 @@ class ConsumerQueries:
     insert_order: TextClause
     insert_receipt: TextClause
     reset_demo: TextClause
+    clear_run: TextClause
     count_receipts: TextClause
     count_history: TextClause
     drain_span: TextClause

@@ -219,7 +219,10 @@ def _run(
         bench.fill_history(history_rows)
         runs = [
             bench.drain(
-                tasks, "demo.noop", phase(f"drain, full history ({i + 1}/{repeat})", 1), reset=False
+                tasks,
+                "demo.noop",
+                phase(f"drain, full history ({i + 1}/{repeat})", 1),
+                keep_filler=True,
             )
             for i in range(repeat)
         ]

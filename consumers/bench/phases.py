@@ -124,9 +124,14 @@ class Bench:
         progress(n, n)
 
     # -- drain -----------------------------------------------------------------
-    def drain(self, n: int, kind: str, progress: Progress, *, reset: bool = True) -> float:
-        """From a backlog of ``n`` committed tasks to ``n`` terminal statuses."""
-        if reset:
+    def drain(self, n: int, kind: str, progress: Progress, *, keep_filler: bool = False) -> float:
+        """From a backlog of ``n`` committed tasks to ``n`` terminal statuses.
+
+        ``keep_filler``: keep the history rows :meth:`fill_history` made (ids <= 0)."""
+        if keep_filler:
+            with self.engine.begin() as conn:
+                conn.execute(Q.clear_run)
+        else:
             self.reset()
         self.enqueue_batch(n, kind, lambda d, t: None)
         self.start_relay()
