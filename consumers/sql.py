@@ -22,7 +22,8 @@ class ConsumerQueries:
     drain_span: TextClause
     latencies: TextClause
     fill_history: TextClause
-    analyze_history: TextClause
+    vacuum_history: TextClause
+    checkpoint: TextClause
 
 
 Q: ConsumerQueries = load(ConsumerQueries, "consumers", "queries.sql")

@@ -6,6 +6,7 @@ Times come from the database where they can (``published_at``, ``started_at``,
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import subprocess
 import time
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from consumers.processes import Services
@@ -131,6 +133,7 @@ class Bench:
         if keep_filler:
             with self.engine.begin() as conn:
                 conn.execute(Q.clear_run)
+            self.settle_history()
         else:
             self.reset()
         self.enqueue_batch(n, kind, lambda d, t: None)
@@ -144,7 +147,15 @@ class Bench:
     def fill_history(self, rows: int) -> None:
         with self.engine.begin() as conn:
             conn.execute(Q.fill_history, {"n": rows})
-            conn.execute(Q.analyze_history)
+        self.settle_history(checkpoint=True)
+
+    def settle_history(self, checkpoint: bool = False) -> None:
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(Q.vacuum_history)
+            if checkpoint:
+                # Not a superuser: no checkpoint; the measurement is noisier, not wrong.
+                with contextlib.suppress(DBAPIError):
+                    conn.execute(Q.checkpoint)
 
     # -- latency ---------------------------------------------------------------
     def latency(
