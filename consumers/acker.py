@@ -11,6 +11,7 @@ channel that has closed is never acked: its tag means nothing on the new one.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ log = logging.getLogger("consumers.acker")
 
 @dataclass
 class _Channel:
+    channel: object = None
     order: deque[int] = field(default_factory=deque)  # outstanding tags, delivery order
     finished: dict[int, AbstractIncomingMessage] = field(default_factory=dict)
     settled: set[int] = field(default_factory=set)  # acked or rejected one by one
@@ -36,12 +38,18 @@ class Acker:
         self.max_waiting = max_waiting
         self._channels: dict[int, _Channel] = {}
         self._channel_of: dict[int, int] = {}  # id(delivery) -> id(its channel)
+        self._lock = asyncio.Lock()
         self.acks_sent = 0
 
     def received(self, message: AbstractIncomingMessage) -> None:
-        # message.channel is valid now (it raises once the channel has closed).
-        self._channel_of[id(message)] = id(message.channel)
-        self._state(message).order.append(_tag(message))
+        # message.channel is valid now (it raises once the channel has closed). The
+        # state keeps the channel object alive, so its id() is never reused for a
+        # new channel while the state exists.
+        channel = message.channel
+        self._channel_of[id(message)] = id(channel)
+        state = self._state(message)
+        state.channel = channel
+        state.order.append(_tag(message))
 
     def settled_elsewhere(self, message: AbstractIncomingMessage) -> None:
         """The message was rejected or requeued by the caller."""
@@ -49,14 +57,20 @@ class Acker:
         self._channel_of.pop(id(message), None)
 
     async def finished(self, messages: list[AbstractIncomingMessage]) -> None:
-        """These deliveries' outcomes are committed: ack them (coalescing when safe)."""
-        touched: dict[int, _Channel] = {}
-        for message in messages:
-            state = self._state(message)
-            state.finished[_tag(message)] = message
-            touched[self._key(message)] = state
-        for key, state in touched.items():
-            await self._flush(key, state)
+        """These deliveries' outcomes are committed: ack them (coalescing when safe).
+
+        Serialised: the state is read and the acks sent under one lock, so two
+        callers can neither pick the same tag nor send a ``multiple`` ack for a
+        lower tag after one for a higher tag (which would name a settled tag and
+        make the broker close the channel)."""
+        async with self._lock:
+            touched: dict[int, _Channel] = {}
+            for message in messages:
+                state = self._state(message)
+                state.finished[_tag(message)] = message
+                touched[self._key(message)] = state
+            for key, state in touched.items():
+                await self._flush(key, state)
 
     async def _flush(self, key: int, state: _Channel) -> None:
         last: AbstractIncomingMessage | None = None
