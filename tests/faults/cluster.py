@@ -129,6 +129,24 @@ class Cluster:
                 member.proc.send_signal(sig)
                 member.proc.wait(30)
 
+    def internal_errors(self) -> list[str]:
+        """Log lines that mean a bug of ours, not an injected fault: an exception that
+        escaped a worker's task, or a broker complaint about our acks."""
+        markers = (
+            "handler task ended with",
+            "Task exception was never retrieved",
+            "PRECONDITION_FAILED",
+            "unknown delivery tag",
+        )
+        found = []
+        for log in sorted(self.log_dir.glob("*.log")):
+            found += [
+                f"{log.name}: {line.strip()[:300]}"
+                for line in log.read_text().splitlines()
+                if any(m in line for m in markers)
+            ]
+        return found
+
     def workers(self) -> list[str]:
         return [m.role for m in self.members if m.role.startswith("worker")]
 

@@ -120,6 +120,7 @@ def run_combined(
     }
     print(json.dumps(summary, indent=2))
     assert not pending, f"faults never fired: {pending}"
+    assert not cluster.internal_errors(), cluster.internal_errors()
     assert verdict.ok, summary
     assert verdict.terminal == {"succeeded": len(ids)}
 

@@ -44,6 +44,7 @@ def test_worker_killed_at_a_crash_point_loses_nothing(
     assert worker.exits[:1] == [-signal.SIGKILL], worker.exits  # the crash point was reached
     verdict = check(settings, ids, effects_expected=ids)
     assert verdict.ok, verdict.as_dict()
+    assert not cluster.internal_errors(), cluster.internal_errors()
     assert verdict.terminal == {"succeeded": len(ids)}
     if point == "worker.mid_handler":
         # The claimed task's lease expired; the reconciler made its retry.
@@ -64,6 +65,7 @@ def test_relay_killed_between_publish_and_mark_loses_nothing(
     assert cluster.members[0].exits[:1] == [-signal.SIGKILL]
     verdict = check(settings, ids, effects_expected=ids)
     assert verdict.ok, verdict.as_dict()  # duplicates were published; none ran twice
+    assert not cluster.internal_errors(), cluster.internal_errors()
 
 
 def test_poison_task_that_kills_its_worker_ends_dead_while_others_flow(

@@ -33,6 +33,7 @@ def test_broker_restart_with_tasks_in_flight(
     assert restarted, "the broker restart never happened"
     verdict = check(settings, ids, effects_expected=ids)
     assert verdict.ok, verdict.as_dict()
+    assert not cluster.internal_errors(), cluster.internal_errors()
 
 
 def test_database_connections_killed_under_relay_and_workers(
@@ -55,3 +56,4 @@ def test_database_connections_killed_under_relay_and_workers(
     assert len(killed) == 3 and sum(killed) > 0, killed
     verdict = check(settings, ids, effects_expected=ids)
     assert verdict.ok, verdict.as_dict()
+    assert not cluster.internal_errors(), cluster.internal_errors()
