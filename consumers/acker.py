@@ -28,6 +28,7 @@ log = logging.getLogger("consumers.acker")
 @dataclass
 class _Channel:
     channel: object = None
+    ordered: bool = True
     order: deque[int] = field(default_factory=deque)  # outstanding tags, delivery order
     finished: dict[int, AbstractIncomingMessage] = field(default_factory=dict)
     settled: set[int] = field(default_factory=set)  # acked or rejected one by one
@@ -49,12 +50,28 @@ class Acker:
         self._channel_of[id(message)] = id(channel)
         state = self._state(message)
         state.channel = channel
-        state.order.append(_tag(message))
+        tag = _tag(message)
+        if state.order and tag < state.order[-1]:
+            # Never expected (the broker numbers a channel's deliveries in order and
+            # aio-pika hands them over in order); if it happens, stop coalescing.
+            log.warning("delivery tag %s arrived after %s; acking one by one", tag, state.order[-1])
+            state.ordered = False
+        state.order.append(tag)
 
-    def settled_elsewhere(self, message: AbstractIncomingMessage) -> None:
-        """The message was rejected or requeued by the caller."""
-        self._state(message).settled.add(_tag(message))
-        self._channel_of.pop(id(message), None)
+    async def reject(self, messages: list[AbstractIncomingMessage], requeue: bool) -> None:
+        """Reject (to the dead-letter exchange) or requeue, under the same lock as
+        acks, and mark the tags settled only once the reject is sent."""
+        async with self._lock:
+            for message in messages:
+                try:
+                    await message.reject(requeue=requeue)
+                except CONNECTION_ERRORS:
+                    log.info(
+                        "could not reject %s: its channel is gone (the broker redelivers it)",
+                        message.message_id,
+                    )
+                self._state(message).settled.add(_tag(message))
+                self._channel_of.pop(id(message), None)
 
     async def finished(self, messages: list[AbstractIncomingMessage]) -> None:
         """These deliveries' outcomes are committed: ack them (coalescing when safe).
@@ -73,6 +90,9 @@ class Acker:
                 await self._flush(key, state)
 
     async def _flush(self, key: int, state: _Channel) -> None:
+        if not state.ordered:
+            await self._ack_each(key, state)
+            return
         last: AbstractIncomingMessage | None = None
         while state.order and (state.order[0] in state.finished or state.order[0] in state.settled):
             tag = state.order.popleft()
@@ -84,11 +104,15 @@ class Acker:
         if last is not None:
             await self._ack(key, last, multiple=True)
         if len(state.finished) > self.max_waiting:
-            for tag, message in list(state.finished.items()):
-                del state.finished[tag]
-                state.settled.add(tag)
-                self._channel_of.pop(id(message), None)
-                await self._ack(key, message, multiple=False)
+            await self._ack_each(key, state)
+
+    async def _ack_each(self, key: int, state: _Channel) -> None:
+        """Ack every finished delivery on its own (they leave the prefix as settled)."""
+        for tag, message in list(state.finished.items()):
+            del state.finished[tag]
+            state.settled.add(tag)
+            self._channel_of.pop(id(message), None)
+            await self._ack(key, message, multiple=False)
 
     async def _ack(self, key: int, message: AbstractIncomingMessage, multiple: bool) -> None:
         try:

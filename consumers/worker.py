@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import socket
+import time
 from collections import deque
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -173,6 +174,8 @@ class Worker:
         self._heartbeat: asyncio.Task[None] | None = None
         self._queues: list[tuple[AbstractQueue, str]] = []
         self._stopping = False
+        self._drained = False
+        self._stop_started = 0.0
         self._alerts: set[asyncio.Task[None]] = set()
 
     # -- lifecycle --------------------------------------------------------------
@@ -200,14 +203,15 @@ class Worker:
         write their outcomes; ack. Unclaimed deliveries stay unacked (the broker
         requeues them when the channel closes)."""
         self._stopping = True
+        self._stop_started = time.monotonic()
         for queue, tag in self._queues:
             try:
                 await queue.cancel(tag)
             except CONNECTION_ERRORS as exc:
                 log.info("cancelling the consumer failed (%s); the channel is already gone", exc)
         self._claimer_wake.set()
-        if self._claimer is not None:
-            await self._claimer  # it finishes the claim in flight, then stops
+        if self._claimer is not None:  # it finishes the claim in flight, then stops
+            await asyncio.gather(self._claimer, return_exceptions=True)
         if self._handlers:
             log.info(
                 "draining %d in-flight tasks (grace %.0fs)",
@@ -218,6 +222,7 @@ class Worker:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        self._drained = True  # no handler can produce an outcome any more
         self._finisher_wake.set()
         if self._finisher is not None:
             await self._finisher  # it exits once every outcome is written and acked
@@ -242,8 +247,7 @@ class Worker:
                 message.message_id,
                 message.body[:200],
             )
-            self.acker.settled_elsewhere(message)
-            await _settle(message.reject(requeue=False), message)
+            await self.acker.reject([message], requeue=False)
             return
         crash_point("worker.after_receive")
         self._inbox.append((fence, message))
@@ -257,7 +261,10 @@ class Worker:
                 take = min(self._free, self.config.max_batch, len(self._inbox))
                 batch = [self._inbox.popleft() for _ in range(take)]
                 self._free -= take
-                await self._claim_batch(batch)
+                try:
+                    await self._claim_batch(batch)
+                except Exception:  # a bug of ours must not stop the claimer
+                    log.exception("claim batch failed unexpectedly")
 
     async def _claim_batch(self, batch: list[tuple[Fence, AbstractIncomingMessage]]) -> None:
         try:
@@ -267,16 +274,17 @@ class Worker:
         except Exception:
             log.exception("claim failed; returning %d deliveries to the broker", len(batch))
             self._free += len(batch)
-            for _, message in batch:
-                self.acker.settled_elsewhere(message)
-                await _settle(message.reject(requeue=True), message)
+            await self.acker.reject([m for _, m in batch], requeue=True)
             await asyncio.sleep(1.0)
             return
-        by_id = {t.id: t for t in won}
+        # A claim bumps the epoch: the delivery that won carried epoch - 1. Matching
+        # by (id, epoch) keeps a stale duplicate in the same batch from taking the
+        # winner's place (and the winner's delivery from being acked early).
+        by_fence = {(t.id, t.epoch - 1): t for t in won}
         lost: list[tuple[Fence, AbstractIncomingMessage]] = []
         grouped: list[tuple[ClaimedTask, Handler, AbstractIncomingMessage]] = []
         for fence, message in batch:
-            task = by_id.pop(fence[0], None)
+            task = by_fence.pop(fence, None)
             if task is None:
                 lost.append((fence, message))
                 continue
@@ -304,6 +312,9 @@ class Worker:
         """Group-commit kinds: one transaction for the batch, else each on its own."""
         try:
             committed = await self.group.run([(t, h) for t, h, _ in grouped])
+        except Exception:
+            log.exception("group commit failed unexpectedly; running each task on its own")
+            committed = False
         except asyncio.CancelledError:  # shutdown's grace ran out: nothing was committed
             for task, _, message in grouped:
                 self._release_slot()
@@ -391,8 +402,15 @@ class Worker:
             while self._outbox:
                 batch = self._outbox[: self.config.max_batch]
                 del self._outbox[: len(batch)]
-                await self._finish_batch(batch)
-            if self._stopping and all(t.done() for t in self._handlers):
+                try:
+                    await self._finish_batch(batch)
+                except Exception:  # a bug of ours must not stop the finisher
+                    log.exception(
+                        "finishing %d outcomes failed unexpectedly; returning them to the broker",
+                        len(batch),
+                    )
+                    await self._give_back(batch)
+            if self._drained and not self._outbox:
                 return
 
     async def _finish_batch(self, batch: list[Entry]) -> None:
@@ -408,17 +426,17 @@ class Worker:
                 failed = await self.ledger.fail(failures)
                 break
             except Exception as exc:
-                if not _transient(exc):
+                past_grace = self._stopping and (
+                    time.monotonic() - self._stop_started > self.config.grace_s
+                )
+                if not _transient(exc) or past_grace:
                     log.exception(
-                        "writing %d outcomes failed and will not succeed as it is; "
+                        "writing %d outcomes failed and will not succeed now; "
                         "returning them to the broker: their leases lapse and the "
                         "reconciler retries them",
                         len(batch),
                     )
-                    for task, _, message in batch:
-                        self._running.pop(task.fence, None)
-                        self.acker.settled_elsewhere(message)
-                        await _settle(message.reject(requeue=True), message)
+                    await self._give_back(batch)
                     return
                 log.warning("writing %d outcomes failed (%s); retrying", len(batch), exc)
                 await asyncio.sleep(1.0)
@@ -433,6 +451,13 @@ class Worker:
         for task, _, _ in batch:
             self._running.pop(task.fence, None)
         await self.acker.finished([m for _, _, m in batch])
+
+    async def _give_back(self, batch: list[Entry]) -> None:
+        """Outcomes that cannot be written: stop heartbeating them (their leases
+        lapse and the reconciler retries them) and requeue their deliveries."""
+        for task, _, message in batch:
+            self._running.pop(task.fence, None)
+        await self.acker.reject([m for _, _, m in batch], requeue=True)
 
     def _alert_later(self, outcome: FailOutcome) -> None:
         """Alert in a thread, in the background: a slow webhook holds up neither the
@@ -461,13 +486,3 @@ class Worker:
                         fence[0],
                     )
                     ctx.lost = True
-
-
-async def _settle(action: Any, message: AbstractIncomingMessage) -> None:
-    try:
-        await action
-    except CONNECTION_ERRORS:
-        log.info(
-            "could not settle %s: its channel is gone (the broker redelivers it)",
-            message.message_id,
-        )

@@ -37,6 +37,10 @@ class Delivery:
         await asyncio.sleep(0)  # a real ack yields to the loop too
         self.channel.record(self.delivery_tag, multiple)
 
+    async def reject(self, requeue: bool = False) -> None:
+        await asyncio.sleep(0)
+        self.channel.record(self.delivery_tag, False)
+
 
 def deliveries(channel: Channel, n: int) -> list[Any]:
     return [Delivery(channel, tag) for tag in range(1, n + 1)]
@@ -71,10 +75,20 @@ def test_rejected_deliveries_do_not_hold_the_prefix() -> None:
     batch = deliveries(channel, 3)
     for d in batch:
         acker.received(d)
-    acker.settled_elsewhere(batch[0])
-    channel.settled.add(1)
+    asyncio.run(acker.reject([batch[0]], requeue=True))
     asyncio.run(acker.finished([batch[1], batch[2]]))
-    assert channel.sent == [(3, True)]
+    assert channel.sent == [(1, False), (3, True)]
+
+
+def test_out_of_order_tags_stop_coalescing() -> None:
+    channel, acker = Channel(), Acker(max_waiting=100)
+    first: Any = Delivery(channel, 2)
+    second: Any = Delivery(channel, 1)
+    acker.received(first)
+    acker.received(second)  # tag 1 after tag 2: never from RabbitMQ, handled anyway
+    asyncio.run(acker.finished([first]))
+    asyncio.run(acker.finished([second]))
+    assert channel.sent == [(2, False), (1, False)]
 
 
 def test_concurrent_callers_never_ack_a_tag_twice_or_out_of_order() -> None:
