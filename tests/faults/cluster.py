@@ -147,6 +147,13 @@ class Cluster:
             ]
         return found
 
+    def verify(self, ids: Sequence[int], effects_expected: Sequence[int]) -> Verdict:
+        """The total-queue check, and no internal error in any service's log."""
+        verdict = check(self.settings, ids, effects_expected=effects_expected)
+        assert verdict.ok, verdict.as_dict()
+        assert not self.internal_errors(), self.internal_errors()
+        return verdict
+
     def workers(self) -> list[str]:
         return [m.role for m in self.members if m.role.startswith("worker")]
 

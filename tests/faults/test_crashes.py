@@ -13,7 +13,7 @@ from consumers import Registry
 from ledger import TaskSpec, enqueue
 from ledger.config import Settings
 from ledger.db import sync_engine
-from tests.faults.cluster import Cluster, check
+from tests.faults.cluster import Cluster
 from tests.harness import Pipeline, enqueue_committed, row, statuses
 
 
@@ -42,9 +42,7 @@ def test_worker_killed_at_a_crash_point_loses_nothing(
     cluster.settle(ids)
     worker = cluster.members[1]
     assert worker.exits[:1] == [-signal.SIGKILL], worker.exits  # the crash point was reached
-    verdict = check(settings, ids, effects_expected=ids)
-    assert verdict.ok, verdict.as_dict()
-    assert not cluster.internal_errors(), cluster.internal_errors()
+    verdict = cluster.verify(ids, effects_expected=ids)
     assert verdict.terminal == {"succeeded": len(ids)}
     if point == "worker.mid_handler":
         # The claimed task's lease expired; the reconciler made its retry.
@@ -63,9 +61,7 @@ def test_relay_killed_between_publish_and_mark_loses_nothing(
     cluster.start()
     cluster.settle(ids)
     assert cluster.members[0].exits[:1] == [-signal.SIGKILL]
-    verdict = check(settings, ids, effects_expected=ids)
-    assert verdict.ok, verdict.as_dict()  # duplicates were published; none ran twice
-    assert not cluster.internal_errors(), cluster.internal_errors()
+    cluster.verify(ids, effects_expected=ids)  # duplicates were published; none ran twice
 
 
 def test_poison_task_that_kills_its_worker_ends_dead_while_others_flow(
@@ -82,8 +78,7 @@ def test_poison_task_that_kills_its_worker_ends_dead_while_others_flow(
     dead = row(settings, poison)
     assert (dead["status"], dead["attempts"]) == ("dead", 3)
     assert "lease expired" in dead["last_error"]
-    verdict = check(settings, [poison, *ids], effects_expected=ids)
-    assert verdict.ok, verdict.as_dict()
+    verdict = cluster.verify([poison, *ids], effects_expected=ids)
     assert verdict.terminal == {"succeeded": len(ids), "dead": 1}
     assert sum(len(m.exits) for m in cluster.members[1:]) >= 3  # it killed a worker each time
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ledger import TaskSpec
 from ledger.config import Settings
-from tests.faults.cluster import Cluster, check, terminal_count
+from tests.faults.cluster import Cluster, terminal_count
 from tests.faults.outages import kill_backends, restart_broker
 from tests.harness import enqueue_committed
 
@@ -31,9 +31,7 @@ def test_broker_restart_with_tasks_in_flight(
 
     cluster.settle(ids, timeout=150, tick=tick)
     assert restarted, "the broker restart never happened"
-    verdict = check(settings, ids, effects_expected=ids)
-    assert verdict.ok, verdict.as_dict()
-    assert not cluster.internal_errors(), cluster.internal_errors()
+    cluster.verify(ids, effects_expected=ids)
 
 
 def test_database_connections_killed_under_relay_and_workers(
@@ -54,6 +52,4 @@ def test_database_connections_killed_under_relay_and_workers(
 
     cluster.settle(ids, timeout=120, tick=tick)
     assert len(killed) == 3 and sum(killed) > 0, killed
-    verdict = check(settings, ids, effects_expected=ids)
-    assert verdict.ok, verdict.as_dict()
-    assert not cluster.internal_errors(), cluster.internal_errors()
+    cluster.verify(ids, effects_expected=ids)
