@@ -123,11 +123,14 @@ class Cluster:
                 member.exits.append(member.proc.returncode)
                 self._start(member)
 
-    def kill(self, role: str, sig: int = signal.SIGKILL) -> None:
+    def kill(self, role: str, sig: int = signal.SIGKILL) -> bool:
+        """Signal the member's live process; False if it was down already."""
         for member in self.members:
             if member.role == role and member.proc is not None and member.proc.poll() is None:
                 member.proc.send_signal(sig)
                 member.proc.wait(30)
+                return True
+        return False
 
     def internal_errors(self) -> list[str]:
         """Log lines that mean a bug of ours, not an injected fault: an exception that

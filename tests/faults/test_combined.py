@@ -93,7 +93,11 @@ def run_combined(
         while pending and done >= pending[0].at:
             fault = pending.pop(0)
             if fault.kind in ("worker_kill", "relay_kill"):
-                cluster.kill(fault.target, signal.SIGKILL)
+                # Restart what died first, so every kill lands on a live process
+                # (when faults bunch up, on one still starting: a crash at start-up).
+                cluster.supervise()
+                landed = cluster.kill(fault.target, signal.SIGKILL)
+                assert landed, f"{fault.target} was not running when its kill came"
             elif fault.kind == "db_kill":
                 kill_backends(settings)
             else:
