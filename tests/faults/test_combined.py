@@ -15,7 +15,6 @@ import random
 import signal
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session
@@ -23,7 +22,8 @@ from sqlalchemy.orm import Session
 from ledger import TaskSpec, enqueue
 from ledger.config import Settings
 from ledger.db import sync_engine
-from tests.faults.cluster import Cluster, check, terminal_count
+from tests.faults.cluster import check, terminal_count
+from tests.faults.conftest import MakeCluster
 from tests.faults.outages import kill_backends, restart_broker
 from tests.harness import enqueue_committed
 
@@ -59,8 +59,7 @@ def rolled_back(settings: Settings, n: int) -> None:
 
 def run_combined(
     settings: Settings,
-    tmp_path: Path,
-    cluster_factory: list[Cluster],
+    make_cluster: MakeCluster,
     tasks: int,
     workers: int,
     worker_kills: int,
@@ -71,9 +70,7 @@ def run_combined(
     print(f"\ncombined run: seed={seed} tasks={tasks} workers={workers}")
     for fault in faults:
         print(f"  at {fault.at:5.1%}: {fault.kind} {fault.target}")
-    cluster = Cluster(settings, tmp_path, workers=workers)
-    cluster_factory.append(cluster)
-    cluster.start()
+    cluster = make_cluster(workers=workers)
     started = time.monotonic()
     ids: list[int] = []
     for chunk in range(0, tasks, 500):
@@ -129,15 +126,11 @@ def run_combined(
     assert verdict.terminal == {"succeeded": len(ids)}
 
 
-def test_combined_short(settings: Settings, tmp_path: Path, cluster_factory: list[Cluster]) -> None:
-    run_combined(
-        settings, tmp_path, cluster_factory, tasks=2000, workers=3, worker_kills=4, db_kills=3
-    )
+def test_combined_short(settings: Settings, make_cluster: MakeCluster) -> None:
+    run_combined(settings, make_cluster, tasks=2000, workers=3, worker_kills=4, db_kills=3)
 
 
 @pytest.mark.long
 @pytest.mark.timeout(900)
-def test_combined_long(settings: Settings, tmp_path: Path, cluster_factory: list[Cluster]) -> None:
-    run_combined(
-        settings, tmp_path, cluster_factory, tasks=20000, workers=3, worker_kills=15, db_kills=8
-    )
+def test_combined_long(settings: Settings, make_cluster: MakeCluster) -> None:
+    run_combined(settings, make_cluster, tasks=20000, workers=3, worker_kills=15, db_kills=8)

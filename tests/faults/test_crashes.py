@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session
@@ -13,7 +12,7 @@ from consumers import Registry
 from ledger import TaskSpec, enqueue
 from ledger.config import Settings
 from ledger.db import sync_engine
-from tests.faults.cluster import Cluster
+from tests.faults.conftest import MakeCluster
 from tests.harness import Pipeline, enqueue_committed, row, statuses
 
 
@@ -28,16 +27,11 @@ def _work(n: int, sleep: float = 0.0) -> list[TaskSpec]:
     "point", ["worker.after_receive", "worker.mid_handler", "worker.after_commit"]
 )
 def test_worker_killed_at_a_crash_point_loses_nothing(
-    settings: Settings, tmp_path: Path, cluster_factory: list[Cluster], point: str
+    settings: Settings, make_cluster: MakeCluster, point: str
 ) -> None:
-    cluster = Cluster(
-        settings,
-        tmp_path,
-        workers=1,
-        worker_env={"LEDGERQ_CRASH_AT": point, "LEDGERQ_CRASH_AFTER": "3"},
+    cluster = make_cluster(
+        workers=1, worker_env={"LEDGERQ_CRASH_AT": point, "LEDGERQ_CRASH_AFTER": "3"}
     )
-    cluster_factory.append(cluster)
-    cluster.start()
     ids = enqueue_committed(settings, _work(40, sleep=0.01))
     cluster.settle(ids)
     worker = cluster.members[1]
@@ -51,12 +45,11 @@ def test_worker_killed_at_a_crash_point_loses_nothing(
 
 
 def test_relay_killed_between_publish_and_mark_loses_nothing(
-    settings: Settings, tmp_path: Path, cluster_factory: list[Cluster]
+    settings: Settings, make_cluster: MakeCluster
 ) -> None:
-    cluster = Cluster(
-        settings, tmp_path, workers=2, relay_env={"LEDGERQ_CRASH_AT": "relay.after_publish"}
+    cluster = make_cluster(
+        start=False, workers=2, relay_env={"LEDGERQ_CRASH_AT": "relay.after_publish"}
     )
-    cluster_factory.append(cluster)
     ids = enqueue_committed(settings, _work(200))
     cluster.start()
     cluster.settle(ids)
@@ -65,11 +58,9 @@ def test_relay_killed_between_publish_and_mark_loses_nothing(
 
 
 def test_poison_task_that_kills_its_worker_ends_dead_while_others_flow(
-    settings: Settings, tmp_path: Path, cluster_factory: list[Cluster]
+    settings: Settings, make_cluster: MakeCluster
 ) -> None:
-    cluster = Cluster(settings, tmp_path, workers=2)
-    cluster_factory.append(cluster)
-    cluster.start()
+    cluster = make_cluster(workers=2)
     [poison] = enqueue_committed(
         settings, [TaskSpec("fault.poison", {}, max_attempts=3, retry=[0.1])]
     )

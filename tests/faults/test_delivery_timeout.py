@@ -23,7 +23,7 @@ import pytest
 
 from ledger import TaskSpec
 from ledger.config import Settings
-from tests.faults.cluster import Cluster
+from tests.faults.conftest import MakeCluster
 from tests.faults.outages import rabbitmqctl
 from tests.harness import enqueue_committed, row
 
@@ -57,14 +57,12 @@ def short_consumer_timeout() -> Iterator[None]:
 def test_long_task_past_the_delivery_timeout_runs_once(
     settings: Settings,
     tmp_path: Path,
-    cluster_factory: list[Cluster],
+    make_cluster: MakeCluster,
     short_consumer_timeout: None,
 ) -> None:
     # The worker's lease (2 s, heartbeat 0.5 s) keeps the task alive in the ledger
     # while the broker gives up on the delivery.
-    cluster = Cluster(settings, tmp_path, workers=1)
-    cluster_factory.append(cluster)
-    cluster.start()
+    cluster = make_cluster(workers=1)
     ids = enqueue_committed(settings, [TaskSpec("fault.write", {"sleep": 6.0})])
     cluster.settle(ids, timeout=60)
     cluster.verify(ids, effects_expected=ids)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ledger import TaskSpec
 from ledger.config import Settings
-from tests.faults.cluster import Cluster, terminal_count
+from tests.faults.cluster import terminal_count
+from tests.faults.conftest import MakeCluster
 from tests.faults.outages import kill_backends, restart_broker
 from tests.harness import enqueue_committed
 
@@ -15,12 +14,8 @@ def _work(n: int, sleep: float) -> list[TaskSpec]:
     return [TaskSpec("fault.write", {"n": i, "sleep": sleep}, retry=[0.2]) for i in range(n)]
 
 
-def test_broker_restart_with_tasks_in_flight(
-    settings: Settings, tmp_path: Path, cluster_factory: list[Cluster]
-) -> None:
-    cluster = Cluster(settings, tmp_path, workers=2)
-    cluster_factory.append(cluster)
-    cluster.start()
+def test_broker_restart_with_tasks_in_flight(settings: Settings, make_cluster: MakeCluster) -> None:
+    cluster = make_cluster(workers=2)
     ids = enqueue_committed(settings, _work(400, sleep=0.02))
     restarted: list[float] = []
 
@@ -35,11 +30,9 @@ def test_broker_restart_with_tasks_in_flight(
 
 
 def test_database_connections_killed_under_relay_and_workers(
-    settings: Settings, tmp_path: Path, cluster_factory: list[Cluster]
+    settings: Settings, make_cluster: MakeCluster
 ) -> None:
-    cluster = Cluster(settings, tmp_path, workers=2)
-    cluster_factory.append(cluster)
-    cluster.start()
+    cluster = make_cluster(workers=2)
     ids = enqueue_committed(settings, _work(400, sleep=0.01))
     killed: list[int] = []
 

@@ -44,6 +44,17 @@ def ledgerq(settings: Settings, *args: str, **extra: str) -> subprocess.Complete
     )
 
 
+def spawn(settings: Settings, *args: str) -> subprocess.Popen[str]:
+    """``ledgerq ARGS`` as a child process, output captured (stderr into stdout)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "consumers", *args],
+        env=ledgerq_env(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def test_stats_json_and_show(settings: Settings) -> None:
     ids = enqueue_committed(
         settings,
@@ -117,24 +128,16 @@ def test_sigterm_drains_in_flight_tasks_then_exits_zero(settings: Settings) -> N
     with db(settings) as conn:
         conn.execute(EFFECTS_DDL)
     ids = enqueue_committed(settings, [TaskSpec("test.slow", {"seconds": 1.5}) for _ in range(4)])
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "consumers",
-            "-v",
-            "worker",
-            "--app",
-            "tests.apps.slow_app",
-            "--concurrency",
-            "4",
-            "--grace",
-            "20",
-        ],
-        env=ledgerq_env(settings),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    worker = spawn(
+        settings,
+        "-v",
+        "worker",
+        "--app",
+        "tests.apps.slow_app",
+        "--concurrency",
+        "4",
+        "--grace",
+        "20",
     )
     try:
 
@@ -164,13 +167,7 @@ def test_worker_process_runs_sync_handlers_end_to_end(settings: Settings, kind: 
     with db(settings) as conn:
         conn.execute(EFFECTS_DDL)
     ids = enqueue_committed(settings, [TaskSpec(kind, {}) for _ in range(20)])
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "consumers", "worker", "--app", "tests.apps.slow_app"],
-        env=ledgerq_env(settings),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    worker = spawn(settings, "worker", "--app", "tests.apps.slow_app")
     try:
 
         async def run() -> None:
