@@ -1,24 +1,5 @@
-"""ledgerq's consumers: the handler registry and the worker runtime.
+"""ledgerq's consumers: the handler registry and the worker, made of parts.
 
-from consumers import task
-
-@task("send_receipt")
-def send_receipt(payload, ctx):
-    ctx.session.execute(...)   # commits together with the task's status
+Applications import ``task`` and the contexts from :mod:`ledgerq`; the worker
+is built by the composition root (:mod:`ledgerq.compose`).
 """
-
-from __future__ import annotations
-
-from consumers.context import AsyncTaskContext, TaskContext
-from consumers.execute import Abort
-from consumers.registry import Registry, RegistryError, default_registry, task
-
-__all__ = [
-    "Abort",
-    "AsyncTaskContext",
-    "Registry",
-    "RegistryError",
-    "TaskContext",
-    "default_registry",
-    "task",
-]

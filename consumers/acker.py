@@ -15,14 +15,10 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from relay.amqp import CONNECTION_ERRORS
+from ledgerq.relay.broker.base import BrokerConnectionError, Delivery
 
-if TYPE_CHECKING:
-    from aio_pika.abc import AbstractIncomingMessage
-
-log = logging.getLogger("consumers.acker")
+log = logging.getLogger("ledgerq.acker")
 
 
 @dataclass
@@ -30,7 +26,7 @@ class _Channel:
     channel: object = None
     ordered: bool = True
     order: deque[int] = field(default_factory=deque)  # outstanding tags, delivery order
-    finished: dict[int, AbstractIncomingMessage] = field(default_factory=dict)
+    finished: dict[int, Delivery] = field(default_factory=dict)
     settled: set[int] = field(default_factory=set)  # acked or rejected one by one
 
 
@@ -42,7 +38,7 @@ class Acker:
         self._lock = asyncio.Lock()
         self.acks_sent = 0
 
-    def received(self, message: AbstractIncomingMessage) -> None:
+    def received(self, message: Delivery) -> None:
         # message.channel is valid now (it raises once the channel has closed). The
         # state keeps the channel object alive, so its id() is never reused for a
         # new channel while the state exists.
@@ -58,14 +54,14 @@ class Acker:
             state.ordered = False
         state.order.append(tag)
 
-    async def reject(self, messages: list[AbstractIncomingMessage], requeue: bool) -> None:
+    async def reject(self, messages: list[Delivery], requeue: bool) -> None:
         """Reject (to the dead-letter exchange) or requeue, under the same lock as
         acks, and mark the tags settled only once the reject is sent."""
         async with self._lock:
             for message in messages:
                 try:
                     await message.reject(requeue=requeue)
-                except CONNECTION_ERRORS:
+                except BrokerConnectionError:
                     log.info(
                         "could not reject %s: its channel is gone (the broker redelivers it)",
                         message.message_id,
@@ -73,7 +69,7 @@ class Acker:
                 self._state(message).settled.add(_tag(message))
                 self._channel_of.pop(id(message), None)
 
-    async def finished(self, messages: list[AbstractIncomingMessage]) -> None:
+    async def finished(self, messages: list[Delivery]) -> None:
         """These deliveries' outcomes are committed: ack them (coalescing when safe).
 
         Serialised: the state is read and the acks sent under one lock, so two
@@ -93,7 +89,7 @@ class Acker:
         if not state.ordered:
             await self._ack_each(key, state)
             return
-        last: AbstractIncomingMessage | None = None
+        last: Delivery | None = None
         while state.order and (state.order[0] in state.finished or state.order[0] in state.settled):
             tag = state.order.popleft()
             if tag in state.finished:
@@ -114,11 +110,11 @@ class Acker:
             self._channel_of.pop(id(message), None)
             await self._ack(key, message, multiple=False)
 
-    async def _ack(self, key: int, message: AbstractIncomingMessage, multiple: bool) -> None:
+    async def _ack(self, key: int, message: Delivery, multiple: bool) -> None:
         try:
             await message.ack(multiple=multiple)
             self.acks_sent += 1
-        except CONNECTION_ERRORS:
+        except BrokerConnectionError:
             log.info(
                 "deliveries up to %s came on a channel that is gone; not acked (the "
                 "broker redelivers them and the redeliveries are skipped)",
@@ -129,14 +125,12 @@ class Acker:
                 if channel == key:
                     del self._channel_of[delivery]
 
-    def _key(self, message: AbstractIncomingMessage) -> int:
+    def _key(self, message: Delivery) -> int:
         return self._channel_of.get(id(message), 0)
 
-    def _state(self, message: AbstractIncomingMessage) -> _Channel:
+    def _state(self, message: Delivery) -> _Channel:
         return self._channels.setdefault(self._key(message), _Channel())
 
 
-def _tag(message: AbstractIncomingMessage) -> int:
-    tag = message.delivery_tag
-    assert tag is not None, "a consumed delivery always has a tag"
-    return tag
+def _tag(message: Delivery) -> int:
+    return message.delivery_tag

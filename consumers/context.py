@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
-from ledger.store import ClaimedTask
+from ledgerq.ledger.model import ClaimedTask
 
 
 @dataclass
@@ -72,3 +72,7 @@ class AsyncTaskContext(_Context):
                 raise RuntimeError("this context has no database engine")
             self._session = AsyncSession(self._engine)
         return self._session
+
+
+#: Either context; the worker's lease keeping flags ``lost`` on it.
+HandlerContext = TaskContext | AsyncTaskContext

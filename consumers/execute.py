@@ -1,14 +1,15 @@
-"""Run one claimed task's handler and decide its outcome.
+"""Run one claimed task's handler and decide how its attempt ended.
 
-The outcome is one of:
+The result is one of:
 
-* ``Done(needs_write=False)`` - the handler used ``ctx.session``; its writes and
-  the fenced ``succeeded`` were committed together (``won``), or the fence was
-  lost and both rolled back (``won=False``). Nothing is left to write; ack.
-* ``Done(needs_write=True)`` - the handler succeeded without the session; the
-  worker group-commits ``succeeded`` with other tasks' outcomes, then acks.
-* ``Failure`` - the handler raised or timed out, or no handler exists; the
-  session (if any) was rolled back and the worker records a retry or ``dead``.
+* ``Committed(won)`` - the handler used ``ctx.session``; its writes and the
+  fenced ``succeeded`` were committed together (``won``), or the fence was lost
+  and both rolled back (``won=False``). Nothing is left to write; ack.
+* ``Outcome.succeeded`` - the handler succeeded without the session; the
+  finisher writes ``succeeded`` with other tasks' outcomes, then acks.
+* ``Outcome.failed`` - the handler raised or timed out, or no handler exists;
+  the session (if any) was rolled back and the finisher records a retry or
+  ``dead``.
 
 ``release`` is called exactly once, when the handler has really stopped: for a
 sync handler that outlived its timeout that is when its thread returns, so a
@@ -23,31 +24,21 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from consumers.context import AsyncTaskContext, TaskContext
-from consumers.registry import Handler, Registry
-from ledger.errors import LedgerqError
-from ledger.faults import crash_point
-from ledger.store import ClaimedTask, Failure, acomplete_in_session, complete_in_session
+from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
+from ledgerq.consumers.handoff import Committed, Result
+from ledgerq.consumers.registry import Handler, Registry
+from ledgerq.ledger.errors import LedgerqError
+from ledgerq.ledger.model import ClaimedTask, Outcome
+from ledgerq.ledger.within import asucceed_within, succeed_within
+from ledgerq.relay.probes import Probe, no_probe
 
-log = logging.getLogger("consumers.execute")
+log = logging.getLogger("ledgerq.worker")
 
 MAX_ERROR_CHARS = 4000
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """The handler returned. ``needs_write``: ``succeeded`` is still to be written."""
-
-    needs_write: bool
-    won: bool = True
-
-
-Outcome = Done | Failure
 
 
 class Abort(Exception):
@@ -64,7 +55,7 @@ def describe(exc: BaseException) -> str:
     return clean_error("".join(traceback.format_exception(exc, limit=-3)).strip())
 
 
-def failure(task: ClaimedTask, error: str, *, final: bool = False) -> Failure:
+def failure(task: ClaimedTask, error: str, *, final: bool = False) -> Outcome:
     """A failed attempt; a retry policy that cannot be read makes the failure final."""
     delay = 0.0
     if not final:
@@ -73,7 +64,7 @@ def failure(task: ClaimedTask, error: str, *, final: bool = False) -> Failure:
         except LedgerqError as exc:
             error += f"\n(and the task's retry policy is unreadable: {exc})"
             final = True
-    return Failure(task.id, task.epoch, clean_error(error), delay=delay, final=final)
+    return Outcome.failed(task.fence, clean_error(error), delay=delay, final=final)
 
 
 def handler_timeout(task: ClaimedTask, handler: Handler, default: float | None) -> float | None:
@@ -82,35 +73,35 @@ def handler_timeout(task: ClaimedTask, handler: Handler, default: float | None) 
     return min(limits) if limits else default
 
 
-def _run_sync(handler: Handler, ctx: TaskContext) -> Done:
+def _run_sync(handler: Handler, ctx: TaskContext) -> Result:
     """In a pool thread: run the handler, then commit its session with the status."""
     try:
         handler.fn(ctx.task.payload, ctx)
         if ctx._session is None:
-            return Done(needs_write=True)
-        won = not ctx.lost and complete_in_session(ctx._session, ctx.task.fence)
+            return Outcome.succeeded(ctx.task.fence)
+        won = not ctx.lost and succeed_within(ctx._session, ctx.task.fence)
         if won:
             ctx._session.commit()
         else:
             ctx._session.rollback()
-        return Done(needs_write=False, won=won)
+        return Committed(won)
     finally:
         if ctx._session is not None:
             ctx._session.close()
 
 
-async def _run_async(handler: Handler, ctx: AsyncTaskContext) -> Done:
+async def _run_async(handler: Handler, ctx: AsyncTaskContext) -> Result:
     try:
         await handler.fn(ctx.task.payload, ctx)
         session = ctx._session
         if session is None:
-            return Done(needs_write=True)
-        won = await acomplete_in_session(session, ctx.task.fence)
+            return Outcome.succeeded(ctx.task.fence)
+        won = bool(await asucceed_within(session, [ctx.task.fence]))
         if won:
             await session.commit()
         else:
             await session.rollback()
-        return Done(needs_write=False, won=won)
+        return Committed(won)
     finally:
         if ctx._session is not None:
             await ctx._session.close()
@@ -125,17 +116,20 @@ class TaskRunner:
     pool: Executor
     sync_engine: Engine | None
     async_engine: AsyncEngine | None
-    on_context: Callable[[ClaimedTask, Any], None] | None = None
+    on_context: Callable[[ClaimedTask, HandlerContext], None] | None = None
     default_timeout_s: float | None = None
+    probe: Probe = no_probe
+    #: Sync handlers whose thread is still running (one that timed out included).
+    threads_running: int = 0
 
-    async def run(self, task: ClaimedTask, release: Callable[[], None]) -> Outcome:
+    async def run(self, task: ClaimedTask, release: Callable[[], None]) -> Result:
         handler = self.registry.get(task.kind)
         if handler is None:
             release()
             msg = f"no handler registered for kind {task.kind!r} in worker {self.worker}"
             log.error("task %s: %s", task.id, msg)
             return failure(task, msg)
-        crash_point("worker.mid_handler")
+        self.probe("worker.mid_handler")
         if handler.is_async:
             try:
                 return await self._run_async(task, handler)
@@ -143,7 +137,7 @@ class TaskRunner:
                 release()
         return await self._run_sync(task, handler, release)
 
-    async def _run_async(self, task: ClaimedTask, handler: Handler) -> Outcome:
+    async def _run_async(self, task: ClaimedTask, handler: Handler) -> Result:
         timeout = handler_timeout(task, handler, self.default_timeout_s)
         ctx = AsyncTaskContext(task, self.worker, _engine=self.async_engine)
         self._notify(task, ctx)
@@ -158,12 +152,18 @@ class TaskRunner:
 
     async def _run_sync(
         self, task: ClaimedTask, handler: Handler, release: Callable[[], None]
-    ) -> Outcome:
+    ) -> Result:
         timeout = handler_timeout(task, handler, self.default_timeout_s)
         ctx = TaskContext(task, self.worker, _engine=self.sync_engine)
         self._notify(task, ctx)
         future = asyncio.get_running_loop().run_in_executor(self.pool, _run_sync, handler, ctx)
-        future.add_done_callback(lambda _: release())
+        self.threads_running += 1
+
+        def thread_done(_: object) -> None:
+            self.threads_running -= 1
+            release()
+
+        future.add_done_callback(thread_done)
         try:
             # shield: a timeout or shutdown stops the wait, never the thread's
             # commit-or-rollback (which the fence makes safe either way).
@@ -175,21 +175,21 @@ class TaskRunner:
         except Exception as exc:
             return self._failed(task, exc)
 
-    def _timed_out(self, task: ClaimedTask, timeout: float | None) -> Failure:
+    def _timed_out(self, task: ClaimedTask, timeout: float | None) -> Outcome:
         log.warning("task %s (%s) timed out after %ss", task.id, task.kind, timeout)
         return failure(task, f"timed out after {timeout} s")
 
-    def _failed(self, task: ClaimedTask, exc: Exception) -> Failure:
+    def _failed(self, task: ClaimedTask, exc: Exception) -> Outcome:
         if isinstance(exc, Abort):
             return failure(task, describe(exc), final=True)
         log.info("task %s (%s) attempt %d failed: %r", task.id, task.kind, task.attempts, exc)
         return failure(task, describe(exc))
 
-    def _notify(self, task: ClaimedTask, ctx: Any) -> None:
+    def _notify(self, task: ClaimedTask, ctx: HandlerContext) -> None:
         if self.on_context is not None:
             self.on_context(task, ctx)
 
 
-def _log_late_exception(future: asyncio.Future[Done]) -> None:
+def _log_late_exception(future: asyncio.Future[Result]) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.info("a timed-out sync handler finished later with %r", future.exception())

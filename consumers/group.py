@@ -28,12 +28,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from consumers.context import AsyncTaskContext
-from consumers.execute import handler_timeout
-from consumers.registry import Handler
-from ledger.store import ClaimedTask, acomplete_many_in_session
+from ledgerq.consumers.context import AsyncTaskContext
+from ledgerq.consumers.execute import handler_timeout
+from ledgerq.consumers.registry import Handler
+from ledgerq.ledger.model import ClaimedTask
+from ledgerq.ledger.within import asucceed_within
 
-log = logging.getLogger("consumers.group")
+log = logging.getLogger("ledgerq.worker")
 
 
 @dataclass
@@ -51,7 +52,7 @@ class GroupCommitter:
                     timeout = handler_timeout(task, handler, self.default_timeout_s)
                     async with asyncio.timeout(timeout):
                         await handler.fn(task.payload, ctx)
-                won = await acomplete_many_in_session(session, [t.fence for t, _ in batch])
+                won = await asucceed_within(session, [t.fence for t, _ in batch])
                 if len(won) != len(batch):
                     log.info(
                         "group of %d: %d fences lost; running each on its own",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ledger.validation import check_name
+from ledgerq.ledger.validation import check_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -13,14 +13,14 @@ import os
 import urllib.request
 from collections.abc import Callable
 
-from ledger.store import FailOutcome
+from ledgerq.ledger.model import Finished
 
-log = logging.getLogger("ledger.alerts")
+log = logging.getLogger("ledgerq.alerts")
 
-AlertHook = Callable[[FailOutcome], None]
+AlertHook = Callable[[Finished], None]
 
 
-def log_alert(outcome: FailOutcome) -> None:
+def log_alert(outcome: Finished) -> None:
     last = (outcome.last_error or "").strip().splitlines()
     log.error(
         "task %s (%s) is dead after %d attempts: %s",
@@ -32,7 +32,7 @@ def log_alert(outcome: FailOutcome) -> None:
 
 
 def webhook_alert(url: str, timeout: float = 5.0) -> AlertHook:
-    def post(outcome: FailOutcome) -> None:
+    def post(outcome: Finished) -> None:
         log_alert(outcome)
         body = json.dumps(
             {
@@ -55,7 +55,7 @@ def webhook_alert(url: str, timeout: float = 5.0) -> AlertHook:
     return post
 
 
-def safe_alert(hook: AlertHook, outcome: FailOutcome) -> None:
+def safe_alert(hook: AlertHook, outcome: Finished) -> None:
     """Call ``hook``; an alert that fails is logged, never raised into the caller."""
     try:
         hook(outcome)

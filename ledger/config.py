@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from ledger.errors import LedgerqError
+from ledgerq.ledger.errors import LedgerqError
 
 
 class ConfigError(LedgerqError, ValueError):

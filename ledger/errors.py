@@ -31,3 +31,13 @@ class ServiceUnavailableError(LedgerqError):
 
 class TaskNotFoundError(LedgerqError, LookupError):
     """No task with that id is in the ledger (live or history)."""
+
+
+class StorageError(LedgerqError):
+    """A ledger operation failed in the database driver; the original error is the
+    ``__cause__``. Raised by the storage seam, never a driver's own exception type."""
+
+
+class TransientStorageError(StorageError):
+    """The connection failed, not the data: the same operation may succeed if tried
+    again (a dropped connection, a server restart, a terminated backend)."""

@@ -19,10 +19,10 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
-from ledger import validation as v
-from ledger.errors import InvalidTaskError, LedgerqError
-from ledger.retry import RetryPolicy
-from ledger.sql import Q
+from ledgerq.ledger import validation as v
+from ledgerq.ledger.errors import InvalidTaskError, LedgerqError
+from ledgerq.ledger.retry import RetryPolicy
+from ledgerq.ledger.sql import Q
 
 Executor = Session | Connection
 AsyncExecutor = AsyncSession | AsyncConnection

@@ -5,6 +5,11 @@
 -- unnest them, so a batch is one round trip. Every state change is a
 -- compare-and-set on (id, epoch, expected status) and RETURNs the rows it won:
 -- a row missing from the result means another actor got there first.
+--
+-- Every statement that changes a task's status says so in a
+-- "-- transitions: from -> to, ..." line; tests/unit/test_transitions.py derives
+-- the transitions from the SQL itself and checks both against ledger/states.py.
+-- The columns of a history row are listed once, in finish.
 
 -- name: insert_task
 INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
@@ -47,10 +52,14 @@ LIMIT :limit
 FOR UPDATE SKIP LOCKED
 
 -- name: mark_published
+-- After a confirmed publish, by the relay (the row is pending and locked since
+-- select_due) or the reconciler (a stalled published row, or an overdue pending
+-- one): published_at restarts the stall clock.
+-- transitions: pending -> published, published -> published
 UPDATE ledgerq_tasks t
 SET status = 'published', published_at = now(), publishes = t.publishes + 1
 FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'pending'
+WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
 RETURNING t.id
 
 -- name: claim
@@ -59,6 +68,7 @@ RETURNING t.id
 -- relay's row lock and re-checks), or the relay can die after the publish.
 -- The epoch in the message must match, so a stale message cannot claim a
 -- later attempt (for instance one waiting out its retry backoff).
+-- transitions: pending -> running, published -> running
 UPDATE ledgerq_tasks t
 SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
     started_at = now(), heartbeat_at = now(),
@@ -74,62 +84,48 @@ SELECT id, status FROM ledgerq_tasks WHERE id = ANY(CAST(:ids AS bigint[]))
 UNION ALL
 SELECT id, status FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 
--- name: complete
--- running -> succeeded, fenced, moving the row to history in one statement.
-WITH done AS (
-    DELETE FROM ledgerq_tasks t
-    USING unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-    WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
-    RETURNING t.*
-)
-INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
-                             run_at, status, attempts, max_attempts, retry, epoch, publishes, lease_until,
-                             heartbeat_at, worker, checkpoint, last_error, timeout_s, parent_id,
-                             created_at, published_at, started_at, finished_at)
-SELECT id, kind, queue, payload, business_key, NULL, priority, shard,
-       run_at, 'succeeded', attempts, max_attempts, retry, epoch, publishes, NULL,
-       heartbeat_at, worker, checkpoint, last_error, timeout_s, parent_id,
-       created_at, published_at, started_at, now()
-FROM done
-RETURNING id
 
--- name: fail
--- running -> pending (retry after :delays seconds) or, when attempts are spent
--- or the failure is final, running -> dead in history. Fenced like complete.
+
+-- name: finish
+-- How attempts ended, one verdict per row, fenced like every write after a
+-- claim: 'succeeded' and 'dead' move the row to history; 'retry' sends it back
+-- to pending after its delay, or to history as dead once its attempts are spent.
+-- transitions: running -> succeeded, running -> dead, running -> pending
 WITH m AS (
     SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]),
-                         CAST(:delays AS float8[]), CAST(:errors AS text[]),
-                         CAST(:finals AS boolean[])) AS m(id, epoch, delay, error, final)
-), dead AS (
+                         CAST(:verdicts AS text[]), CAST(:delays AS float8[]),
+                         CAST(:errors AS text[])) AS m(id, epoch, verdict, delay, error)
+), ended AS (
     DELETE FROM ledgerq_tasks t USING m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
-      AND (m.final OR t.attempts >= t.max_attempts)
-    RETURNING t.*, m.error AS new_error
+      AND (m.verdict <> 'retry' OR t.attempts >= t.max_attempts)
+    RETURNING t.*, m.error AS new_error,
+              CASE WHEN m.verdict = 'succeeded' THEN 'succeeded' ELSE 'dead' END AS ended_as
 ), buried AS (
     INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key, priority,
                                  shard, run_at, status, attempts, max_attempts, retry, epoch,
-                                 publishes, lease_until, heartbeat_at, worker, checkpoint, last_error,
-                                 timeout_s, parent_id, created_at, published_at, started_at,
-                                 finished_at)
+                                 publishes, lease_until, heartbeat_at, worker, checkpoint,
+                                 last_error, timeout_s, parent_id, created_at, published_at,
+                                 started_at, finished_at)
     SELECT id, kind, queue, payload, business_key, NULL, priority,
-           shard, run_at, 'dead', attempts, max_attempts, retry, epoch,
-           publishes, NULL, heartbeat_at, worker, checkpoint, new_error,
-           timeout_s, parent_id, created_at, published_at, started_at,
-           now()
-    FROM dead
-    RETURNING id, kind, attempts, last_error
+           shard, run_at, ended_as, attempts, max_attempts, retry, epoch,
+           publishes, NULL, heartbeat_at, worker, checkpoint,
+           COALESCE(new_error, last_error), timeout_s, parent_id, created_at, published_at,
+           started_at, now()
+    FROM ended
+    RETURNING id, kind, attempts, status, last_error
 ), retried AS (
     UPDATE ledgerq_tasks t
     SET status = 'pending', run_at = now() + make_interval(secs => m.delay),
         last_error = m.error, lease_until = NULL, worker = NULL
     FROM m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
-      AND NOT (m.final OR t.attempts >= t.max_attempts)
-    RETURNING t.id, t.kind, t.attempts, t.last_error
+      AND m.verdict = 'retry' AND t.attempts < t.max_attempts
+    RETURNING t.id, t.kind, t.attempts, t.status, t.last_error
 )
-SELECT id, kind, attempts, last_error, 'dead' AS status FROM buried
+SELECT id, kind, attempts, status, last_error FROM buried
 UNION ALL
-SELECT id, kind, attempts, last_error, 'pending' AS status FROM retried
+SELECT id, kind, attempts, status, last_error FROM retried
 
 -- name: heartbeat
 UPDATE ledgerq_tasks t
@@ -144,17 +140,8 @@ SET checkpoint = CAST(:checkpoint AS jsonb), heartbeat_at = now()
 WHERE id = :id AND epoch = :epoch AND status = 'running'
 RETURNING id
 
--- name: stats_live
-SELECT status, kind, count(*) AS n FROM ledgerq_tasks GROUP BY status, kind ORDER BY status, kind
 
--- name: stats_history
-SELECT status, kind, count(*) AS n FROM ledgerq_history GROUP BY status, kind
-ORDER BY status, kind
 
--- name: show_task
-SELECT *, 'live' AS location FROM ledgerq_tasks WHERE id = :id
-UNION ALL
-SELECT *, 'history' AS location FROM ledgerq_history WHERE id = :id
 
 -- name: try_reconciler_lock
 -- Session-level advisory lock: one reconciler acts at a time.
@@ -192,22 +179,13 @@ ORDER BY id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED
 
--- name: touch_published
--- After a re-publish: status 'published', published_at restarts the stall clock.
-UPDATE ledgerq_tasks t
-SET status = 'published', published_at = now(), publishes = t.publishes + 1
-FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
-RETURNING t.id
 
 -- name: select_expired
 -- Running rows whose lease ran out: their worker stopped heartbeating.
-SELECT id, epoch, kind, attempts, max_attempts, retry, worker
+SELECT id, epoch, kind, attempts, retry, worker
 FROM ledgerq_tasks
 WHERE status = 'running' AND lease_until < now() AND id > :after
 ORDER BY id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED
 
--- name: count_expired
-SELECT count(*) FROM ledgerq_tasks WHERE status = 'running' AND lease_until < now()

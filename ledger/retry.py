@@ -28,7 +28,7 @@ from tenacity import (
 )
 from tenacity.wait import wait_base
 
-from ledger.errors import InvalidRetryPolicyError
+from ledgerq.ledger.errors import InvalidRetryPolicyError
 
 PolicyKind = Literal["fixed", "exponential", "schedule"]
 _KINDS: tuple[PolicyKind, ...] = ("fixed", "exponential", "schedule")

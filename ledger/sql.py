@@ -44,6 +44,8 @@ def load(cls: type[T], package: str, filename: str) -> T:
 
 @dataclass(frozen=True)
 class LedgerQueries:
+    """``queries.sql``: every statement that writes a task, and the services' reads."""
+
     insert_task: TextClause
     insert_tasks: TextClause
     live_id_by_dedupe_key: TextClause
@@ -51,20 +53,33 @@ class LedgerQueries:
     mark_published: TextClause
     claim: TextClause
     whereabouts: TextClause
-    complete: TextClause
-    fail: TextClause
+    finish: TextClause
     heartbeat: TextClause
     save_checkpoint: TextClause
-    stats_live: TextClause
-    stats_history: TextClause
-    show_task: TextClause
     try_reconciler_lock: TextClause
     release_reconciler_lock: TextClause
     select_stalled: TextClause
     select_overdue: TextClause
-    touch_published: TextClause
     select_expired: TextClause
+
+
+@dataclass(frozen=True)
+class InspectionQueries:
+    """``inspection.sql``: read-only questions, and maintenance for bench, demo and tests."""
+
+    stats_live: TextClause
+    stats_history: TextClause
+    show_task: TextClause
     count_expired: TextClause
+    count_finished: TextClause
+    drain_span: TextClause
+    timings: TextClause
+    truncate: TextClause
+    clear_finished: TextClause
+    seed_history: TextClause
+    vacuum_history: TextClause
+    checkpoint: TextClause
 
 
-Q: LedgerQueries = load(LedgerQueries, "ledger", "queries.sql")
+Q: LedgerQueries = load(LedgerQueries, "ledgerq.ledger", "queries.sql")
+IQ: InspectionQueries = load(InspectionQueries, "ledgerq.ledger", "inspection.sql")

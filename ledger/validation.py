@@ -7,7 +7,7 @@ import math
 import re
 from datetime import datetime, timedelta
 
-from ledger.errors import InvalidTaskError, PayloadTooLargeError
+from ledgerq.ledger.errors import InvalidTaskError, PayloadTooLargeError
 
 #: The largest JSON-encoded payload accepted, in bytes. Tasks carry references,
 #: not blobs: a payload past this belongs in a table or an object store.

@@ -1,7 +1,2 @@
-"""ledgerq's relay: publishes due ledger rows to RabbitMQ with publisher confirms."""
-
-from __future__ import annotations
-
-from relay.service import Relay, RelayConfig, RelayCounts
-
-__all__ = ["Relay", "RelayConfig", "RelayCounts"]
+"""ledgerq's relay (due rows to RabbitMQ, with confirms), the reconciler (the
+safety net under the broker), and the broker seam (:mod:`.broker`) both use."""

@@ -15,24 +15,30 @@ One pass, under a PostgreSQL advisory lock so only one reconciler acts at a time
    stall window (the relay is down) are published here instead.
 
 Each step pages through rows by id (keyset pagination) and holds each page's
-rows locked (``FOR UPDATE SKIP LOCKED``) while it publishes them with pika.
+rows locked (``FOR UPDATE SKIP LOCKED``) while it acts on them: expired leases
+are finished in the page's transaction, stalled and overdue rows are published
+(with pika, through :class:`~ledgerq.relay.broker.blocking.ThreadedPublisher`)
+and only the confirmed ones marked.
+
+Shaped like River's maintenance services: :class:`ReconcilerConfig` validates
+its defaults and :meth:`Reconciler.run_once` does one pass and returns counts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ledger.alerts import AlertHook, log_alert, safe_alert
-from ledger.maintenance import MaintenanceLedger, SyncPublishBatch
-from relay.amqp import Outcome
-from relay.blocking import BlockingConfirmedPublisher
+from ledgerq.ledger.alerts import AlertHook, log_alert, safe_alert
+from ledgerq.ledger.protocol import PublishBatch, ReconcilerLedger
+from ledgerq.relay.broker.base import Publisher, PublishOutcome
 
-log = logging.getLogger("relay.reconciler")
+log = logging.getLogger("ledgerq.reconciler")
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ class ReconcilerConfig:
     #: with a deep backlog wants a longer one).
     queue_stall_s: Mapping[str, float] = field(default_factory=dict)
     page_size: int = 500
+    #: How long to wait for each re-publish's confirm.
+    confirm_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         if self.stall_s <= 0:
@@ -81,64 +89,69 @@ class ReconcileCounts:
         )
 
 
-PageSource = Callable[[int], AbstractContextManager[SyncPublishBatch]]
+PageSource = Callable[[int], AbstractAsyncContextManager[PublishBatch]]
 
 
 @dataclass
 class Reconciler:
-    ledger: MaintenanceLedger
-    publisher: BlockingConfirmedPublisher
+    ledger: ReconcilerLedger
+    publisher: Publisher
     config: ReconcilerConfig = field(default_factory=ReconcilerConfig)
     alert: AlertHook = log_alert
 
-    def run_once(self) -> ReconcileCounts:
+    async def run_once(self) -> ReconcileCounts:
         started = time.perf_counter()
-        with self.ledger.exclusive() as acquired:
+        async with self.ledger.exclusive() as acquired:
             if not acquired:
                 log.info("another reconciler holds the lock; skipping this pass")
                 return ReconcileCounts(acted=False, elapsed_s=time.perf_counter() - started)
             counts = ReconcileCounts()
-            self._expire(counts)
+            await self._expire(counts)
             cfg = self.config
-            counts.republished = self._republish(
+            counts.republished = await self._republish(
                 counts,
-                lambda after: self.ledger.stalled(
+                lambda after: self.ledger.stalled_batch(
                     after, cfg.page_size, cfg.stall_s, cfg.queue_stall_s
                 ),
             )
-            counts.overdue_published = self._republish(
-                counts, lambda after: self.ledger.overdue(after, cfg.page_size, cfg.stall_s)
+            counts.overdue_published = await self._republish(
+                counts, lambda after: self.ledger.overdue_batch(after, cfg.page_size, cfg.stall_s)
             )
         counts.elapsed_s = time.perf_counter() - started
         return counts
 
-    def _expire(self, counts: ReconcileCounts) -> None:
+    async def _expire(self, counts: ReconcileCounts) -> None:
         after = 0
         while True:
-            outcomes, last = self.ledger.expire_leases(after, self.config.page_size)
-            if last is None:
-                return
-            counts.pages += 1
-            for outcome in outcomes:
+            async with self.ledger.expired_batch(after, self.config.page_size) as batch:
+                if not batch.rows:
+                    return
+                counts.pages += 1
+                finished = await batch.finish([lease.outcome() for lease in batch.rows])
+                after = batch.rows[-1].id
+            for row in finished:
                 counts.expired += 1
-                if outcome.status == "dead":
+                if row.status == "dead":
                     counts.dead += 1
-                    safe_alert(self.alert, outcome)
-            after = last
+                    await asyncio.to_thread(safe_alert, self.alert, row)
 
-    def _republish(self, counts: ReconcileCounts, pages: PageSource) -> int:
+    async def _republish(self, counts: ReconcileCounts, pages: PageSource) -> int:
         after, published = 0, 0
         while True:
-            with pages(after) as batch:
+            async with pages(after) as batch:
                 if not batch.rows:
                     return published
                 counts.pages += 1
-                outcomes = self.publisher.publish_many(batch.rows)
+                outcomes = await self.publisher.publish_many(
+                    batch.rows, self.config.confirm_timeout
+                )
                 confirmed = [
-                    r for r, o in zip(batch.rows, outcomes, strict=True) if o is Outcome.CONFIRMED
+                    r
+                    for r, o in zip(batch.rows, outcomes, strict=True)
+                    if o is PublishOutcome.CONFIRMED
                 ]
                 counts.unconfirmed += len(batch.rows) - len(confirmed)
-                published += len(batch.mark_published(confirmed))
+                published += len(await batch.mark_published(confirmed))
                 after = batch.rows[-1].id
                 if len(batch.rows) < self.config.page_size:
                     return published

@@ -21,13 +21,19 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from ledger.faults import crash_point
-from ledger.notify import Wakeup
-from ledger.store import AsyncLedger
-from relay.amqp import ConfirmedPublisher, Outcome
+from ledgerq.ledger.protocol import RelayLedger
+from ledgerq.relay.broker.base import Publisher, PublishOutcome
+from ledgerq.relay.probes import Probe, no_probe
 
-log = logging.getLogger("relay")
+log = logging.getLogger("ledgerq.relay")
+
+
+class Wakeup(Protocol):
+    async def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a sign that tasks were enqueued."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -65,9 +71,10 @@ class RelayCounts:
 
 @dataclass
 class Relay:
-    ledger: AsyncLedger
-    publisher: ConfirmedPublisher
+    ledger: RelayLedger
+    publisher: Publisher
     config: RelayConfig = field(default_factory=RelayConfig)
+    probe: Probe = no_probe
     totals: RelayCounts = field(default_factory=RelayCounts)
 
     async def run_once(self) -> RelayCounts:
@@ -79,20 +86,20 @@ class Relay:
                 outcomes = await self.publisher.publish_many(
                     batch.rows, self.config.confirm_timeout
                 )
-                crash_point("relay.after_publish")
+                self.probe("relay.after_publish")
                 confirmed = [
                     row
                     for row, o in zip(batch.rows, outcomes, strict=True)
-                    if o is Outcome.CONFIRMED
+                    if o is PublishOutcome.CONFIRMED
                 ]
                 marked = await batch.mark_published(confirmed)
                 tally = Counter(outcomes)
                 counts = RelayCounts(
                     claimed=len(batch.rows),
                     published=len(marked),
-                    returned=tally[Outcome.RETURNED],
-                    nacked=tally[Outcome.NACKED],
-                    failed=tally[Outcome.FAILED],
+                    returned=tally[PublishOutcome.RETURNED],
+                    nacked=tally[PublishOutcome.NACKED],
+                    failed=tally[PublishOutcome.FAILED],
                 )
         counts.elapsed_s = time.perf_counter() - started
         self.totals.add(counts)

@@ -19,10 +19,10 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from ledger.config import DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL, Settings
-from ledger.db import libpq_url
-from ledger.migrate import upgrade
-from ledger.topology import Topology
+from ledgerq.ledger.config import DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL, Settings
+from ledgerq.ledger.db import libpq_url
+from ledgerq.ledger.migrate import upgrade
+from ledgerq.ledger.topology import Topology
 
 # The suite's own database: LEDGERQ_TEST_DATABASE_URL, else the configured server
 # with the database name "ledgerq_test" (never the configured database itself).

@@ -20,16 +20,16 @@ from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
-from consumers.registry import Registry
-from consumers.worker import Worker, WorkerConfig
-from ledger import TaskSpec, enqueue_many
-from ledger.alerts import AlertHook, log_alert
-from ledger.config import Settings
-from ledger.db import async_engine, libpq_url, sync_engine
-from ledger.store import AsyncLedger
-from ledger.topology import Topology
-from relay.amqp import ConfirmedPublisher, connect
-from relay.service import Relay, RelayConfig
+from ledgerq.consumers.registry import Registry
+from ledgerq.consumers.worker import Worker, WorkerConfig
+from ledgerq.ledger import TaskSpec, enqueue_many
+from ledgerq.ledger.alerts import AlertHook, log_alert
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.db import async_engine, libpq_url, sync_engine
+from ledgerq.ledger.store import AsyncLedger
+from ledgerq.ledger.topology import Topology
+from ledgerq.relay.amqp import ConfirmedPublisher, connect
+from ledgerq.relay.service import Relay, RelayConfig
 
 TERMINAL = ("succeeded", "dead", "cancelled")
 

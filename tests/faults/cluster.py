@@ -26,12 +26,12 @@ from typing import Any
 import pika
 from sqlalchemy import Engine
 
-from ledger.config import Settings
-from ledger.db import sync_engine
-from ledger.maintenance import MaintenanceLedger
-from ledger.topology import Topology
-from relay.blocking import BlockingConfirmedPublisher
-from relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.db import sync_engine
+from ledgerq.ledger.maintenance import MaintenanceLedger
+from ledgerq.ledger.topology import Topology
+from ledgerq.relay.blocking import BlockingConfirmedPublisher
+from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
 from tests.apps.fault_app import EFFECTS_DDL
 from tests.harness import db
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ledger.config import Settings
+from ledgerq.ledger.config import Settings
 from tests.faults.cluster import Cluster
 
 MakeCluster = Callable[..., Cluster]

@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import time
 
-from ledger.config import Settings
+from ledgerq.ledger.config import Settings
 from tests.harness import db
 
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import pytest
 from sqlalchemy.orm import Session
 
-from ledger import TaskSpec, enqueue
-from ledger.config import Settings
-from ledger.db import sync_engine
+from ledgerq.ledger import TaskSpec, enqueue
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.db import sync_engine
 from tests.faults.cluster import check, terminal_count
 from tests.faults.conftest import MakeCluster
 from tests.faults.outages import kill_backends, restart_broker

@@ -8,10 +8,10 @@ import signal
 import pytest
 from sqlalchemy.orm import Session
 
-from consumers import Registry
-from ledger import TaskSpec, enqueue
-from ledger.config import Settings
-from ledger.db import sync_engine
+from ledgerq.consumers import Registry
+from ledgerq.ledger import TaskSpec, enqueue
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.db import sync_engine
 from tests.faults.conftest import MakeCluster
 from tests.harness import Pipeline, enqueue_committed, row, statuses
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger import TaskSpec
-from ledger.config import Settings
+from ledgerq.ledger import TaskSpec
+from ledgerq.ledger.config import Settings
 from tests.faults.conftest import MakeCluster
 from tests.faults.outages import rabbitmqctl
 from tests.harness import enqueue_committed, row

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ledger import TaskSpec
-from ledger.config import Settings
+from ledgerq.ledger import TaskSpec
+from ledgerq.ledger.config import Settings
 from tests.faults.cluster import terminal_count
 from tests.faults.conftest import MakeCluster
 from tests.faults.outages import kill_backends, restart_broker

@@ -9,8 +9,8 @@ import sys
 
 import pika
 
-from consumers.bench.command import KEYS
-from ledger.config import Settings
+from ledgerq.consumers.bench.command import KEYS
+from ledgerq.ledger.config import Settings
 from tests.integration.test_cli import ledgerq_env
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from consumers import Registry
-from ledger import TaskSpec
-from ledger.config import Settings
+from ledgerq.consumers import Registry
+from ledgerq.ledger import TaskSpec
+from ledgerq.ledger.config import Settings
 from tests.harness import Pipeline, db, enqueue_committed, statuses
 from tests.integration.test_pipeline import EFFECTS_DDL, effects
 

@@ -9,9 +9,9 @@ from alembic import command
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from ledger.config import Settings
-from ledger.db import libpq_url
-from ledger.migrate import alembic_config, current_revision, upgrade
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.db import libpq_url
+from ledgerq.ledger.migrate import alembic_config, current_revision, upgrade
 
 
 def test_upgrade_downgrade_upgrade(base_settings: Settings) -> None:

@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from consumers import AsyncTaskContext, Registry, RegistryError, TaskContext
-from consumers.worker import WorkerConfig
-from ledger import TaskSpec, enqueue
-from ledger.config import Settings
-from ledger.db import sync_engine
-from ledger.store import DueTask, FailOutcome
-from relay.amqp import Outcome
+from ledgerq.consumers import AsyncTaskContext, Registry, RegistryError, TaskContext
+from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.ledger import TaskSpec, enqueue
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.db import sync_engine
+from ledgerq.ledger.store import DueTask, FailOutcome
+from ledgerq.relay.amqp import Outcome
 from tests.harness import Pipeline, db, enqueue_committed, row, statuses
 
 EFFECTS_DDL = """CREATE TABLE IF NOT EXISTS test_effects (

@@ -11,16 +11,16 @@ import pika
 import pytest
 from sqlalchemy import Engine
 
-from consumers import Registry
-from ledger import TaskSpec
-from ledger.alerts import AlertHook, log_alert
-from ledger.config import Settings
-from ledger.db import async_engine, sync_engine
-from ledger.maintenance import MaintenanceLedger
-from ledger.store import AsyncLedger, FailOutcome
-from ledger.topology import Topology
-from relay.blocking import BlockingConfirmedPublisher
-from relay.reconciler import Reconciler, ReconcilerConfig
+from ledgerq.consumers import Registry
+from ledgerq.ledger import TaskSpec
+from ledgerq.ledger.alerts import AlertHook, log_alert
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.db import async_engine, sync_engine
+from ledgerq.ledger.maintenance import MaintenanceLedger
+from ledgerq.ledger.store import AsyncLedger, FailOutcome
+from ledgerq.ledger.topology import Topology
+from ledgerq.relay.blocking import BlockingConfirmedPublisher
+from ledgerq.relay.reconciler import Reconciler, ReconcilerConfig
 from tests.harness import Pipeline, enqueue_committed, row, statuses
 from tests.integration.test_cli import ledgerq
 

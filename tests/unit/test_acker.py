@@ -9,7 +9,7 @@ import asyncio
 import random
 from typing import Any
 
-from consumers.acker import Acker
+from ledgerq.consumers.acker import Acker
 
 
 class Channel:

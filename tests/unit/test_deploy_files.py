@@ -10,8 +10,8 @@ import click
 import pytest
 import yaml
 
-import consumers.cli  # noqa: F401  (registers every command on the group)
-from ledger.cli import cli
+import ledgerq.consumers.cli  # noqa: F401  (registers every command on the group)
+from ledgerq.ledger.cli import cli
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 FILES = sorted([DEPLOY / "compose.yaml", *(DEPLOY / "k8s").glob("*.yaml")])

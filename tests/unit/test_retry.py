@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.errors import InvalidRetryPolicyError
-from ledger.retry import DEFAULT_POLICY, RetryPolicy
+from ledgerq.ledger.errors import InvalidRetryPolicyError
+from ledgerq.ledger.retry import DEFAULT_POLICY, RetryPolicy
 
 
 def test_fixed_waits_the_same_every_time() -> None:

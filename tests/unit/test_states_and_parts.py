@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.registry import Registry, RegistryError
-from consumers.worker import parse_fence
-from ledger.sql import Q, parse
-from ledger.states import LIVE, TERMINAL, TRANSITIONS, Status, can_transition
+from ledgerq.consumers.registry import Registry, RegistryError
+from ledgerq.consumers.worker import parse_fence
+from ledgerq.ledger.sql import Q, parse
+from ledgerq.ledger.states import LIVE, TERMINAL, TRANSITIONS, Status, can_transition
 
 
 def test_terminal_states_have_no_way_out() -> None:

@@ -1,0 +1,137 @@
+"""Claiming: arrivals in, as many as there are free handler slots, one
+compare-and-set statement per batch.
+
+A delivery waits here, unclaimed, until a slot is free, so no attempt is counted
+for a task that has not started. The claim bumps the epoch, so the delivery that
+won carried ``epoch - 1``: matching by (id, epoch) keeps a stale duplicate in
+the same batch from taking the winner's place. Winners go to the dispatcher;
+losers (a row already finished, cancelled, or claimed by another worker) are
+acked at once, because the row moved on without them. If the claim itself fails
+(the database is away), the batch is requeued to the broker and the claimer
+backs off for a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+
+from ledgerq.consumers.acker import Acker
+from ledgerq.consumers.handoff import Arrival, Claimed
+from ledgerq.ledger.protocol import WorkerLedger
+
+log = logging.getLogger("ledgerq.worker")
+
+
+class Slots:
+    """Free handler slots; taking them is the claimer's, giving back the dispatcher's."""
+
+    def __init__(self, capacity: int) -> None:
+        self.free = capacity
+        self.changed = asyncio.Event()
+
+    def take(self, n: int) -> None:
+        self.free -= n
+
+    def give(self, n: int = 1) -> None:
+        self.free += n
+        self.changed.set()
+
+
+class Claimer:
+    def __init__(
+        self,
+        ledger: WorkerLedger,
+        acker: Acker,
+        slots: Slots,
+        start: Callable[[list[Claimed]], None],
+        *,
+        worker_id: str,
+        lease_s: float,
+        max_batch: int,
+    ) -> None:
+        self.ledger = ledger
+        self.acker = acker
+        self.slots = slots
+        self.start = start
+        self.worker_id = worker_id
+        self.lease_s = lease_s
+        self.max_batch = max_batch
+        self.inbox: deque[Arrival] = deque()
+        self.claimed = 0
+        self.skipped = 0
+        self._stopping = False
+        self._loop: asyncio.Task[None] | None = None
+
+    def offer(self, arrival: Arrival) -> None:
+        self.inbox.append(arrival)
+        self.slots.changed.set()
+
+    async def claim_once(self) -> int:
+        """Claim one batch from the inbox (at most the free slots); return its size."""
+        take = min(self.slots.free, self.max_batch, len(self.inbox))
+        if take <= 0:
+            return 0
+        batch = [self.inbox.popleft() for _ in range(take)]
+        self.slots.take(take)
+        try:
+            won = await self.ledger.claim([a.fence for a in batch], self.worker_id, self.lease_s)
+        except Exception:
+            log.exception("claim failed; returning %d deliveries to the broker", len(batch))
+            self.slots.give(len(batch))
+            await self.acker.reject([a.delivery for a in batch], requeue=True)
+            await asyncio.sleep(1.0)
+            return take
+        by_fence = {(t.id, t.epoch - 1): t for t in won}
+        winners: list[Claimed] = []
+        losers: list[Arrival] = []
+        for arrival in batch:
+            task = by_fence.pop(arrival.fence, None)
+            if task is None:
+                losers.append(arrival)
+            else:
+                winners.append(Claimed(task, arrival.delivery))
+        self.claimed += len(winners)
+        if winners:
+            self.start(winners)
+        if losers:
+            self.slots.give(len(losers))
+            await self._skip(losers)
+        return take
+
+    async def _skip(self, losers: list[Arrival]) -> None:
+        try:
+            where = await self.ledger.whereabouts(a.fence[0] for a in losers)
+        except Exception:
+            where = {}
+        for (task_id, epoch), _ in ((a.fence, a) for a in losers):
+            status = where.get(task_id)
+            if status is None:
+                log.warning("delivery names task %s, which is not in the ledger; acked", task_id)
+            else:
+                log.debug("task %s (epoch %s) is %s; stale delivery acked", task_id, epoch, status)
+        self.skipped += len(losers)
+        await self.acker.finished([a.delivery for a in losers])
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            await self.slots.changed.wait()
+            self.slots.changed.clear()
+            while self.inbox and self.slots.free > 0 and not self._stopping:
+                try:
+                    await self.claim_once()
+                except Exception:  # a bug of ours must not stop the claimer
+                    log.exception("claim batch failed unexpectedly")
+
+    def start_loop(self) -> None:
+        self._loop = asyncio.create_task(self._run(), name="ledgerq-claimer")
+
+    async def stop(self) -> None:
+        """Finish the claim in flight, then claim no more; what waits in the inbox
+        stays unacked (the broker requeues it when the channel closes)."""
+        self._stopping = True
+        self.slots.changed.set()
+        if self._loop is not None:
+            await asyncio.gather(self._loop, return_exceptions=True)

@@ -1,0 +1,119 @@
+"""Running handlers: one asyncio task per claimed task (group-commit kinds of one
+claim together), each ending in exactly one :class:`~.handoff.Ended` for the
+finisher.
+
+A handler slot is given back when the handler has really stopped (see
+:class:`~.execute.TaskRunner`). On shutdown, handlers get the grace period; one
+still running after it is cancelled and recorded as a failed attempt (retried),
+because its work did not commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ledgerq.consumers.claimer import Slots
+from ledgerq.consumers.execute import TaskRunner, clean_error
+from ledgerq.consumers.group import GroupCommitter
+from ledgerq.consumers.handoff import Claimed, Committed, Ended, Result
+from ledgerq.consumers.leases import Leases
+from ledgerq.consumers.registry import Registry
+from ledgerq.ledger.model import Outcome
+
+log = logging.getLogger("ledgerq.worker")
+
+SHUTDOWN = "worker shut down before the handler finished (grace period over)"
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        registry: Registry,
+        runner: TaskRunner,
+        group: GroupCommitter,
+        slots: Slots,
+        leases: Leases,
+        finish: Callable[[Ended], None],
+    ) -> None:
+        self.registry = registry
+        self.runner = runner
+        self.group = group
+        self.slots = slots
+        self.leases = leases
+        self.finish = finish
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    def start(self, claimed: list[Claimed]) -> None:
+        grouped: list[Claimed] = []
+        for item in claimed:
+            self.leases.track(item.task)
+            handler = self.registry.get(item.task.kind)
+            if handler is not None and handler.group_commit:
+                grouped.append(item)
+            else:
+                self._spawn(self._one(item))
+        if grouped:
+            self._spawn(self._group(grouped))
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        handler_task = asyncio.create_task(coro)
+        self._handlers.add(handler_task)
+        handler_task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._handlers.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("handler task ended with %r", task.exception())
+
+    async def _one(self, item: Claimed) -> None:
+        result: Result
+        try:
+            result = await self.runner.run(item.task, self.slots.give)
+        except asyncio.CancelledError:
+            result = Outcome.failed(item.task.fence, SHUTDOWN)
+        except Exception as exc:  # a bug of ours: record it, never lose the task
+            log.exception("running task %s failed unexpectedly", item.task.id)
+            result = Outcome.failed(
+                item.task.fence, clean_error(f"worker error: {exc!r}"), final=True
+            )
+        self.finish(Ended(item.task, result, item.delivery))
+
+    async def _group(self, items: list[Claimed]) -> None:
+        """Group-commit kinds: one transaction for the batch, else each on its own."""
+        handlers = [self.registry.get(i.task.kind) for i in items]
+        try:
+            committed = await self.group.run(
+                [(i.task, h) for i, h in zip(items, handlers, strict=True) if h is not None]
+            )
+        except asyncio.CancelledError:  # shutdown's grace ran out: nothing was committed
+            for item in items:
+                self.slots.give()
+                self.finish(
+                    Ended(item.task, Outcome.failed(item.task.fence, SHUTDOWN), item.delivery)
+                )
+            return
+        except Exception:
+            log.exception("group commit failed unexpectedly; running each task on its own")
+            committed = False
+        if not committed:
+            await asyncio.gather(*(self._one(item) for item in items))
+            return
+        for item in items:
+            self.slots.give()
+            self.finish(Ended(item.task, Committed(True), item.delivery))
+
+    async def drain(self, grace_s: float) -> None:
+        """Wait up to ``grace_s`` for running handlers; cancel the rest."""
+        if not self._handlers:
+            return
+        log.info("draining %d in-flight tasks (grace %.0fs)", len(self._handlers), grace_s)
+        _, late = await asyncio.wait(set(self._handlers), timeout=grace_s)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)

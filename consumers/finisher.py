@@ -1,0 +1,155 @@
+"""Finishing and acking: outcomes in, one fenced ``finish`` statement per batch,
+then the acks, and only then.
+
+Every claimed task reaches the finisher exactly once, as an
+:class:`~.handoff.Ended`. Those whose handler committed in its own transaction
+need no write; the rest are written together, in one round trip. A transient
+storage error (the database away for a moment) is retried every second; any
+other error, or a transient one that lasts past the shutdown grace, gives the
+batch back: its leases are no longer renewed (they lapse, and the reconciler
+retries the tasks) and its deliveries are requeued.
+
+Tasks that end ``dead`` raise an alert in a thread, in the background: a slow
+webhook holds up neither the loop (heartbeats) nor later outcomes (acks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from ledgerq.consumers.acker import Acker
+from ledgerq.consumers.handoff import Committed, Ended
+from ledgerq.consumers.leases import Leases
+from ledgerq.ledger.alerts import AlertHook, log_alert, safe_alert
+from ledgerq.ledger.errors import TransientStorageError
+from ledgerq.ledger.model import Finished, Outcome
+from ledgerq.ledger.protocol import FinishingLedger
+from ledgerq.relay.probes import Probe, no_probe
+
+log = logging.getLogger("ledgerq.worker")
+
+
+class Finisher:
+    def __init__(
+        self,
+        ledger: FinishingLedger,
+        acker: Acker,
+        leases: Leases,
+        *,
+        max_batch: int,
+        grace_s: float,
+        alert: AlertHook = log_alert,
+        probe: Probe = no_probe,
+    ) -> None:
+        self.ledger = ledger
+        self.acker = acker
+        self.leases = leases
+        self.max_batch = max_batch
+        self.grace_s = grace_s
+        self.alert = alert
+        self.probe = probe
+        self.succeeded = self.retried = self.dead = 0
+        self._outbox: list[Ended] = []
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._stop_started: float | None = None
+        self._alerts: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.Task[None] | None = None
+
+    def put(self, ended: Ended) -> None:
+        self._outbox.append(ended)
+        self._wake.set()
+
+    async def finish_batch(self, batch: list[Ended]) -> None:
+        """Write what needs writing, then ack every delivery of the batch."""
+        outcomes = [e.result for e in batch if isinstance(e.result, Outcome)]
+        while True:
+            try:
+                finished = await self.ledger.finish(outcomes)
+                break
+            except TransientStorageError as exc:
+                if self._past_grace():
+                    log.error("writing %d outcomes failed past the grace (%s)", len(batch), exc)
+                    await self._give_back(batch)
+                    return
+                log.warning("writing %d outcomes failed (%s); retrying", len(batch), exc)
+                await asyncio.sleep(1.0)
+            except Exception:
+                log.exception(
+                    "writing %d outcomes failed and will not succeed now; returning them to "
+                    "the broker: their leases lapse and the reconciler retries them",
+                    len(batch),
+                )
+                await self._give_back(batch)
+                return
+        self.probe("worker.after_commit")
+        self._count(batch, finished)
+        for ended in batch:
+            self.leases.forget(ended.task.fence)
+        await self.acker.finished([e.delivery for e in batch])
+
+    def _count(self, batch: list[Ended], finished: list[Finished]) -> None:
+        for ended in batch:
+            if isinstance(ended.result, Committed):
+                if ended.result.won:
+                    self.succeeded += 1
+                else:
+                    log.warning(
+                        "task %s: fence lost before commit; the handler's writes were rolled back",
+                        ended.task.id,
+                    )
+        for row in finished:
+            if row.status == "succeeded":
+                self.succeeded += 1
+            elif row.status == "dead":
+                self.dead += 1
+                self._alert_later(row)
+            else:
+                self.retried += 1
+
+    def _past_grace(self) -> bool:
+        started = self._stop_started
+        return started is not None and time.monotonic() - started > self.grace_s
+
+    async def _give_back(self, batch: list[Ended]) -> None:
+        for ended in batch:
+            self.leases.forget(ended.task.fence)
+        await self.acker.reject([e.delivery for e in batch], requeue=True)
+
+    def _alert_later(self, row: Finished) -> None:
+        alert = asyncio.create_task(asyncio.to_thread(safe_alert, self.alert, row))
+        self._alerts.add(alert)
+        alert.add_done_callback(self._alerts.discard)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._outbox:
+                batch = self._outbox[: self.max_batch]
+                del self._outbox[: len(batch)]
+                try:
+                    await self.finish_batch(batch)
+                except Exception:  # a bug of ours must not stop the finisher
+                    log.exception("finishing %d outcomes failed unexpectedly", len(batch))
+                    await self._give_back(batch)
+            if self._closing and not self._outbox:
+                return
+
+    def start(self) -> None:
+        self._loop = asyncio.create_task(self._run(), name="ledgerq-finisher")
+
+    def stopping(self) -> None:
+        """Shutdown began: the grace for retrying writes runs from now."""
+        self._stop_started = time.monotonic()
+
+    async def close(self) -> None:
+        """No more outcomes will come: write and ack what is left, then stop."""
+        self._closing = True
+        self._wake.set()
+        if self._loop is not None:
+            await self._loop
+        if self._alerts:
+            await asyncio.wait(set(self._alerts), timeout=10)

@@ -1,0 +1,78 @@
+"""The tasks a worker is running, and the heartbeat that keeps their leases.
+
+Each claimed task is tracked from its claim until its outcome is committed (or
+given back). Every ``heartbeat_s`` one fenced statement extends the leases of
+all of them. A task whose fence no longer holds was rescued by the reconciler
+(its lease expired, perhaps while this process was stalled): its context is
+flagged ``lost``, so a long handler can stop early, and its writes will not
+commit whatever it does, because the commit is fenced too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ledgerq.consumers.context import HandlerContext
+from ledgerq.ledger.model import ClaimedTask, Fence
+from ledgerq.ledger.protocol import WorkerLedger
+
+log = logging.getLogger("ledgerq.worker")
+
+
+class Leases:
+    def __init__(self, ledger: WorkerLedger, lease_s: float, heartbeat_s: float) -> None:
+        self.ledger = ledger
+        self.lease_s = lease_s
+        self.heartbeat_s = heartbeat_s
+        self._running: dict[Fence, HandlerContext | None] = {}
+        self._loop: asyncio.Task[None] | None = None
+
+    def track(self, task: ClaimedTask) -> None:
+        self._running[task.fence] = None
+
+    def attach(self, task: ClaimedTask, ctx: HandlerContext) -> None:
+        """The handler's context, so a lost lease can be flagged on it."""
+        if task.fence in self._running:
+            self._running[task.fence] = ctx
+
+    def forget(self, fence: Fence) -> None:
+        self._running.pop(fence, None)
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    async def beat_once(self) -> int:
+        """Extend every lease held; return how many tasks were found lost."""
+        if not self._running:
+            return 0
+        snapshot = dict(self._running)
+        held = await self.ledger.heartbeat(snapshot, self.lease_s)
+        lost = 0
+        for fence, ctx in snapshot.items():
+            if fence[0] not in held and fence in self._running:
+                lost += 1
+                log.warning(
+                    "task %s lost its lease (rescued by the reconciler); "
+                    "its writes will not commit",
+                    fence[0],
+                )
+                if ctx is not None:
+                    ctx.lost = True
+        return lost
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            try:
+                await self.beat_once()
+            except Exception:
+                log.exception("heartbeat failed; leases may lapse")
+
+    def start(self) -> None:
+        self._loop = asyncio.create_task(self._run(), name="ledgerq-heartbeat")
+
+    async def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+            await asyncio.gather(self._loop, return_exceptions=True)

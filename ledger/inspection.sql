@@ -1,0 +1,61 @@
+-- Read-only questions about the ledger, and the maintenance the benchmark, the
+-- demo and the tests need. Loaded by ledger/sql.py like queries.sql; no
+-- statement here changes a live task's status.
+
+-- name: stats_live
+SELECT status, kind, count(*) AS n FROM ledgerq_tasks GROUP BY status, kind ORDER BY status, kind
+
+-- name: stats_history
+SELECT status, kind, count(*) AS n FROM ledgerq_history GROUP BY status, kind
+ORDER BY status, kind
+
+-- name: show_task
+SELECT *, 'live' AS location FROM ledgerq_tasks WHERE id = :id
+UNION ALL
+SELECT *, 'history' AS location FROM ledgerq_history WHERE id = :id
+
+-- name: count_expired
+SELECT count(*) FROM ledgerq_tasks WHERE status = 'running' AND lease_until < now()
+
+-- name: count_finished
+-- (ids <= 0 are synthetic history rows, see seed_history)
+SELECT count(*) FROM ledgerq_history WHERE id > 0
+
+-- name: drain_span
+-- Tasks finished and the seconds from the first publication to the last finish.
+SELECT count(*) AS n, EXTRACT(EPOCH FROM max(finished_at) - min(published_at))::float8 AS span
+FROM ledgerq_history WHERE id > 0
+
+-- name: timings
+SELECT id, EXTRACT(EPOCH FROM created_at)::float8 AS created,
+       EXTRACT(EPOCH FROM published_at)::float8 AS published,
+       EXTRACT(EPOCH FROM started_at)::float8 AS started,
+       EXTRACT(EPOCH FROM finished_at)::float8 AS finished
+FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
+
+-- name: truncate
+TRUNCATE ledgerq_tasks, ledgerq_history
+
+-- name: clear_finished
+-- Finished rows go; synthetic ones (ids <= 0) stay.
+DELETE FROM ledgerq_history WHERE id > 0
+
+-- name: seed_history
+-- Synthetic finished rows, for measuring with a large history (negative ids never
+-- meet real ones).
+INSERT INTO ledgerq_history (id, kind, queue, payload, priority, shard, run_at, status,
+                             attempts, max_attempts, epoch, publishes, created_at, published_at,
+                             started_at, finished_at)
+SELECT -g, 'bench.old', 'default', '{}'::jsonb, 0, 0, now(), 'succeeded', 1, 5, 1, 1,
+       now(), now(), now(), now()
+FROM generate_series(1, :n) AS g
+
+-- name: vacuum_history
+-- Run in autocommit: a filled (or just cleared) history starts each drain in the
+-- state a long-lived, vacuumed history table is in.
+VACUUM (ANALYZE) ledgerq_history
+
+-- name: checkpoint
+-- After a burst of WAL, so the checkpoint it triggers does not land in the
+-- middle of a measurement (needs a superuser; skipped otherwise).
+CHECKPOINT

@@ -1,0 +1,125 @@
+"""The values that cross the storage seam, in both directions.
+
+Each is a frozen, slotted dataclass: the relay, the worker and the reconciler
+hand them to :class:`~ledgerq.ledger.protocol.Ledger` and get them back, and
+never see a row object of the database driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ledgerq.ledger.retry import RetryPolicy
+
+#: An (id, epoch) pair: the fence every write after a claim carries.
+Fence = tuple[int, int]
+
+#: What the finish statement does with a running row: ``succeeded`` and ``dead``
+#: end it (moving it to history); ``retry`` sends it back to ``pending`` after
+#: ``delay`` seconds, or ends it ``dead`` when its attempts are spent.
+Verdict = Literal["succeeded", "retry", "dead"]
+
+
+@dataclass(frozen=True, slots=True)
+class DueTask:
+    """A row the relay or reconciler holds locked while it publishes it."""
+
+    id: int
+    kind: str
+    queue: str
+    priority: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedTask:
+    """A row a consumer won: status ``running`` under ``epoch``."""
+
+    id: int
+    epoch: int
+    kind: str
+    queue: str
+    payload: Any
+    attempts: int
+    max_attempts: int
+    retry: dict[str, Any] | None
+    timeout_s: float | None
+    checkpoint: Any
+    business_key: str | None
+    parent_id: int | None
+
+    @property
+    def fence(self) -> Fence:
+        return (self.id, self.epoch)
+
+    def retry_delay(self) -> float:
+        return RetryPolicy.from_json(self.retry).delay_for(self.attempts)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one attempt ended, as the finish statement takes it (one per row)."""
+
+    id: int
+    epoch: int
+    verdict: Verdict
+    error: str | None = None
+    delay: float = 0.0
+
+    @property
+    def fence(self) -> Fence:
+        return (self.id, self.epoch)
+
+    @classmethod
+    def succeeded(cls, fence: Fence) -> Outcome:
+        return cls(fence[0], fence[1], "succeeded")
+
+    @classmethod
+    def failed(
+        cls, fence: Fence, error: str, *, delay: float = 0.0, final: bool = False
+    ) -> Outcome:
+        """A failed attempt: retried after ``delay`` seconds, or ``dead`` if ``final``."""
+        return cls(fence[0], fence[1], "dead" if final else "retry", error, delay)
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A row the finish statement moved: ``status`` is where it went (``succeeded``,
+    ``dead``, or ``pending`` for a scheduled retry)."""
+
+    id: int
+    kind: str
+    attempts: int
+    status: str
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredLease:
+    """A running row whose worker stopped heartbeating."""
+
+    id: int
+    epoch: int
+    kind: str
+    attempts: int
+    retry: dict[str, Any] | None
+    worker: str | None
+
+    def outcome(self) -> Outcome:
+        error = (
+            f"lease expired: worker {self.worker} stopped heartbeating (attempt {self.attempts})"
+        )
+        delay = RetryPolicy.from_json(self.retry).delay_for(self.attempts)
+        return Outcome.failed((self.id, self.epoch), error, delay=delay)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTiming:
+    """When a finished task passed each hop, in seconds since the epoch."""
+
+    id: int
+    created: float
+    published: float | None
+    started: float | None
+    finished: float | None

@@ -1,0 +1,63 @@
+"""What every PostgreSQL operation shares: the engine, autocommit for single
+statements, and the translation of driver errors into the seam's two types.
+
+Single-statement operations run in autocommit: one round trip, no
+BEGIN/COMMIT, and the statement is still atomic. Driver errors are classified
+here, once (procrastinate's ``wrap_exceptions``): a failed connection, a
+server shutting down, a terminated backend, a pool that had no connection to
+give, a deadlock or a statement timeout are transient; anything else (bad data,
+a missing table) is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Row, TextClause
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ledgerq.ledger.errors import StorageError, TransientStorageError
+
+
+def first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    """Re-raise driver errors as :class:`StorageError` or :class:`TransientStorageError`."""
+    try:
+        yield
+    except sa_exc.DBAPIError as exc:
+        reason = first_line(exc.orig if exc.orig is not None else exc)
+        if exc.connection_invalidated or isinstance(
+            exc, sa_exc.OperationalError | sa_exc.InterfaceError
+        ):
+            raise TransientStorageError(reason) from exc
+        raise StorageError(reason) from exc
+    except (sa_exc.TimeoutError, OSError) as exc:
+        raise TransientStorageError(first_line(exc)) from exc
+
+
+class PgBase:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def _rows(self, statement: TextClause, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
+        """Run one statement in autocommit and return its rows."""
+        with translated():
+            async with self._autocommit.connect() as conn:
+                result = await conn.execute(statement, params)
+                return result.all() if result.returns_rows else []
+
+    async def _scalar(self, statement: TextClause, params: Mapping[str, Any] | None = None) -> Any:
+        rows = await self._rows(statement, params or {})
+        return rows[0][0] if rows else None
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()

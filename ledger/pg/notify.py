@@ -1,0 +1,69 @@
+"""LISTEN/NOTIFY as a wake-up signal, never as the queue.
+
+Notifications arrive only on commit, are lost with their connection, and do not
+cross transaction-pooling proxies, so whoever waits on a :class:`Wakeup` also
+polls. The listener reconnects with backoff and sets the event after every
+reconnect, because anything may have committed while it was away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psycopg
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
+
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg.engines import libpq_url
+
+log = logging.getLogger("ledgerq.ledger.notify")
+
+CHANNEL = "ledgerq_enqueued"
+
+
+class Wakeup:
+    """An event set whenever a task is enqueued (and after each reconnect)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._url = libpq_url(settings.database_url)
+        self.event = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._listen_forever(), name="ledgerq-listen")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a wake-up; return whether one came."""
+        try:
+            await asyncio.wait_for(self.event.wait(), timeout)
+        except TimeoutError:
+            return False
+        self.event.clear()
+        return True
+
+    async def _listen_forever(self) -> None:
+        async for attempt in AsyncRetrying(
+            wait=wait_exponential(multiplier=0.2, max=10) + wait_random(0, 0.2),
+            retry=retry_if_exception_type((psycopg.Error, OSError)),
+        ):
+            with attempt:
+                await self._listen_once()
+
+    async def _listen_once(self) -> None:
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, connect_timeout=5
+            ) as conn:
+                await conn.execute("LISTEN ledgerq_enqueued")
+                self.event.set()
+                async for _ in conn.notifies():
+                    self.event.set()
+        except (psycopg.Error, OSError) as exc:
+            log.warning("LISTEN connection lost (%s); polling until it is back", exc)
+            raise

@@ -1,0 +1,171 @@
+"""The operations of the relay, the worker and the reconciler, on PostgreSQL.
+
+Each is one named statement from ``queries.sql``. The page-locking operations
+(``publish_batch``, ``stalled_batch``, ``overdue_batch``) hold one transaction
+open for the caller's block, so the rows stay locked while they are published;
+everything else runs in autocommit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+from sqlalchemy import TextClause
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ledgerq.ledger.model import (
+    ClaimedTask,
+    DueTask,
+    ExpiredLease,
+    Fence,
+    Finished,
+    Outcome,
+)
+from ledgerq.ledger.params import fence_params, outcome_params
+from ledgerq.ledger.pg.base import PgBase, translated
+from ledgerq.ledger.sql import Q
+
+
+class PgPublishBatch:
+    def __init__(self, conn: AsyncConnection, rows: list[DueTask]) -> None:
+        self._conn = conn
+        self.rows = rows
+
+    async def mark_published(self, rows: Sequence[DueTask]) -> set[int]:
+        if not rows:
+            return set()
+        with translated():
+            result = await self._conn.execute(
+                Q.mark_published, fence_params((r.id, r.epoch) for r in rows)
+            )
+        return {int(r[0]) for r in result}
+
+
+class PgExpiredBatch:
+    def __init__(self, conn: AsyncConnection, rows: list[ExpiredLease]) -> None:
+        self._conn = conn
+        self.rows = rows
+
+    async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
+        if not outcomes:
+            return []
+        with translated():
+            result = await self._conn.execute(Q.finish, outcome_params(outcomes))
+        return [Finished(r.id, r.kind, r.attempts, r.status, r.last_error) for r in result]
+
+
+class PgServices(PgBase):
+    # -- page locks (relay and reconciler) ------------------------------------------
+    @asynccontextmanager
+    async def _locked(
+        self, statement: TextClause, params: Mapping[str, Any]
+    ) -> AsyncIterator[PgPublishBatch]:
+        with translated():
+            async with self.engine.begin() as conn:
+                rows = [
+                    DueTask(r.id, r.kind, r.queue, r.priority, r.epoch)
+                    for r in await conn.execute(statement, params)
+                ]
+                yield PgPublishBatch(conn, rows)
+
+    def publish_batch(self, limit: int) -> AbstractAsyncContextManager[PgPublishBatch]:
+        return self._locked(Q.select_due, {"limit": limit})
+
+    def stalled_batch(
+        self, after: int, limit: int, default_stall_s: float, stalls: Mapping[str, float]
+    ) -> AbstractAsyncContextManager[PgPublishBatch]:
+        return self._locked(
+            Q.select_stalled,
+            {
+                "after": after,
+                "limit": limit,
+                "default_stall_s": default_stall_s,
+                "min_stall_s": min([default_stall_s, *stalls.values()]),
+                "queues": list(stalls),
+                "stalls": [float(v) for v in stalls.values()],
+            },
+        )
+
+    def overdue_batch(
+        self, after: int, limit: int, stall_s: float
+    ) -> AbstractAsyncContextManager[PgPublishBatch]:
+        return self._locked(
+            Q.select_overdue, {"after": after, "limit": limit, "default_stall_s": stall_s}
+        )
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[bool]:
+        with translated():
+            async with self.engine.connect() as conn:
+                got = bool((await conn.execute(Q.try_reconciler_lock)).scalar())
+                await conn.commit()
+                try:
+                    yield got
+                finally:
+                    if got:
+                        await conn.execute(Q.release_reconciler_lock)
+                        await conn.commit()
+
+    # -- worker ---------------------------------------------------------------------
+    async def claim(
+        self, fences: Iterable[Fence], worker: str, lease_s: float
+    ) -> list[ClaimedTask]:
+        params: dict[str, Any] = fence_params(fences)
+        if not params["ids"]:
+            return []
+        params.update(worker=worker, lease_s=lease_s)
+        return [
+            ClaimedTask(
+                r.id,
+                r.epoch,
+                r.kind,
+                r.queue,
+                r.payload,
+                r.attempts,
+                r.max_attempts,
+                r.retry,
+                r.timeout_s,
+                r.checkpoint,
+                r.business_key,
+                r.parent_id,
+            )
+            for r in await self._rows(Q.claim, params)
+        ]
+
+    async def whereabouts(self, ids: Iterable[int]) -> dict[int, str]:
+        rows = await self._rows(Q.whereabouts, {"ids": sorted(set(ids))})
+        return {int(r.id): str(r.status) for r in rows}
+
+    async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
+        if not outcomes:
+            return []
+        rows = await self._rows(Q.finish, outcome_params(outcomes))
+        return [Finished(r.id, r.kind, r.attempts, r.status, r.last_error) for r in rows]
+
+    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> set[int]:
+        params: dict[str, Any] = fence_params(fences)
+        if not params["ids"]:
+            return set()
+        params["lease_s"] = lease_s
+        return {int(r[0]) for r in await self._rows(Q.heartbeat, params)}
+
+    async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
+        params = {"id": fence[0], "epoch": fence[1], "checkpoint": json.dumps(state)}
+        return bool(await self._rows(Q.save_checkpoint, params))
+
+    # -- reconciler -----------------------------------------------------------------
+    @asynccontextmanager
+    async def expired_batch(self, after: int, limit: int) -> AsyncIterator[PgExpiredBatch]:
+        with translated():
+            async with self.engine.begin() as conn:
+                rows = await conn.execute(Q.select_expired, {"after": after, "limit": limit})
+                yield PgExpiredBatch(
+                    conn,
+                    [
+                        ExpiredLease(r.id, r.epoch, r.kind, r.attempts, r.retry, r.worker)
+                        for r in rows
+                    ],
+                )

@@ -1,0 +1,66 @@
+"""ledgerq: tasks kept in a PostgreSQL ledger, moved through RabbitMQ.
+
+The public API. A producer enqueues in its own transaction::
+
+    from ledgerq import enqueue
+
+    with Session(engine) as session, session.begin():
+        session.add(order)
+        enqueue(session, "send_receipt", {"order_id": order.id})
+
+and an application registers handlers for ``ledgerq worker --app``::
+
+    from ledgerq import task
+
+    @task("send_receipt")
+    def send_receipt(payload, ctx):
+        ctx.session.execute(...)  # commits together with the task's "succeeded"
+
+Importing this module loads no broker client.
+"""
+
+from __future__ import annotations
+
+from ledgerq.consumers.context import AsyncTaskContext, TaskContext
+from ledgerq.consumers.execute import Abort
+from ledgerq.consumers.registry import Registry, RegistryError, default_registry, task
+from ledgerq.ledger.errors import (
+    InvalidRetryPolicyError,
+    InvalidTaskError,
+    LedgerqError,
+    PayloadTooLargeError,
+    ServiceUnavailableError,
+    StorageError,
+    TaskNotFoundError,
+    TransientStorageError,
+)
+from ledgerq.ledger.producer import TaskSpec, aenqueue, aenqueue_many, enqueue, enqueue_many
+from ledgerq.ledger.retry import RetryPolicy
+from ledgerq.ledger.states import Status
+from ledgerq.ledger.validation import MAX_PAYLOAD_BYTES
+
+__all__ = [
+    "MAX_PAYLOAD_BYTES",
+    "Abort",
+    "AsyncTaskContext",
+    "InvalidRetryPolicyError",
+    "InvalidTaskError",
+    "LedgerqError",
+    "PayloadTooLargeError",
+    "Registry",
+    "RegistryError",
+    "RetryPolicy",
+    "ServiceUnavailableError",
+    "Status",
+    "StorageError",
+    "TaskContext",
+    "TaskNotFoundError",
+    "TaskSpec",
+    "TransientStorageError",
+    "aenqueue",
+    "aenqueue_many",
+    "default_registry",
+    "enqueue",
+    "enqueue_many",
+    "task",
+]

@@ -1,0 +1,190 @@
+"""The benchmark's phases, each measured against the real services.
+
+Times come from the database where they can (``published_at``, ``started_at``,
+``finished_at``), so process start-up is not counted and one clock is used.
+Producers enqueue through a synchronous Session, as most applications do; the
+ledger's own questions go through the storage seam, on one event loop
+(``run``) that lives as long as the benchmark.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from ledgerq import TaskSpec, enqueue, enqueue_many
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.protocol import InspectionLedger
+from ledgerq.processes import Services
+
+T = TypeVar("T")
+
+
+class RunCoroutine(Protocol):
+    """Run a coroutine to completion on the benchmark's event loop."""
+
+    def __call__(self, coro: Coroutine[Any, Any, T], /) -> T: ...
+
+
+Progress = Callable[[int, int], None]
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0}
+    if len(values) == 1:
+        return {"p50": values[0], "p95": values[0], "p99": values[0]}
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return {"p50": round(cuts[49], 2), "p95": round(cuts[94], 2), "p99": round(cuts[98], 2)}
+
+
+@dataclass
+class LatencySample:
+    commit_at: float  # seconds since the phase began
+    to_start_ms: float
+    to_finish_ms: float
+
+
+@dataclass
+class Bench:
+    settings: Settings
+    engine: Engine
+    ledger: InspectionLedger
+    run: RunCoroutine
+    log_dir: Path
+    workers: int
+    concurrency: int
+    services: Services = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.services = Services(self.settings, self.log_dir)
+        self._worker_pids: list[int] = []
+        self._relay: subprocess.Popen[bytes] | None = None
+
+    def reset(self) -> None:
+        self.run(self.ledger.truncate())
+
+    def history_count(self) -> int:
+        return self.run(self.ledger.count_finished())
+
+    # -- enqueue ---------------------------------------------------------------
+    def enqueue_single(self, n: int, progress: Progress) -> float:
+        started = time.perf_counter()
+        for i in range(n):
+            with Session(self.engine) as session, session.begin():
+                enqueue(session, "demo.noop", {"i": i})
+            if i % 100 == 0:
+                progress(i, n)
+        return n / (time.perf_counter() - started)
+
+    def enqueue_batch(self, n: int, kind: str, progress: Progress, chunk: int = 1000) -> float:
+        started = time.perf_counter()
+        for first in range(0, n, chunk):
+            specs = [TaskSpec(kind, {"order": i}) for i in range(first, min(first + chunk, n))]
+            with Session(self.engine) as session, session.begin():
+                enqueue_many(session, specs)
+            progress(min(first + chunk, n), n)
+        return n / (time.perf_counter() - started)
+
+    # -- services --------------------------------------------------------------
+    def start_workers(self) -> None:
+        for i in range(self.workers):
+            proc = self.services.start(
+                f"worker-{i}",
+                ["worker", "--app", "ledgerq.demo.app", "--concurrency", str(self.concurrency)],
+            )
+            self._worker_pids.append(proc.pid)
+
+    def start_relay(self) -> None:
+        self._relay = self.services.start("relay", ["relay"])
+
+    def stop_relay(self) -> None:
+        if self._relay is not None:
+            self.services.procs.remove(self._relay)
+            self._relay.terminate()
+            self._relay.wait(30)
+        self._relay = None
+
+    def worker_peak_rss_mb(self) -> float:
+        peaks = []
+        for pid in self._worker_pids:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmHWM:"):
+                    peaks.append(int(line.split()[1]) / 1024)
+        return round(max(peaks), 1) if peaks else 0.0
+
+    def wait_finished(self, n: int, progress: Progress, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while (done := self.history_count()) < n:
+            progress(done, n)
+            if self.services.dead():
+                raise RuntimeError(f"a service exited early; see {self.log_dir}/")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {done}/{n} tasks finished in {timeout:.0f}s")
+            time.sleep(0.25)  # polling is cheap, but it is load on the machine measured
+        progress(n, n)
+
+    # -- drain -----------------------------------------------------------------
+    def drain(self, n: int, kind: str, progress: Progress, *, keep_filler: bool = False) -> float:
+        """From a backlog of ``n`` committed tasks to ``n`` terminal statuses.
+
+        ``keep_filler``: keep the history rows :meth:`fill_history` made (ids <= 0)."""
+        if keep_filler:
+            self.run(self.ledger.clear_finished())
+        else:
+            self.reset()
+        self.enqueue_batch(n, kind, lambda d, t: None)
+        self.start_relay()
+        self.wait_finished(n, progress, timeout=max(120.0, n / 50))
+        self.stop_relay()
+        count, span = self.run(self.ledger.drain_span())
+        return float(count) / span if span else 0.0
+
+    def fill_history(self, rows: int) -> None:
+        self.run(self.ledger.seed_history(rows))
+
+    # -- latency ---------------------------------------------------------------
+    def latency(
+        self, rate: float, seconds: float, batch: int, progress: Progress
+    ) -> list[LatencySample]:
+        """Commit ``batch`` tasks per transaction, ``rate`` tasks/s, for ``seconds``."""
+        self.reset()
+        self.start_relay()
+        time.sleep(1.0)  # the relay is up and listening
+        commits: dict[int, float] = {}
+        origin = time.time()
+        interval = batch / rate
+        total = int(rate * seconds)
+        sent = 0
+        next_at = time.perf_counter()
+        while sent < total:
+            with Session(self.engine) as session, session.begin():
+                ids = [enqueue(session, "demo.noop", {"probe": sent + k}) for k in range(batch)]
+            committed = time.time()
+            commits.update(dict.fromkeys(ids, committed))
+            sent += batch
+            progress(sent, total)
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.perf_counter()))
+        self.wait_finished(len(commits), lambda d, t: None, timeout=60)
+        self.stop_relay()
+        samples = []
+        for timing in self.run(self.ledger.timings(commits)):
+            at = commits[timing.id]
+            started, finished = timing.started or at, timing.finished or at
+            samples.append(
+                LatencySample(at - origin, (started - at) * 1000, (finished - at) * 1000)
+            )
+        return sorted(samples, key=lambda s: s.commit_at)

@@ -1,0 +1,86 @@
+"""The benchmark's outputs: a table for a person, a JSON object, a latency plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ledgerq.bench.phases import LatencySample
+
+
+def render(result: dict[str, Any], console: Console) -> None:
+    table = Table(title="ledgerq bench", show_lines=False)
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_column("note")
+    raw = result["raw_publish_per_s"] or 1.0
+    rows = [
+        ("enqueue, 1 task per transaction", f"{result['enqueue_per_s']:,.0f}/s", ""),
+        ("enqueue, batched (1,000 per statement)", f"{result['enqueue_batch_per_s']:,.0f}/s", ""),
+        (
+            "drain, no-op handler",
+            f"{result['drain_per_s']:,.0f}/s",
+            f"{result['drain_per_s'] / raw:.0%} of raw publish",
+        ),
+        (
+            "drain, one-row DB handler",
+            f"{result['drain_db_per_s']:,.0f}/s",
+            f"{result['drain_db_per_s'] / raw:.0%} of raw publish",
+        ),
+        ("commit -> handler start, idle", _ms(result["latency_ms"]), "p50 / p95 / p99"),
+        ("commit -> terminal, idle", _ms(result["latency_ms_terminal"]), "p50 / p95 / p99"),
+        (
+            "commit -> handler start, loaded",
+            _ms(result["latency_ms_load"]),
+            f"at {result['config']['load_rate']:,.0f} tasks/s",
+        ),
+        ("worker peak RSS", f"{result['worker_rss_mb']:.0f} MB", "max over workers"),
+        ("raw aio-pika publish + confirm", f"{result['raw_publish_per_s']:,.0f}/s", "ceiling"),
+        ("raw aio-pika consume + ack", f"{result['raw_consume_per_s']:,.0f}/s", "ceiling"),
+    ]
+    if "drain_per_s_with_history" in result:
+        rows.append(
+            (
+                f"drain with {result['config']['history_rows']:,} rows in history",
+                f"{result['drain_per_s_with_history']:,.0f}/s",
+                f"{result['history_ratio']:.0%} of the empty-ledger drain",
+            )
+        )
+    for measure, value, note in rows:
+        table.add_row(measure, value, note)
+    console.print(table)
+
+
+def _ms(p: dict[str, float]) -> str:
+    return f"{p['p50']:.1f} / {p['p95']:.1f} / {p['p99']:.1f} ms"
+
+
+def plot(idle: list[LatencySample], load: list[LatencySample], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=False)
+    for ax, samples, title in (
+        (axes[0], idle, "idle (tasks trickling in)"),
+        (axes[1], load, "under load"),
+    ):
+        xs = [s.commit_at for s in samples]
+        ax.scatter(xs, [s.to_start_ms for s in samples], s=6, label="commit -> handler start")
+        ax.scatter(
+            xs, [s.to_finish_ms for s in samples], s=6, alpha=0.6, label="commit -> terminal status"
+        )
+        ax.set_title(title)
+        ax.set_xlabel("seconds since the phase began (commit time)")
+        ax.set_ylabel("latency (ms)")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="upper right")
+    fig.suptitle("ledgerq: latency from commit, per task")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

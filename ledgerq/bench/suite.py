@@ -1,0 +1,114 @@
+"""The benchmark's plan: which phases run, in what order, and what each reports.
+
+It runs in a database of its own (the configured one with ``_bench`` appended)
+and under the AMQP prefix ``<prefix>-bench``, because it empties the ledger.
+Relay and workers are the real ``ledgerq relay`` / ``ledgerq worker`` processes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from ledgerq.bench.phases import Bench, percentiles
+from ledgerq.bench.raw import raw_ceiling
+from ledgerq.ledger.config import Settings
+
+KEYS = (
+    "enqueue_per_s",
+    "enqueue_batch_per_s",
+    "drain_per_s",
+    "drain_db_per_s",
+    "latency_ms",
+    "worker_rss_mb",
+    "raw_publish_per_s",
+    "raw_consume_per_s",
+)
+
+
+def bench_settings(settings: Settings) -> Settings:
+    url = make_url(settings.database_url)
+    name = f"{url.database or 'ledgerq'}_bench"
+    return replace(
+        settings,
+        database_url=url.set(database=name).render_as_string(False),
+        amqp_prefix=f"{settings.amqp_prefix}-bench",
+    )
+
+
+def run_suite(
+    bench: Bench,
+    result: dict[str, Any],
+    tasks: int,
+    handler: str,
+    idle_rate: float,
+    load_rate: float,
+    history_rows: int,
+    phase: Any,
+    repeat: int = 1,
+) -> None:
+    progress = phase("raw aio-pika ceiling", 1)
+    publish, consume = bench.run(raw_ceiling(bench.settings.amqp_url, tasks))
+    result["raw_publish_per_s"], result["raw_consume_per_s"] = round(publish), round(consume)
+    progress(1, 1)
+    bench.reset()
+    result["enqueue_per_s"] = round(
+        bench.enqueue_single(min(tasks, 2000), phase("enqueue, 1 per transaction", 1))
+    )
+    bench.reset()
+    result["enqueue_batch_per_s"] = round(
+        bench.enqueue_batch(tasks, "demo.noop", phase("enqueue, batched", 1))
+    )
+    bench.start_workers()
+    result["drain_per_s"] = result["drain_db_per_s"] = 0
+    if handler in ("both", "noop"):
+        runs = [
+            bench.drain(tasks, "demo.noop", phase(f"drain, no-op ({i + 1}/{repeat})", 1))
+            for i in range(repeat)
+        ]
+        result["drain_per_s"], result["drain_runs"] = _median(runs), [round(r) for r in runs]
+    if handler in ("both", "db"):
+        runs = [
+            bench.drain(
+                tasks, "demo.receipt", phase(f"drain, one-row DB handler ({i + 1}/{repeat})", 1)
+            )
+            for i in range(repeat)
+        ]
+        result["drain_db_per_s"], result["drain_db_runs"] = _median(runs), [round(r) for r in runs]
+    probes = max(10, min(int(idle_rate * 10), tasks // 2))
+    idle = bench.latency(idle_rate, probes / idle_rate, 1, phase("latency, idle", 1))
+    load_seconds = max(2.0, min(5.0, tasks / load_rate))
+    load = bench.latency(load_rate, load_seconds, 10, phase("latency, under load", 1))
+    result["latency_ms"] = percentiles([s.to_start_ms for s in idle])
+    result["latency_ms_terminal"] = percentiles([s.to_finish_ms for s in idle])
+    result["latency_ms_load"] = percentiles([s.to_start_ms for s in load])
+    result["latency_ms_load_terminal"] = percentiles([s.to_finish_ms for s in load])
+    result["_idle"], result["_load"] = idle, load
+    if history_rows:
+        bench.reset()
+        bench.fill_history(history_rows)
+        runs = [
+            bench.drain(
+                tasks,
+                "demo.noop",
+                phase(f"drain, full history ({i + 1}/{repeat})", 1),
+                keep_filler=True,
+            )
+            for i in range(repeat)
+        ]
+        with_history = _median(runs)
+        result["drain_history_runs"] = [round(r) for r in runs]
+        result["drain_per_s_with_history"] = round(with_history)
+        result["history_ratio"] = (
+            round(with_history / result["drain_per_s"], 3) if result["drain_per_s"] else None
+        )
+    result["worker_rss_mb"] = bench.worker_peak_rss_mb()
+    if result["raw_publish_per_s"]:
+        result["drain_vs_raw_publish"] = round(result["drain_per_s"] / publish, 3)
+
+
+def _median(values: list[float]) -> int:
+    return round(statistics.median(values))

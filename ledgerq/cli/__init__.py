@@ -1,0 +1,19 @@
+"""The ``ledgerq`` command: one group, every command registered here, explicitly."""
+
+from __future__ import annotations
+
+from ledgerq.cli.bench import bench
+from ledgerq.cli.demo import demo
+from ledgerq.cli.group import cli, run_cli
+from ledgerq.cli.inspect import migrate, show, stats
+from ledgerq.cli.services import reconcile, relay, worker
+
+for command in (migrate, stats, show, relay, worker, reconcile, demo, bench):
+    cli.add_command(command)
+
+
+def main() -> None:
+    run_cli(cli)
+
+
+__all__ = ["cli", "main"]

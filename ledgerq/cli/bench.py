@@ -1,0 +1,146 @@
+"""``ledgerq bench``: measure the pipeline on this machine against its raw ceiling."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ledgerq.bench.phases import Bench
+from ledgerq.bench.report import plot, render
+from ledgerq.bench.suite import bench_settings, run_suite
+from ledgerq.cli.group import pass_settings
+from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.demo import prepare_shop
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import async_engine, sync_engine
+from ledgerq.ledger.pg.migrate import upgrade
+
+
+@click.command("bench")
+@click.option("--tasks", default=20_000, show_default=True, help="Backlog size for each drain.")
+@click.option("--workers", default=1, show_default=True, help="Worker processes.")
+@click.option(
+    "--concurrency",
+    default=WorkerConfig.concurrency,
+    show_default=True,
+    help="Per worker process (the worker's own default).",
+)
+@click.option(
+    "--handler",
+    type=click.Choice(["both", "noop", "db"]),
+    default="both",
+    show_default=True,
+    help="Which drains to run.",
+)
+@click.option(
+    "--idle-rate",
+    default=20.0,
+    show_default=True,
+    help="Tasks/s for the idle latency phase (one per transaction).",
+)
+@click.option(
+    "--load-rate", default=1000.0, show_default=True, help="Tasks/s for the loaded latency phase."
+)
+@click.option(
+    "--history-rows",
+    default=0,
+    show_default=True,
+    help="Also drain again with this many finished rows in history.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write a PNG of latency over time.",
+)
+@click.option(
+    "--repeat",
+    default=1,
+    show_default=True,
+    help="Run each drain this many times and report the median.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_settings
+def bench(
+    settings: Settings,
+    tasks: int,
+    workers: int,
+    concurrency: int,
+    handler: str,
+    idle_rate: float,
+    load_rate: float,
+    history_rows: int,
+    plot_path: str | None,
+    as_json: bool,
+    repeat: int,
+) -> None:
+    """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
+    if tasks < 10 or workers < 1 or concurrency < 1 or repeat < 1:
+        raise click.BadParameter("--tasks >= 10, --workers, --concurrency and --repeat >= 1")
+    settings = bench_settings(settings)
+    upgrade(settings)
+    engine = sync_engine(settings, "ledgerq-bench", pool_size=2)
+    prepare_shop(engine, reset=False)
+    console = Console(stderr=True)
+    loop = asyncio.Runner()
+    ledger = PgLedger(async_engine(settings, "ledgerq-bench", pool_size=2))
+    bench = Bench(settings, engine, ledger, loop.run, Path("bench-logs"), workers, concurrency)
+    result: dict[str, Any] = {
+        "config": {
+            "tasks": tasks,
+            "workers": workers,
+            "concurrency": concurrency,
+            "handler": handler,
+            "idle_rate": idle_rate,
+            "load_rate": load_rate,
+            "history_rows": history_rows,
+            "repeat": repeat,
+            "cpus": _cpus(),
+            "python": platform.python_version(),
+        }
+    }
+    with Progress(
+        TextColumn("{task.description:<34}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=as_json,
+    ) as progress:
+
+        def phase(name: str, total: int) -> Any:
+            bar = progress.add_task(name, total=total)
+            return lambda done, of: progress.update(bar, completed=done, total=of)
+
+        try:
+            run_suite(
+                bench, result, tasks, handler, idle_rate, load_rate, history_rows, phase, repeat
+            )
+        finally:
+            bench.services.stop()
+            loop.run(ledger.dispose())
+            loop.close()
+            engine.dispose()
+    if plot_path:
+        plot(result.pop("_idle"), result.pop("_load"), Path(plot_path))
+        result["plot"] = plot_path
+    result.pop("_idle", None)
+    result.pop("_load", None)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        render(result, Console())
+
+
+def _cpus() -> int:
+    return os.cpu_count() or 0

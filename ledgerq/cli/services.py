@@ -1,0 +1,195 @@
+"""``ledgerq relay``, ``ledgerq worker`` and ``ledgerq reconcile``: the services.
+
+Each builds its service through :mod:`ledgerq.compose` and runs it on
+:func:`ledgerq.runtime.run_service`; SIGTERM stops it gracefully.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+
+import click
+
+from ledgerq.cli.group import json_option, pass_settings
+from ledgerq.compose import serve_reconciler, serve_relay, serve_worker
+from ledgerq.consumers.registry import Registry, default_registry
+from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.errors import LedgerqError
+from ledgerq.ledger.validation import check_name
+from ledgerq.relay.reconciler import ReconcileCounts, ReconcilerConfig
+from ledgerq.relay.service import RelayConfig
+from ledgerq.runtime import run_service
+
+log = logging.getLogger("ledgerq")
+
+
+class AppImportError(LedgerqError):
+    """``--app`` names a module that cannot be imported."""
+
+
+def load_app(module: str) -> Registry:
+    """Import the user's module so its ``@task`` decorators run."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise AppImportError(f"cannot import --app {module!r}: {exc}") from exc
+    if not len(default_registry):
+        raise AppImportError(f'--app {module!r} registered no handlers (use @task("kind"))')
+    return default_registry
+
+
+@click.command("relay")
+@click.option("--batch-size", default=RelayConfig.batch_size, show_default=True)
+@click.option(
+    "--poll-interval",
+    default=RelayConfig.poll_interval,
+    show_default=True,
+    help="Seconds between polls when no notification arrives.",
+)
+@click.option("--confirm-timeout", default=RelayConfig.confirm_timeout, show_default=True)
+@pass_settings
+def relay(
+    settings: Settings, batch_size: int, poll_interval: float, confirm_timeout: float
+) -> None:
+    """Publish due tasks to RabbitMQ with publisher confirms (runs until SIGTERM)."""
+    try:
+        config = RelayConfig(batch_size, poll_interval, confirm_timeout)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    run_service(serve_relay(settings, config))
+
+
+@click.command("worker")
+@click.option("--app", "app", required=True, help="Module whose @task handlers to run.")
+@click.option(
+    "--queues",
+    default="default",
+    show_default=True,
+    help="Comma-separated ledger queues to consume.",
+)
+@click.option("--concurrency", default=WorkerConfig.concurrency, show_default=True)
+@click.option("--prefetch", default=0, show_default=True, help="0 means 2 x concurrency.")
+@click.option(
+    "--db-pool",
+    default=WorkerConfig.db_pool,
+    show_default=True,
+    help="Database connections handlers' ctx.session may use at once.",
+)
+@click.option("--lease", "lease_s", default=WorkerConfig.lease_s, show_default=True)
+@click.option(
+    "--default-timeout",
+    default=WorkerConfig.default_timeout_s,
+    show_default=True,
+    help="Seconds an attempt may run when neither the task nor its @task sets a timeout "
+    "(0: no limit).",
+)
+@click.option(
+    "--grace",
+    "grace_s",
+    default=WorkerConfig.grace_s,
+    show_default=True,
+    help="Seconds in-flight tasks get to finish after SIGTERM.",
+)
+@pass_settings
+def worker(
+    settings: Settings,
+    db_pool: int,
+    default_timeout: float,
+    app: str,
+    queues: str,
+    concurrency: int,
+    prefetch: int,
+    lease_s: float,
+    grace_s: float,
+) -> None:
+    """Run handlers for tasks delivered from RabbitMQ (runs until SIGTERM)."""
+    registry = load_app(app)
+    names = tuple(q.strip() for q in queues.split(",") if q.strip())
+    try:
+        config = WorkerConfig(
+            queues=names,
+            concurrency=concurrency,
+            prefetch=prefetch,
+            db_pool=db_pool,
+            lease_s=lease_s,
+            heartbeat_s=lease_s / 4,
+            grace_s=grace_s,
+            default_timeout_s=default_timeout or None,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    stuck = run_service(serve_worker(settings, registry, config))
+    if stuck:
+        # A sync handler's thread cannot be stopped; waiting for it would hang the exit.
+        log.warning("%d sync handlers still running past the grace; exiting anyway", stuck)
+        logging.shutdown()
+        os._exit(0)
+
+
+def _parse_queue_stalls(values: tuple[str, ...]) -> dict[str, float]:
+    stalls: dict[str, float] = {}
+    for value in values:
+        name, sep, seconds = value.partition("=")
+        try:
+            check_name(name, "queue")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--queue-stall") from exc
+        try:
+            stalls[name] = float(seconds)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            raise click.BadParameter(
+                f"expected QUEUE=SECONDS, got {value!r}", param_hint="--queue-stall"
+            )
+    return stalls
+
+
+@click.command("reconcile")
+@click.option(
+    "--every",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    help="Loop, one pass every SECONDS (default: one pass, then exit).",
+)
+@click.option(
+    "--stall",
+    "stall_s",
+    default=ReconcilerConfig.stall_s,
+    show_default=True,
+    help="Seconds a published task may wait unclaimed before it is re-published.",
+)
+@click.option(
+    "--queue-stall",
+    multiple=True,
+    metavar="QUEUE=SECONDS",
+    help="A per-queue stall window (repeatable).",
+)
+@click.option("--page-size", default=ReconcilerConfig.page_size, show_default=True)
+@json_option
+@pass_settings
+def reconcile(
+    settings: Settings,
+    every: float | None,
+    stall_s: float,
+    queue_stall: tuple[str, ...],
+    page_size: int,
+    as_json: bool,
+) -> None:
+    """Re-publish stalled deliveries and expire dead leases (for a cron job)."""
+    try:
+        config = ReconcilerConfig(stall_s, _parse_queue_stalls(queue_stall), page_size)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+    def report(counts: ReconcileCounts) -> None:
+        click.echo(json.dumps(counts.as_dict()) if as_json else counts.line())
+
+    run_service(serve_reconciler(settings, config, every, report))

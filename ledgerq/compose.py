@@ -1,0 +1,183 @@
+"""The composition root: every service built from :class:`Settings`, in one place.
+
+The CLI, the demo, the benchmark and the tests all build the relay, the worker
+and the reconciler through these factories, so the tests run the production
+wiring. Each ``open_*`` is an async context manager that checks the services
+it needs are reachable (one line of error if not), connects, builds the parts,
+and on exit closes everything it opened, in order. Each ``serve_*`` is what a
+``ledgerq`` command runs: the service's loop until SIGTERM.
+
+This is the one package that sees every other one (pgqueuer's "composition
+root" exception to the layers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+
+from ledgerq.consumers.registry import Registry
+from ledgerq.consumers.worker import Worker, WorkerConfig
+from ledgerq.faults import probe_from_env
+from ledgerq.ledger.alerts import AlertHook, default_alert
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import async_engine, check_database, sync_engine
+from ledgerq.ledger.pg.notify import Wakeup
+from ledgerq.relay.broker.aio import AioConsumption, AioPublisher, connect
+from ledgerq.relay.broker.blocking import ThreadedPublisher
+from ledgerq.relay.broker.topology import Topology
+from ledgerq.relay.probes import Probe
+from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
+from ledgerq.relay.service import Relay, RelayConfig
+from ledgerq.runtime import on_stop_signal
+
+log = logging.getLogger("ledgerq")
+
+
+@asynccontextmanager
+async def open_ledger(
+    settings: Settings, application_name: str = "ledgerq", pool_size: int = 2
+) -> AsyncIterator[PgLedger]:
+    """The ledger on its own (inspection commands, demo, benchmark, tests)."""
+    check_database(settings)
+    ledger = PgLedger(async_engine(settings, application_name, pool_size=pool_size))
+    try:
+        yield ledger
+    finally:
+        await ledger.dispose()
+
+
+@asynccontextmanager
+async def open_relay(
+    settings: Settings, config: RelayConfig | None = None, *, probe: Probe | None = None
+) -> AsyncIterator[Relay]:
+    check_database(settings)
+    connection = await connect(
+        settings.amqp_url, wait_s=settings.connect_wait_s, name="ledgerq-relay"
+    )
+    ledger = PgLedger(async_engine(settings, "ledgerq-relay", pool_size=2))
+    publisher = AioPublisher(connection, Topology(settings.amqp_prefix))
+    try:
+        yield Relay(ledger, publisher, config or RelayConfig(), probe or probe_from_env())
+    finally:
+        await publisher.close()
+        await connection.close()
+        await ledger.dispose()
+
+
+@asynccontextmanager
+async def open_worker(
+    settings: Settings,
+    registry: Registry,
+    config: WorkerConfig | None = None,
+    *,
+    alert: AlertHook | None = None,
+    probe: Probe | None = None,
+) -> AsyncIterator[Worker]:
+    """A started worker; on exit it drains (see :meth:`Worker.stop`) and disconnects."""
+    config = config or WorkerConfig()
+    check_database(settings)
+    connection = await connect(
+        settings.amqp_url, wait_s=settings.connect_wait_s, name=f"ledgerq-{config.worker_id}"
+    )
+    # The worker's own statements (claim, finish, heartbeat) never queue behind
+    # handlers: they have a pool of their own. Handlers' sessions share db_pool
+    # connections (per kind of handler), so a worker's footprint is bounded.
+    ledger = PgLedger(async_engine(settings, "ledgerq-worker", pool_size=4))
+    handlers_async = async_engine(settings, "ledgerq-worker-handlers", pool_size=config.db_pool)
+    handlers_sync = sync_engine(settings, "ledgerq-worker-sync", pool_size=config.db_pool)
+    worker = Worker(
+        ledger,
+        registry,
+        config,
+        consume=partial(AioConsumption.consume, connection, Topology(settings.amqp_prefix)),
+        sync_engine=handlers_sync,
+        async_engine=handlers_async,
+        alert=alert or default_alert(),
+        probe=probe or probe_from_env(),
+    )
+    try:
+        await worker.start()
+        yield worker
+    finally:
+        await worker.stop()
+        await connection.close()
+        await handlers_async.dispose()
+        await ledger.dispose()
+        handlers_sync.dispose()
+
+
+@asynccontextmanager
+async def open_reconciler(
+    settings: Settings, config: ReconcilerConfig | None = None, *, alert: AlertHook | None = None
+) -> AsyncIterator[Reconciler]:
+    check_database(settings)
+    ledger = PgLedger(async_engine(settings, "ledgerq-reconciler", pool_size=2))
+    try:
+        publisher = await ThreadedPublisher.open(settings.amqp_url, Topology(settings.amqp_prefix))
+    except BaseException:
+        await ledger.dispose()
+        raise
+    try:
+        yield Reconciler(ledger, publisher, config or ReconcilerConfig(), alert or default_alert())
+    finally:
+        await publisher.close()
+        await ledger.dispose()
+
+
+def _stop_event(*also: Callable[[], None]) -> asyncio.Event:
+    stop = asyncio.Event()
+
+    def request_stop() -> None:
+        stop.set()
+        for callback in also:
+            callback()
+
+    on_stop_signal(request_stop)
+    return stop
+
+
+async def serve_relay(settings: Settings, config: RelayConfig) -> None:
+    """``ledgerq relay``: publish due rows until SIGTERM."""
+    async with open_relay(settings, config) as relay:
+        wakeup = Wakeup(settings)
+        stop = _stop_event(wakeup.event.set)
+        wakeup.start()
+        try:
+            await relay.run(stop, wakeup)
+        finally:
+            await wakeup.stop()
+
+
+async def serve_worker(settings: Settings, registry: Registry, config: WorkerConfig) -> int:
+    """``ledgerq worker``: run handlers until SIGTERM, then drain. Returns how many
+    sync handlers' threads are still running (past their timeout or the grace)."""
+    async with open_worker(settings, registry, config) as worker:
+        stop = _stop_event()
+        await stop.wait()
+        log.info("stop requested; draining")
+    return worker.threads_running
+
+
+async def serve_reconciler(
+    settings: Settings,
+    config: ReconcilerConfig,
+    every: float | None,
+    report: Callable[[ReconcileCounts], None],
+) -> None:
+    """``ledgerq reconcile``: one pass, or one every ``every`` seconds until SIGTERM."""
+    async with open_reconciler(settings, config) as reconciler:
+        stop = _stop_event()
+        while True:
+            report(await reconciler.run_once())
+            if every is None:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every)
+            if stop.is_set():
+                return

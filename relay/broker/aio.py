@@ -1,0 +1,245 @@
+"""The aio-pika adapter (the relay publishes, the worker consumes).
+
+:func:`connect` makes a robust connection: after the first connect, aio-pika
+reconnects by itself and restores channels, queues and consumers; what it cannot
+restore (a publish in flight, a delivery tag from the old channel) the callers
+handle. Every client error that means "the connection or channel failed" leaves
+this module as :class:`~.base.BrokerConnectionError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import cast
+
+import aio_pika
+import aiormq
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustConnection,
+    DeliveryMode,
+)
+from pamqp.commands import Basic
+from pamqp.common import FieldTable
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+from yarl import URL
+
+from ledgerq.ledger.errors import ServiceUnavailableError
+from ledgerq.ledger.model import DueTask
+from ledgerq.relay.broker.base import BrokerConnectionError, OnDelivery, PublishOutcome
+from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
+
+log = logging.getLogger("ledgerq.broker")
+
+#: What a connection failure looks like from aio-pika/aiormq.
+_CONNECTION_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    aiormq.exceptions.AMQPError,
+    asyncio.TimeoutError,
+    aiormq.exceptions.ChannelInvalidStateError,
+)
+
+
+def display_amqp_url(url: str) -> str:
+    parsed = URL(url)
+    return str(parsed.with_password("***")) if parsed.password else str(parsed)
+
+
+async def connect(
+    url: str, *, wait_s: float = 10.0, name: str = "ledgerq"
+) -> AbstractRobustConnection:
+    """A robust connection, retried for ``wait_s`` seconds, else ServiceUnavailableError."""
+    try:
+        async for attempt in AsyncRetrying(
+            stop=stop_after_delay(wait_s),
+            wait=wait_fixed(0.5),
+            retry=retry_if_exception_type(_CONNECTION_ERRORS),
+            reraise=True,
+        ):
+            with attempt:
+                return await aio_pika.connect_robust(
+                    url, client_properties={"connection_name": name}, timeout=5
+                )
+    except _CONNECTION_ERRORS as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ServiceUnavailableError("RabbitMQ", display_amqp_url(url), reason) from exc
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _declare_base(channel: AbstractChannel, topology: Topology) -> None:
+    exchanges, queues = topology.base()
+    for exchange in exchanges:
+        await channel.declare_exchange(
+            exchange.name, aio_pika.ExchangeType(exchange.type), durable=exchange.durable
+        )
+    for queue in queues:
+        await _declare_queue(channel, queue)
+
+
+async def _declare_queue(channel: AbstractChannel, spec: QueueSpec) -> AbstractQueue:
+    queue = await channel.declare_queue(
+        spec.name, durable=spec.durable, arguments=cast(FieldTable, dict(spec.arguments))
+    )
+    await queue.bind(spec.exchange, routing_key=spec.routing_key)
+    return queue
+
+
+def _properties(message: MessageSpec) -> Basic.Properties:
+    return Basic.Properties(
+        message_id=message.message_id,
+        message_type=message.type,
+        content_type=message.content_type,
+        delivery_mode=int(
+            DeliveryMode.PERSISTENT if message.persistent else DeliveryMode.NOT_PERSISTENT
+        ),
+        priority=message.priority,
+    )
+
+
+class AioPublisher:
+    """:class:`~.base.Publisher` on one confirm-mode channel."""
+
+    def __init__(self, connection: AbstractRobustConnection, topology: Topology) -> None:
+        self._connection = connection
+        self._topology = topology
+        self._channel: AbstractChannel | None = None
+        self._declared: set[str] = set()
+
+    async def _ready(self, queues: set[str]) -> aiormq.abc.AbstractChannel:
+        if self._channel is None or self._channel.is_closed:
+            self._channel = await self._connection.channel(
+                publisher_confirms=True, on_return_raises=False
+            )
+            await _declare_base(self._channel, self._topology)
+            self._declared.clear()
+        for name in queues - self._declared:
+            await _declare_queue(self._channel, self._topology.task_queue(name))
+            self._declared.add(name)
+        # aio-pika's Exchange.publish costs more CPU than the publish itself; the
+        # relay talks to the confirm-mode channel underneath it (aiormq) directly.
+        return await self._channel.get_underlay_channel()
+
+    async def publish_many(self, tasks: Sequence[DueTask], timeout: float) -> list[PublishOutcome]:
+        try:
+            channel = await self._ready({t.queue for t in tasks})
+        except _CONNECTION_ERRORS as exc:
+            log.warning("cannot open a publishing channel: %s", exc)
+            self._channel = None
+            return [PublishOutcome.FAILED] * len(tasks)
+        return list(await asyncio.gather(*(self._publish_one(channel, t, timeout) for t in tasks)))
+
+    async def _publish_one(
+        self, channel: aiormq.abc.AbstractChannel, task: DueTask, timeout: float
+    ) -> PublishOutcome:
+        message = self._topology.message(task)
+        try:
+            result = await channel.basic_publish(
+                message.body,
+                exchange=message.exchange,
+                routing_key=message.routing_key,
+                properties=_properties(message),
+                mandatory=message.mandatory,
+                timeout=timeout,
+            )
+        except aiormq.exceptions.DeliveryError:
+            log.warning("broker nacked task %s; it stays pending", task.id)
+            return PublishOutcome.NACKED
+        except _CONNECTION_ERRORS as exc:
+            # The channel is reopened by _ready() only if it really closed; a
+            # confirm that timed out on a healthy channel keeps it.
+            log.warning("publish of task %s unconfirmed (%s); it stays pending", task.id, exc)
+            return PublishOutcome.FAILED
+        if isinstance(result, Basic.Ack):
+            return PublishOutcome.CONFIRMED
+        # A returned message (basic.return) is confirmed too; it was not delivered.
+        log.warning(
+            "task %s to queue %r was unroutable (basic.return); it stays pending",
+            task.id,
+            task.queue,
+        )
+        self._declared.discard(task.queue)  # re-declare its queue before the next try
+        return PublishOutcome.RETURNED
+
+    async def close(self) -> None:
+        if self._channel is not None and not self._channel.is_closed:
+            await self._channel.close()
+
+
+class AioDelivery:
+    """:class:`~.base.Delivery` over an aio-pika message."""
+
+    __slots__ = ("_message", "channel")
+
+    def __init__(self, message: AbstractIncomingMessage) -> None:
+        self._message = message
+        # Valid now; aio-pika raises once the channel has closed. Held, so the
+        # channel object (and its id) outlives every delivery that names it.
+        self.channel: object = message.channel
+
+    @property
+    def body(self) -> bytes:
+        return self._message.body
+
+    @property
+    def message_id(self) -> str | None:
+        return self._message.message_id
+
+    @property
+    def delivery_tag(self) -> int:
+        tag = self._message.delivery_tag
+        assert tag is not None, "a consumed delivery always has a tag"
+        return tag
+
+    async def ack(self, multiple: bool = False) -> None:
+        try:
+            await self._message.ack(multiple=multiple)
+        except _CONNECTION_ERRORS as exc:
+            raise BrokerConnectionError(str(exc)) from exc
+
+    async def reject(self, requeue: bool) -> None:
+        try:
+            await self._message.reject(requeue=requeue)
+        except _CONNECTION_ERRORS as exc:
+            raise BrokerConnectionError(str(exc)) from exc
+
+
+class AioConsumption:
+    """Consumers on one channel, one per queue; see :meth:`consume`."""
+
+    def __init__(self, consumers: list[tuple[AbstractQueue, str]]) -> None:
+        self._consumers = consumers
+
+    @classmethod
+    async def consume(
+        cls,
+        connection: AbstractRobustConnection,
+        topology: Topology,
+        queues: Sequence[str],
+        prefetch: int,
+        on_delivery: OnDelivery,
+    ) -> AioConsumption:
+        """Declare ``queues`` and push their deliveries to ``on_delivery``, at most
+        ``prefetch`` unsettled at a time."""
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=prefetch)
+        await _declare_base(channel, topology)
+
+        async def deliver(message: AbstractIncomingMessage) -> None:
+            await on_delivery(AioDelivery(message))
+
+        consumers = []
+        for name in queues:
+            queue = await _declare_queue(channel, topology.task_queue(name))
+            consumers.append((queue, await queue.consume(deliver, no_ack=False)))
+        return cls(consumers)
+
+    async def cancel(self) -> None:
+        for queue, tag in self._consumers:
+            try:
+                await queue.cancel(tag)
+            except _CONNECTION_ERRORS as exc:
+                log.info("cancelling the consumer failed (%s); the channel is already gone", exc)

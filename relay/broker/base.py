@@ -1,0 +1,79 @@
+"""The broker seam: what the relay, the worker and the reconciler ask of RabbitMQ.
+
+Modelled on dramatiq's broker: a few methods, each docstring a contract, and one
+error type. An adapter turns every way a connection or channel can fail into
+:class:`BrokerConnectionError`; nothing else of a client library crosses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from enum import Enum
+from typing import Protocol
+
+from ledgerq.ledger.errors import LedgerqError
+from ledgerq.ledger.model import DueTask
+
+
+class BrokerConnectionError(LedgerqError):
+    """The connection or channel to RabbitMQ failed (closed, reset, timed out)."""
+
+
+class PublishOutcome(Enum):
+    CONFIRMED = "confirmed"
+    RETURNED = "returned"  # basic.return: unroutable, not delivered
+    NACKED = "nacked"
+    FAILED = "failed"  # timeout, closed channel, connection loss: unknown, so not delivered
+
+
+class Publisher(Protocol):
+    async def publish_many(self, tasks: Sequence[DueTask], timeout: float) -> list[PublishOutcome]:
+        """Publish each task (``mandatory``, persistent) and wait up to ``timeout``
+        seconds for each confirm. One outcome per task, in order; only
+        ``CONFIRMED`` means the broker has it. Never raises for a broker failure:
+        those tasks are ``FAILED``."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Delivery(Protocol):
+    """One message as a consumer received it."""
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def message_id(self) -> str | None: ...
+
+    @property
+    def delivery_tag(self) -> int:
+        """Its number on its channel; the broker numbers a channel's deliveries in order."""
+        ...
+
+    @property
+    def channel(self) -> object:
+        """The channel it came on (an identity: a tag means nothing on another channel)."""
+        ...
+
+    async def ack(self, multiple: bool = False) -> None:
+        """Settle it (and, with ``multiple``, every earlier delivery on its channel).
+        Raises :class:`BrokerConnectionError` if its channel is gone: the broker
+        then redelivers it, and the ack must never be sent on another channel."""
+        ...
+
+    async def reject(self, requeue: bool) -> None:
+        """Give it back (``requeue``) or send it to the dead-letter exchange.
+        Raises :class:`BrokerConnectionError` like :meth:`ack`."""
+        ...
+
+
+OnDelivery = Callable[[Delivery], Awaitable[None]]
+
+
+class Consumption(Protocol):
+    async def cancel(self) -> None:
+        """Stop the broker pushing more deliveries; those already received stay
+        unacked until settled (or requeued by the broker when the channel closes).
+        Never raises for a connection that is already gone."""
+        ...

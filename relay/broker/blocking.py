@@ -1,0 +1,154 @@
+"""The pika adapter: a blocking, confirm-mode publisher for the reconciler.
+
+The reconciler is a short-lived cron job, and the product card asks for pika
+there. Each publish is ``mandatory`` and waits for its confirm: pika raises
+``UnroutableError`` for a ``basic.return`` and ``NackError`` for a nack, and both
+leave the row as it was. :class:`ThreadedPublisher` gives the async reconciler
+the same :class:`~.base.Publisher` the relay has, running every pika call on
+one thread of its own (a pika connection must stay on one thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pika
+import pika.exceptions
+
+from ledgerq.ledger.errors import ServiceUnavailableError
+from ledgerq.ledger.model import DueTask
+from ledgerq.relay.broker.aio import display_amqp_url
+from ledgerq.relay.broker.base import PublishOutcome
+from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
+
+log = logging.getLogger("ledgerq.broker")
+
+_CONNECTION_ERRORS = (
+    pika.exceptions.AMQPConnectionError,
+    pika.exceptions.AMQPChannelError,
+    OSError,
+)
+
+
+class BlockingPublisher:
+    def __init__(self, url: str, topology: Topology) -> None:
+        self._url = url
+        self._topology = topology
+        self._connection: Any = None
+        self._channel: Any = None
+        self._declared: set[str] = set()
+        self._ensure()
+
+    def _ensure(self) -> None:
+        """Connect (again, after a broker restart) and declare the base topology."""
+        if self._channel is not None and self._channel.is_open:
+            return
+        self.close()
+        params = pika.URLParameters(self._url)
+        params.connection_attempts = 2
+        params.retry_delay = 0.5
+        params.socket_timeout = 5
+        try:
+            self._connection = pika.BlockingConnection(params)
+            self._channel = self._connection.channel()
+            self._channel.confirm_delivery()
+            exchanges, queues = self._topology.base()
+            for exchange in exchanges:
+                self._channel.exchange_declare(
+                    exchange.name, exchange.type, durable=exchange.durable
+                )
+            for queue in queues:
+                self._declare(queue)
+        except _CONNECTION_ERRORS as exc:
+            reason = "; ".join(str(a) for a in exc.args) or "connection refused or timed out"
+            raise ServiceUnavailableError("RabbitMQ", display_amqp_url(self._url), reason) from exc
+        self._declared.clear()
+
+    def _declare(self, spec: QueueSpec) -> None:
+        self._channel.queue_declare(spec.name, durable=spec.durable, arguments=dict(spec.arguments))
+        self._channel.queue_bind(spec.name, spec.exchange, routing_key=spec.routing_key)
+
+    def publish_many(self, tasks: Sequence[DueTask]) -> list[PublishOutcome]:
+        self._ensure()
+        outcomes: list[PublishOutcome] = []
+        for task in tasks:
+            try:
+                outcomes.append(self._publish_one(task))
+            except _CONNECTION_ERRORS as exc:
+                log.warning("connection lost while re-publishing (%s); the rest waits", exc)
+                self._channel = None
+                outcomes.extend([PublishOutcome.FAILED] * (len(tasks) - len(outcomes)))
+                break
+        return outcomes
+
+    def _publish_one(self, task: DueTask) -> PublishOutcome:
+        message = self._topology.message(task)
+        try:
+            if task.queue not in self._declared:
+                self._declare(self._topology.task_queue(task.queue))
+                self._declared.add(task.queue)
+            self._channel.basic_publish(
+                message.exchange,
+                message.routing_key,
+                message.body,
+                _properties(message),
+                mandatory=message.mandatory,
+            )
+        except pika.exceptions.UnroutableError:
+            log.warning("re-publish of task %s was unroutable; it stays as it was", task.id)
+            self._declared.discard(task.queue)
+            return PublishOutcome.RETURNED
+        except pika.exceptions.NackError:
+            log.warning("broker nacked the re-publish of task %s", task.id)
+            return PublishOutcome.NACKED
+        return PublishOutcome.CONFIRMED
+
+    def close(self) -> None:
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is not None and connection.is_open:
+            with contextlib.suppress(*_CONNECTION_ERRORS):
+                connection.close()
+
+
+def _properties(message: MessageSpec) -> pika.BasicProperties:
+    return pika.BasicProperties(
+        message_id=message.message_id,
+        type=message.type,
+        content_type=message.content_type,
+        delivery_mode=2 if message.persistent else 1,
+        priority=message.priority,
+    )
+
+
+class ThreadedPublisher:
+    """:class:`~.base.Publisher` over :class:`BlockingPublisher`, on one thread."""
+
+    def __init__(self, thread: ThreadPoolExecutor, publisher: BlockingPublisher) -> None:
+        self._thread = thread
+        self._publisher = publisher
+
+    @classmethod
+    async def open(cls, url: str, topology: Topology) -> ThreadedPublisher:
+        """Connect (raising ServiceUnavailableError if RabbitMQ does not answer)."""
+        thread = ThreadPoolExecutor(1, thread_name_prefix="ledgerq-pika")
+        try:
+            loop = asyncio.get_running_loop()
+            publisher = await loop.run_in_executor(thread, BlockingPublisher, url, topology)
+        except BaseException:
+            thread.shutdown(wait=False)
+            raise
+        return cls(thread, publisher)
+
+    async def publish_many(self, tasks: Sequence[DueTask], timeout: float) -> list[PublishOutcome]:
+        """Publish one by one, each waiting for its confirm (pika's own timeouts apply)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._publisher.publish_many, tasks)
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._publisher.close)
+        self._thread.shutdown(wait=True)
