@@ -23,31 +23,33 @@ from ledgerq.ledger.errors import ServiceUnavailableError
 from ledgerq.ledger.pg.base import first_line
 
 
-def _connect_args(settings: Settings, application_name: str) -> dict[str, Any]:
+def _engine_options(settings: Settings, application_name: str, pool_size: int) -> dict[str, Any]:
+    """A pool of at most ``pool_size`` connections (callers past that wait for one),
+    each with the server-side guards set."""
     options = (
         f"-c statement_timeout={int(settings.statement_timeout_ms)} "
         f"-c idle_in_transaction_session_timeout={int(settings.idle_in_transaction_timeout_ms)}"
     )
-    return {"options": options, "application_name": application_name, "connect_timeout": 5}
+    return {
+        "pool_size": pool_size,
+        "max_overflow": 0,
+        "connect_args": {
+            "options": options,
+            "application_name": application_name,
+            "connect_timeout": 5,
+        },
+    }
 
 
 def sync_engine(settings: Settings, application_name: str, pool_size: int = 5) -> Engine:
-    """A pool of at most ``pool_size`` connections; callers past that wait for one."""
     return create_engine(
-        settings.database_url,
-        pool_size=pool_size,
-        max_overflow=0,
-        connect_args=_connect_args(settings, application_name),
+        settings.database_url, **_engine_options(settings, application_name, pool_size)
     )
 
 
 def async_engine(settings: Settings, application_name: str, pool_size: int = 5) -> AsyncEngine:
-    """A pool of at most ``pool_size`` connections; callers past that wait for one."""
     return create_async_engine(
-        settings.database_url,
-        pool_size=pool_size,
-        max_overflow=0,
-        connect_args=_connect_args(settings, application_name),
+        settings.database_url, **_engine_options(settings, application_name, pool_size)
     )
 
 

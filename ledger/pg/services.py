@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-from sqlalchemy import TextClause
+from sqlalchemy import Row, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ledgerq.ledger.model import (
@@ -30,6 +30,8 @@ from ledgerq.ledger.sql import Q
 
 
 class PgPublishBatch:
+    """Due rows locked by the open transaction while they are published."""
+
     def __init__(self, conn: AsyncConnection, rows: list[DueTask]) -> None:
         self._conn = conn
         self.rows = rows
@@ -44,7 +46,13 @@ class PgPublishBatch:
         return {int(r[0]) for r in result}
 
 
+def _finished(rows: Iterable[Row[Any]]) -> list[Finished]:
+    return [Finished(r.id, r.kind, r.attempts, r.status, r.last_error) for r in rows]
+
+
 class PgExpiredBatch:
+    """Expired leases locked by the open transaction; finished inside it."""
+
     def __init__(self, conn: AsyncConnection, rows: list[ExpiredLease]) -> None:
         self._conn = conn
         self.rows = rows
@@ -53,8 +61,7 @@ class PgExpiredBatch:
         if not outcomes:
             return []
         with translated():
-            result = await self._conn.execute(Q.finish, outcome_params(outcomes))
-        return [Finished(r.id, r.kind, r.attempts, r.status, r.last_error) for r in result]
+            return _finished(await self._conn.execute(Q.finish, outcome_params(outcomes)))
 
 
 class PgServices(PgBase):
@@ -142,8 +149,7 @@ class PgServices(PgBase):
     async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
         if not outcomes:
             return []
-        rows = await self._rows(Q.finish, outcome_params(outcomes))
-        return [Finished(r.id, r.kind, r.attempts, r.status, r.last_error) for r in rows]
+        return _finished(await self._rows(Q.finish, outcome_params(outcomes)))
 
     async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> set[int]:
         params: dict[str, Any] = fence_params(fences)

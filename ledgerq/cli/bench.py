@@ -11,12 +11,11 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ledgerq.bench.phases import Bench
 from ledgerq.bench.report import plot, render
 from ledgerq.bench.suite import bench_settings, run_suite
-from ledgerq.cli.group import pass_settings
+from ledgerq.cli.group import pass_settings, progress_bar
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.demo import prepare_shop
 from ledgerq.ledger.config import Settings
@@ -109,14 +108,7 @@ def bench(
             "python": platform.python_version(),
         }
     }
-    with Progress(
-        TextColumn("{task.description:<34}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=as_json,
-    ) as progress:
+    with progress_bar(console, width=34, transient=as_json) as progress:
 
         def phase(name: str, total: int) -> Any:
             bar = progress.add_task(name, total=total)

@@ -19,13 +19,13 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from ledgerq import enqueue
-from ledgerq.cli.group import pass_settings
+from ledgerq.cli.group import pass_settings, progress_bar
 from ledgerq.demo import Q, prepare_shop
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
@@ -128,13 +128,7 @@ def demo(
             services.start(f"worker-{i}", ["worker", "--app", "ledgerq.demo.app"])
         started = time.perf_counter()
         try:
-            with Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-            ) as progress:
+            with progress_bar(console) as progress:
                 bar = progress.add_task("tasks finished", total=0)
                 plan = _place_orders(engine, orders, random.Random(seed), progress, bar)
                 done = 0

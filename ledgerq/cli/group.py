@@ -15,9 +15,14 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from sqlalchemy.exc import OperationalError
 
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import LedgerqError
+from ledgerq.ledger.errors import LedgerqError, ServiceUnavailableError
+from ledgerq.ledger.pg.base import first_line
+from ledgerq.ledger.pg.engines import display_url
 
 pass_settings = click.make_pass_decorator(Settings)
 
@@ -66,6 +71,11 @@ def run_cli(group: click.Group) -> None:
     except LedgerqError as exc:
         click.echo(f"ledgerq: {exc}", err=True)
         sys.exit(2)
+    except OperationalError as exc:  # from a command's own engine (migrate, demo, bench)
+        url = display_url(Settings.from_env().database_url)
+        error = ServiceUnavailableError("PostgreSQL", url, first_line(exc.orig or exc))
+        click.echo(f"ledgerq: {error}", err=True)
+        sys.exit(2)
 
 
 def emit(data: Any, as_json: bool, render: Callable[[Console], None]) -> None:
@@ -73,3 +83,16 @@ def emit(data: Any, as_json: bool, render: Callable[[Console], None]) -> None:
         click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
     else:
         render(Console())
+
+
+def progress_bar(console: Console, *, width: int = 0, transient: bool = False) -> Progress:
+    """The progress bar every long command shows: description, bar, n/total, elapsed."""
+    description = f"{{task.description:<{width}}}" if width else "{task.description}"
+    return Progress(
+        TextColumn(description),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=transient,
+    )
