@@ -16,7 +16,6 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from sqlalchemy.exc import OperationalError
 
 from ledgerq.ledger.config import Settings
