@@ -4,12 +4,21 @@ that imports psycopg."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ledgerq.ledger.pg.inspection import PgInspection
 from ledgerq.ledger.pg.services import PgServices
+
+if TYPE_CHECKING:
+    from ledgerq.ledger.protocol import Ledger
 
 
 class PgLedger(PgServices, PgInspection):
     """:class:`~ledgerq.ledger.protocol.Ledger` on PostgreSQL, over one async engine."""
+
+
+if TYPE_CHECKING:
+    _implements: type[Ledger] = PgLedger  # mypy checks PgLedger against the whole seam
 
 
 __all__ = ["PgLedger"]

@@ -12,6 +12,7 @@ import asyncio
 import logging
 
 import psycopg
+from psycopg import sql
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
 from ledgerq.ledger.config import Settings
@@ -60,7 +61,7 @@ class Wakeup:
             async with await psycopg.AsyncConnection.connect(
                 self._url, autocommit=True, connect_timeout=5
             ) as conn:
-                await conn.execute("LISTEN ledgerq_enqueued")
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
                 self.event.set()
                 async for _ in conn.notifies():
                     self.event.set()
