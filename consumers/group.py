@@ -2,7 +2,7 @@
 
 Tasks of such kinds that are claimed together run back to back in **one**
 transaction: each handler writes through the shared ``ctx.session``, then one
-fenced ``complete`` marks them all ``succeeded`` and one COMMIT makes the
+fenced ``finish`` marks them all ``succeeded`` and one COMMIT makes the
 handlers' writes and the statuses durable together. One commit (one WAL flush)
 serves the whole batch instead of one per task.
 

@@ -86,6 +86,6 @@ class Registry:
         return len(self._handlers)
 
 
-#: The default registry that ``from consumers import task`` writes to.
+#: The default registry that ``from ledgerq import task`` writes to.
 default_registry = Registry()
 task = default_registry.task

@@ -4,7 +4,7 @@
 own Session or Connection and does not commit: the task exists exactly when the
 caller's business transaction commits, and never if it rolls back. Everything is
 validated before the INSERT, so bad input raises
-:class:`~ledger.errors.InvalidTaskError` and writes nothing.
+:class:`~ledgerq.ledger.errors.InvalidTaskError` and writes nothing.
 """
 
 from __future__ import annotations

@@ -116,15 +116,18 @@ async def open_worker(
 async def open_reconciler(
     settings: Settings, config: ReconcilerConfig | None = None, *, alert: AlertHook | None = None
 ) -> AsyncIterator[Reconciler]:
+    config = config or ReconcilerConfig()
     check_database(settings)
     ledger = PgLedger(async_engine(settings, "ledgerq-reconciler", pool_size=2))
     try:
-        publisher = await ThreadedPublisher.open(settings.amqp_url, Topology(settings.amqp_prefix))
+        publisher = await ThreadedPublisher.open(
+            settings.amqp_url, Topology(settings.amqp_prefix), config.confirm_timeout
+        )
     except BaseException:
         await ledger.dispose()
         raise
     try:
-        yield Reconciler(ledger, publisher, config or ReconcilerConfig(), alert or default_alert())
+        yield Reconciler(ledger, publisher, config, alert or default_alert())
     finally:
         await publisher.close()
         await ledger.dispose()

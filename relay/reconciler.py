@@ -49,7 +49,7 @@ class ReconcilerConfig:
     #: with a deep backlog wants a longer one).
     queue_stall_s: Mapping[str, float] = field(default_factory=dict)
     page_size: int = 500
-    #: How long to wait for each re-publish's confirm.
+    #: How long to wait for each re-publish's confirm (bounds pika's socket waits).
     confirm_timeout: float = 10.0
 
     def __post_init__(self) -> None:

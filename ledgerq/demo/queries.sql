@@ -1,5 +1,5 @@
 -- The demo shop's own tables (not the ledger's: those are reached through the
--- storage seam). Loaded by ledgerq/demo/sql.py; see ledger/sql.py for the format.
+-- storage seam). Loaded by ledgerq/demo/__init__.py; see ledger/sql.py for the format.
 
 -- name: create_orders
 CREATE TABLE IF NOT EXISTS ledgerq_demo_orders (

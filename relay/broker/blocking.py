@@ -36,9 +36,10 @@ _CONNECTION_ERRORS = (
 
 
 class BlockingPublisher:
-    def __init__(self, url: str, topology: Topology) -> None:
+    def __init__(self, url: str, topology: Topology, timeout: float = 5.0) -> None:
         self._url = url
         self._topology = topology
+        self._timeout = timeout
         self._connection: Any = None
         self._channel: Any = None
         self._declared: set[str] = set()
@@ -52,7 +53,10 @@ class BlockingPublisher:
         params = pika.URLParameters(self._url)
         params.connection_attempts = 2
         params.retry_delay = 0.5
-        params.socket_timeout = 5
+        # A confirm that does not come within the timeout fails the connection (pika
+        # has no per-publish confirm timeout): the rest of the page waits.
+        params.socket_timeout = self._timeout
+        params.blocked_connection_timeout = self._timeout
         try:
             self._connection = pika.BlockingConnection(params)
             self._channel = self._connection.channel()
@@ -133,19 +137,23 @@ class ThreadedPublisher:
         self._publisher = publisher
 
     @classmethod
-    async def open(cls, url: str, topology: Topology) -> ThreadedPublisher:
-        """Connect (raising ServiceUnavailableError if RabbitMQ does not answer)."""
+    async def open(cls, url: str, topology: Topology, timeout: float = 10.0) -> ThreadedPublisher:
+        """Connect (raising ServiceUnavailableError if RabbitMQ does not answer).
+        ``timeout`` bounds every socket operation, confirms included."""
         thread = ThreadPoolExecutor(1, thread_name_prefix="ledgerq-pika")
         try:
             loop = asyncio.get_running_loop()
-            publisher = await loop.run_in_executor(thread, BlockingPublisher, url, topology)
+            publisher = await loop.run_in_executor(
+                thread, BlockingPublisher, url, topology, timeout
+            )
         except BaseException:
             thread.shutdown(wait=False)
             raise
         return cls(thread, publisher)
 
     async def publish_many(self, tasks: Sequence[DueTask], timeout: float) -> list[PublishOutcome]:
-        """Publish one by one, each waiting for its confirm (pika's own timeouts apply)."""
+        """Publish one by one, each waiting for its confirm. The wait is bounded by the
+        timeout given to :meth:`open` (pika sets it per connection, not per publish)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, self._publisher.publish_many, tasks)
 
