@@ -12,7 +12,7 @@ class InvalidTaskError(LedgerqError, ValueError):
 
 
 class PayloadTooLargeError(InvalidTaskError):
-    """The JSON-encoded payload is larger than :data:`ledgerq.ledger.validation.MAX_PAYLOAD_BYTES`."""
+    """The JSON-encoded payload is larger than :data:`ledgerq.MAX_PAYLOAD_BYTES`."""
 
 
 class InvalidRetryPolicyError(InvalidTaskError):
