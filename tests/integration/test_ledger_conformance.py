@@ -1,0 +1,799 @@
+"""The storage seam's contract, method by method, run against :class:`PgLedger` on
+the real database (River's driver conformance suite, for ledgerq).
+
+Each test states one promise of :mod:`ledgerq.ledger.protocol`: which rows an
+operation acts on, what it returns, and that a compare-and-set on (id, epoch,
+status) that lost moves nothing. Rows are created as a producer creates them
+(``enqueue_many`` in a committed transaction) and moved only through the seam;
+raw SQL appears only where a test simulates time passing (a timestamp set in the
+past) or a fault, and says so.
+
+Another implementation of the protocols could run this file by swapping the
+``pg`` fixture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from ledgerq import TaskSpec, enqueue_many
+from ledgerq.compose import open_ledger
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.errors import (
+    LedgerqError,
+    StorageError,
+    TaskNotFoundError,
+    TransientStorageError,
+)
+from ledgerq.ledger.model import ClaimedTask, DueTask, ExpiredLease, Finished, Outcome
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import libpq_url, sync_engine
+from ledgerq.ledger.pg.migrate import upgrade
+
+WORKER = "conformance-worker"
+LEASE_S = 30.0
+
+Enqueue = Callable[..., list[int]]
+
+
+@pytest.fixture
+async def pg(settings: Settings) -> AsyncIterator[PgLedger]:
+    """The implementation under test, as the composition root opens it."""
+    async with open_ledger(settings, "ledgerq-conformance", pool_size=3) as ledger:
+        yield ledger
+
+
+@pytest.fixture
+def enqueue(settings: Settings) -> Iterator[Enqueue]:
+    """Create tasks as a producer does: ``enqueue_many`` in a committed transaction."""
+    engine = sync_engine(settings, "ledgerq-conformance-producer", pool_size=1)
+
+    def create(*specs: TaskSpec | str, **options: Any) -> list[int]:
+        tasks = [s if isinstance(s, TaskSpec) else TaskSpec(s, **options) for s in specs]
+        with Session(engine) as session, session.begin():
+            return enqueue_many(session, tasks)
+
+    yield create
+    engine.dispose()
+
+
+@pytest.fixture
+def raw(settings: Settings) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+    """A plain connection, only for simulating time passing and for injected faults."""
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
+        yield conn
+
+
+def age(
+    conn: psycopg.Connection[tuple[Any, ...]], column: str, ids: Sequence[int], seconds: float
+) -> None:
+    """Simulate time passing: set ``column`` of the rows ``seconds`` in the past."""
+    conn.execute(
+        sql.SQL(
+            "UPDATE ledgerq_tasks SET {} = now() - make_interval(secs => %s) WHERE id = ANY(%s)"
+        ).format(sql.Identifier(column)),
+        (seconds, list(ids)),
+    )
+
+
+def when(value: Any) -> datetime:
+    """A timestamp as ``show`` returns it (ISO text)."""
+    assert isinstance(value, str), value
+    return datetime.fromisoformat(value)
+
+
+async def claim_one(pg: PgLedger, task_id: int, epoch: int = 0) -> ClaimedTask:
+    [won] = await pg.claim([(task_id, epoch)], WORKER, LEASE_S)
+    return won
+
+
+async def publish(pg: PgLedger, ids: Sequence[int] | None = None) -> set[int]:
+    """The relay's step: lock due rows and mark them published (all, or ``ids``)."""
+    async with pg.publish_batch(100) as batch:
+        rows = [r for r in batch.rows if ids is None or r.id in ids]
+        return await batch.mark_published(rows)
+
+
+# -- claim --------------------------------------------------------------------------------
+
+
+async def test_claim_wins_a_pending_row_with_its_current_epoch(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    [task_id] = enqueue(
+        TaskSpec(
+            "conf.claim",
+            {"n": 1},
+            queue="other",
+            business_key="order-1",
+            max_attempts=3,
+            retry=[5.0],
+            timeout=12.5,
+        )
+    )
+    before = datetime.now(UTC)
+
+    won = await pg.claim([(task_id, 0)], WORKER, LEASE_S)
+
+    assert won == [
+        ClaimedTask(
+            id=task_id,
+            epoch=1,
+            kind="conf.claim",
+            queue="other",
+            payload={"n": 1},
+            attempts=1,
+            max_attempts=3,
+            retry={"kind": "schedule", "delays": [5.0]},
+            timeout_s=12.5,
+            checkpoint=None,
+            business_key="order-1",
+            parent_id=None,
+        )
+    ]
+    row = await pg.show(task_id)
+    assert (row["status"], row["epoch"], row["attempts"], row["worker"]) == (
+        "running",
+        1,
+        1,
+        WORKER,
+    )
+    lease_until = when(row["lease_until"])
+    assert before + timedelta(seconds=LEASE_S - 5) < lease_until
+    assert lease_until < datetime.now(UTC) + timedelta(seconds=LEASE_S + 5)
+    assert row["started_at"] is not None and row["publishes"] == 0
+
+
+async def test_claim_accepts_a_published_row(pg: PgLedger, enqueue: Enqueue) -> None:
+    [task_id] = enqueue("conf.claim")
+    assert await publish(pg) == {task_id}
+
+    won = await claim_one(pg, task_id, 0)
+
+    assert (won.id, won.epoch, won.attempts) == (task_id, 1, 1)
+    row = await pg.show(task_id)
+    assert (row["status"], row["publishes"]) == ("running", 0)
+
+
+async def test_claim_loses_with_a_stale_epoch_and_moves_nothing(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    [task_id] = enqueue("conf.claim")
+
+    assert await pg.claim([(task_id, 1)], WORKER, LEASE_S) == []
+
+    row = await pg.show(task_id)
+    assert (row["status"], row["epoch"], row["attempts"]) == ("pending", 0, 0)
+
+
+async def test_a_second_claim_of_the_same_fence_loses(pg: PgLedger, enqueue: Enqueue) -> None:
+    [task_id] = enqueue("conf.claim")
+    await claim_one(pg, task_id, 0)
+
+    assert await pg.claim([(task_id, 0)], "another-worker", LEASE_S) == []
+    # nor does the new epoch claim a row that is already running
+    assert await pg.claim([(task_id, 1)], "another-worker", LEASE_S) == []
+
+    row = await pg.show(task_id)
+    assert (row["epoch"], row["attempts"], row["worker"]) == (1, 1, WORKER)
+
+
+async def test_claim_in_a_batch_returns_only_the_rows_it_won(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    first, second, third = enqueue("conf.claim", "conf.claim", "conf.claim")
+    await claim_one(pg, second)
+
+    won = await pg.claim([(third, 0), (first, 0), (second, 0), (10**12, 0)], WORKER, LEASE_S)
+
+    assert sorted((t.id, t.epoch) for t in won) == [(first, 1), (third, 1)]
+    assert await pg.claim([], WORKER, LEASE_S) == []
+
+
+async def test_a_reclaim_after_a_retry_counts_the_attempt_and_needs_the_new_epoch(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    [task_id] = enqueue("conf.claim")
+    first = await claim_one(pg, task_id)
+    await pg.finish([Outcome.failed(first.fence, "boom", delay=0)])
+
+    assert await pg.claim([(task_id, 0)], WORKER, LEASE_S) == []  # the old message
+    second = await claim_one(pg, task_id, first.epoch)
+
+    assert (second.epoch, second.attempts) == (2, 2)
+
+
+# -- finish -------------------------------------------------------------------------------
+
+
+async def test_finish_succeeded_moves_the_row_to_history(pg: PgLedger, enqueue: Enqueue) -> None:
+    [task_id] = enqueue("conf.finish", business_key="k-1", unique=True)
+    task = await claim_one(pg, task_id)
+
+    finished = await pg.finish([Outcome.succeeded(task.fence)])
+
+    assert finished == [Finished(task_id, "conf.finish", 1, "succeeded", None)]
+    row = await pg.show(task_id)
+    assert (row["location"], row["status"], row["attempts"], row["epoch"]) == (
+        "history",
+        "succeeded",
+        1,
+        1,
+    )
+    assert row["finished_at"] is not None and row["lease_until"] is None
+    assert row["dedupe_key"] is None  # the business key is free for a new live task
+    assert await pg.whereabouts([task_id]) == {task_id: "succeeded"}
+
+
+async def test_finish_retry_sends_the_row_back_to_pending_after_its_delay(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    [task_id] = enqueue("conf.finish", max_attempts=3)
+    task = await claim_one(pg, task_id)
+    before = datetime.now(UTC)
+
+    finished = await pg.finish([Outcome.failed(task.fence, "boom: try later", delay=3600)])
+
+    assert finished == [Finished(task_id, "conf.finish", 1, "pending", "boom: try later")]
+    row = await pg.show(task_id)
+    assert (row["location"], row["status"], row["last_error"]) == (
+        "live",
+        "pending",
+        "boom: try later",
+    )
+    assert when(row["run_at"]) > before + timedelta(seconds=3500)
+    assert (row["epoch"], row["attempts"], row["worker"], row["lease_until"]) == (1, 1, None, None)
+    async with pg.publish_batch(10) as batch:
+        assert batch.rows == []  # not due before its delay
+
+
+async def test_finish_retry_ends_the_task_dead_when_its_attempts_are_spent(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    [task_id] = enqueue("conf.finish", max_attempts=1)
+    task = await claim_one(pg, task_id)
+
+    finished = await pg.finish([Outcome.failed(task.fence, "boom, the last time", delay=60)])
+
+    assert finished == [Finished(task_id, "conf.finish", 1, "dead", "boom, the last time")]
+    row = await pg.show(task_id)
+    assert (row["location"], row["status"], row["last_error"]) == (
+        "history",
+        "dead",
+        "boom, the last time",
+    )
+
+
+async def test_finish_dead_moves_the_row_to_history_at_once(pg: PgLedger, enqueue: Enqueue) -> None:
+    [task_id] = enqueue("conf.finish", max_attempts=5)
+    task = await claim_one(pg, task_id)
+
+    finished = await pg.finish([Outcome.failed(task.fence, "aborted", final=True)])
+
+    assert finished == [Finished(task_id, "conf.finish", 1, "dead", "aborted")]
+    row = await pg.show(task_id)
+    assert (row["location"], row["status"], row["last_error"]) == ("history", "dead", "aborted")
+
+
+async def test_finish_with_a_stale_fence_moves_nothing(pg: PgLedger, enqueue: Enqueue) -> None:
+    running, pending = enqueue("conf.finish", "conf.finish")
+    task = await claim_one(pg, running)
+
+    finished = await pg.finish(
+        [
+            Outcome.succeeded((running, 0)),  # the epoch before the claim
+            Outcome.failed((running, 7), "x", final=True),  # an epoch it never had
+            Outcome.succeeded((pending, 0)),  # current epoch, but not running
+            Outcome.failed((10**12, 0), "x"),  # no such task
+        ]
+    )
+
+    assert finished == []
+    assert (await pg.show(running))["status"] == "running"
+    assert (await pg.show(running))["epoch"] == task.epoch
+    assert (await pg.show(pending))["status"] == "pending"
+    assert await pg.finish([]) == []
+
+
+async def test_finish_takes_one_verdict_per_row_in_one_call(pg: PgLedger, enqueue: Enqueue) -> None:
+    ok, again, dead, lost = enqueue("conf.a", "conf.b", "conf.c", "conf.d")
+    fences = {
+        t.id: t.fence for t in await pg.claim([(i, 0) for i in (ok, again, dead, lost)], WORKER, 30)
+    }
+
+    finished = await pg.finish(
+        [
+            Outcome.failed(fences[again], "later", delay=60.0),
+            Outcome.succeeded(fences[ok]),
+            Outcome.failed(fences[dead], "never", final=True),
+            Outcome.succeeded((lost, 0)),
+        ]
+    )
+
+    assert sorted((f.id, f.kind, f.status) for f in finished) == [
+        (ok, "conf.a", "succeeded"),
+        (again, "conf.b", "pending"),
+        (dead, "conf.c", "dead"),
+    ]
+    assert await pg.whereabouts([ok, again, dead, lost]) == {
+        ok: "succeeded",
+        again: "pending",
+        dead: "dead",
+        lost: "running",
+    }
+
+
+async def test_finish_accepts_a_whole_number_delay_next_to_a_fractional_one(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    # Outcome.delay is a float, and an int is a float to the type checker (and to
+    # Python): a caller may well write delay=60.
+    first, second = enqueue("conf.finish", "conf.finish")
+    one, two = await claim_one(pg, first), await claim_one(pg, second)
+
+    finished = await pg.finish(
+        [Outcome.failed(one.fence, "later", delay=60), Outcome.failed(two.fence, "x", delay=0.5)]
+    )
+
+    assert sorted((f.id, f.status) for f in finished) == [(first, "pending"), (second, "pending")]
+
+
+# -- publish_batch and mark_published --------------------------------------------------
+
+
+async def test_publish_batch_returns_only_due_pending_rows(pg: PgLedger, enqueue: Enqueue) -> None:
+    due, later, running, published = enqueue("conf.pub", "conf.pub", "conf.pub", "conf.pub")
+    [not_yet] = enqueue(TaskSpec("conf.pub", delay=3600))
+    [urgent] = enqueue(TaskSpec("conf.pub", priority=5))
+    await claim_one(pg, running)
+    assert await publish(pg, [published]) == {published}
+
+    async with pg.publish_batch(10) as batch:
+        rows = batch.rows
+
+    assert [r.id for r in rows] == [urgent, due, later]  # priority first, then due order
+    assert not_yet not in {r.id for r in rows}
+    assert rows[0] == DueTask(urgent, "conf.pub", "default", 5, 0)
+
+
+async def test_publish_batch_takes_at_most_its_limit(pg: PgLedger, enqueue: Enqueue) -> None:
+    ids = enqueue(*["conf.pub"] * 5)
+
+    async with pg.publish_batch(2) as batch:
+        assert [r.id for r in batch.rows] == ids[:2]
+
+
+async def test_publish_batches_open_at_once_never_share_a_row(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    first, second = enqueue("conf.pub", "conf.pub")
+
+    async with pg.publish_batch(1) as one, pg.publish_batch(10) as other:
+        assert [r.id for r in one.rows] == [first]
+        assert [r.id for r in other.rows] == [second]  # SKIP LOCKED: first is held
+
+
+async def test_mark_published_moves_pending_rows_to_published(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    first, second = enqueue("conf.pub", "conf.pub")
+
+    async with pg.publish_batch(10) as batch:
+        marked = await batch.mark_published([r for r in batch.rows if r.id == first])
+
+    assert marked == {first}
+    row = await pg.show(first)
+    assert (row["status"], row["publishes"], row["epoch"]) == ("published", 1, 0)
+    assert row["published_at"] is not None
+    assert (await pg.show(second))["status"] == "pending"  # confirmed rows only
+
+
+async def test_mark_published_republishes_a_published_row_and_counts_it(
+    pg: PgLedger, enqueue: Enqueue, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    [task_id] = enqueue("conf.pub")
+    await publish(pg)
+    age(raw, "published_at", [task_id], 3600)  # simulate an hour without a claim
+    stale_clock = when((await pg.show(task_id))["published_at"])
+
+    async with pg.stalled_batch(0, 10, 60.0, {}) as batch:
+        assert [r.id for r in batch.rows] == [task_id]
+        marked = await batch.mark_published(batch.rows)
+
+    assert marked == {task_id}
+    row = await pg.show(task_id)
+    assert (row["status"], row["publishes"]) == ("published", 2)
+    assert when(row["published_at"]) > stale_clock + timedelta(seconds=3000)  # clock restarted
+
+
+async def test_mark_published_skips_a_row_whose_fence_moved_on(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    claimed, stale = enqueue("conf.pub", "conf.pub")
+    await claim_one(pg, claimed)  # a consumer won it: running under epoch 1
+
+    async with pg.publish_batch(10) as batch:
+        assert [r.id for r in batch.rows] == [stale]
+        marked = await batch.mark_published(
+            [
+                DueTask(claimed, "conf.pub", "default", 0, 0),  # running now
+                DueTask(stale, "conf.pub", "default", 0, 99),  # an epoch it never had
+            ]
+        )
+
+    assert marked == set()
+    assert (await pg.show(claimed))["status"] == "running"
+    assert ((await pg.show(stale))["status"], (await pg.show(stale))["publishes"]) == (
+        "pending",
+        0,
+    )
+
+
+async def test_a_publish_batch_whose_block_raises_rolls_back(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    ids = enqueue("conf.pub", "conf.pub")
+
+    class PublisherCrashed(Exception):
+        pass
+
+    with pytest.raises(PublisherCrashed):
+        async with pg.publish_batch(10) as batch:
+            assert await batch.mark_published(batch.rows) == set(ids)
+            raise PublisherCrashed
+
+    for task_id in ids:
+        row = await pg.show(task_id)
+        assert (row["status"], row["publishes"], row["published_at"]) == ("pending", 0, None)
+    async with pg.publish_batch(10) as batch:
+        assert [r.id for r in batch.rows] == ids  # and the locks were released
+
+
+# -- heartbeat and save_checkpoint ------------------------------------------------------
+
+
+async def test_heartbeat_extends_only_the_leases_still_held(
+    pg: PgLedger, enqueue: Enqueue, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    held, lost, pending = enqueue("conf.hb", "conf.hb", "conf.hb")
+    held_task = await claim_one(pg, held)
+    lost_task = await claim_one(pg, lost)
+    await pg.finish([Outcome.failed(lost_task.fence, "rescued", delay=0)])  # fence moved on
+    age(raw, "lease_until", [held], -5)  # simulate a lease about to run out (5 s left)
+
+    extended = await pg.heartbeat(
+        [held_task.fence, lost_task.fence, (pending, 0), (10**12, 0)], 600.0
+    )
+
+    assert extended == {held}
+    lease = when((await pg.show(held))["lease_until"])
+    assert lease > datetime.now(UTC) + timedelta(seconds=500)
+    # a fence from before a re-claim does not hold either, though the row is running
+    again = await claim_one(pg, lost, lost_task.epoch)
+    assert await pg.heartbeat([lost_task.fence], 600.0) == set()
+    assert await pg.heartbeat([again.fence], 600.0) == {lost}
+    assert await pg.heartbeat([], 600.0) == set()
+
+
+async def test_save_checkpoint_is_fenced_and_the_next_attempt_sees_it(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    [task_id] = enqueue("conf.cp")
+    task = await claim_one(pg, task_id)
+
+    assert await pg.save_checkpoint(task.fence, {"step": 2, "of": [1, 2, 3]}) is True
+    assert await pg.save_checkpoint((task_id, 0), {"step": "stale"}) is False
+
+    assert (await pg.show(task_id))["checkpoint"] == {"step": 2, "of": [1, 2, 3]}
+    await pg.finish([Outcome.failed(task.fence, "crash", delay=0)])
+    assert await pg.save_checkpoint(task.fence, {"step": "not running"}) is False
+    again = await claim_one(pg, task_id, task.epoch)
+    assert again.checkpoint == {"step": 2, "of": [1, 2, 3]}
+
+
+# -- whereabouts --------------------------------------------------------------------------
+
+
+async def test_whereabouts_covers_live_and_history_and_omits_unknown_ids(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    pending, running, done, dead = enqueue("conf.w", "conf.w", "conf.w", "conf.w")
+    await claim_one(pg, running)
+    done_task, dead_task = await claim_one(pg, done), await claim_one(pg, dead)
+    await pg.finish(
+        [Outcome.succeeded(done_task.fence), Outcome.failed(dead_task.fence, "x", final=True)]
+    )
+
+    where = await pg.whereabouts([pending, running, done, dead, 10**12, pending])
+
+    assert where == {pending: "pending", running: "running", done: "succeeded", dead: "dead"}
+    assert await pg.whereabouts([]) == {}
+
+
+# -- the reconciler's operations --------------------------------------------------------
+
+
+async def test_exclusive_lets_one_holder_at_a_time(settings: Settings, pg: PgLedger) -> None:
+    async with open_ledger(settings, "ledgerq-conformance-rival", pool_size=1) as rival:
+        async with pg.exclusive() as first:
+            assert first is True
+            async with rival.exclusive() as second:
+                assert second is False
+        async with rival.exclusive() as after_release:
+            assert after_release is True
+            async with pg.exclusive() as meanwhile:
+                assert meanwhile is False
+
+
+async def test_stalled_batch_picks_published_rows_unclaimed_past_their_window(
+    pg: PgLedger, enqueue: Enqueue, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    stalled, fresh, pending, running = enqueue("conf.s", "conf.s", "conf.s", "conf.s")
+    [slow_queue] = enqueue(TaskSpec("conf.s", queue="other"))
+    await publish(pg, [stalled, fresh, running, slow_queue])
+    await claim_one(pg, running)
+    # Simulate time passing: 10 minutes since these were published.
+    age(raw, "published_at", [stalled, slow_queue], 600)
+    age(raw, "published_at", [running], 600)
+    age(raw, "run_at", [pending], 600)
+
+    async with pg.stalled_batch(0, 10, 60.0, {"other": 3600.0}) as batch:
+        assert [r.id for r in batch.rows] == [stalled]  # "other" waits an hour
+
+    async with pg.stalled_batch(0, 10, 60.0, {}) as batch:
+        assert [r.id for r in batch.rows] == [stalled, slow_queue]
+        assert batch.rows[0] == DueTask(stalled, "conf.s", "default", 0, 0)
+
+
+async def test_stalled_batch_pages_by_id_and_respects_its_limit(
+    pg: PgLedger, enqueue: Enqueue, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    ids = enqueue(*["conf.s"] * 3)
+    await publish(pg)
+    age(raw, "published_at", ids, 600)  # simulate ten minutes without a claim
+
+    async with pg.stalled_batch(0, 2, 60.0, {}) as batch:
+        assert [r.id for r in batch.rows] == ids[:2]
+    async with pg.stalled_batch(ids[1], 2, 60.0, {}) as batch:
+        assert [r.id for r in batch.rows] == ids[2:]
+
+
+async def test_the_stall_window_doubles_with_each_publication(
+    pg: PgLedger, enqueue: Enqueue, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    once, twice = enqueue("conf.s", "conf.s")
+    await publish(pg)
+    age(raw, "published_at", [twice], 600)  # simulate a stall ...
+    async with pg.stalled_batch(0, 10, 60.0, {}) as batch:
+        await batch.mark_published(batch.rows)  # ... and its re-publication
+    age(raw, "published_at", [once, twice], 90)  # 90 s since each last publication
+
+    async with pg.stalled_batch(0, 10, 60.0, {}) as batch:
+        # publishes=1: window 60 s, stalled; publishes=2: window 120 s, not yet
+        assert [r.id for r in batch.rows] == [once]
+
+
+async def test_overdue_batch_picks_pending_rows_due_longer_than_the_window(
+    pg: PgLedger, enqueue: Enqueue, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    overdue, due_now, published, later = enqueue("conf.o", "conf.o", "conf.o", "conf.o")
+    [future] = enqueue(TaskSpec("conf.o", delay=3600))
+    await publish(pg, [published])
+    # Simulate time passing: these have been due for ten minutes.
+    age(raw, "run_at", [overdue, published, later], 600)
+
+    async with pg.overdue_batch(0, 10, 60.0) as batch:
+        assert [r.id for r in batch.rows] == [overdue, later]
+        assert future not in {r.id for r in batch.rows} and due_now not in {
+            r.id for r in batch.rows
+        }
+        assert await batch.mark_published(batch.rows[:1]) == {overdue}
+    async with pg.overdue_batch(overdue, 10, 60.0) as batch:
+        assert [r.id for r in batch.rows] == [later]
+    async with pg.overdue_batch(0, 1, 60.0) as batch:
+        assert [r.id for r in batch.rows] == [later]  # overdue is published now
+    assert (await pg.show(overdue))["status"] == "published"
+
+
+async def test_expired_batch_picks_running_rows_whose_lease_ran_out_and_finishes_them(
+    pg: PgLedger, enqueue: Enqueue, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    expired, alive, pending = enqueue(
+        TaskSpec("conf.e", retry=[30.0]), TaskSpec("conf.e"), TaskSpec("conf.e")
+    )
+    lapsed = await claim_one(pg, expired)
+    await claim_one(pg, alive)
+    age(raw, "lease_until", [expired], 5)  # simulate the lease running out 5 s ago
+    age(raw, "run_at", [pending], 600)
+
+    async with pg.expired_batch(0, 10) as batch:
+        assert batch.rows == [
+            ExpiredLease(expired, 1, "conf.e", 1, {"kind": "schedule", "delays": [30.0]}, WORKER)
+        ]
+        finished = await batch.finish([r.outcome() for r in batch.rows])
+
+    assert [(f.id, f.status) for f in finished] == [(expired, "pending")]
+    row = await pg.show(expired)
+    assert row["status"] == "pending" and "stopped heartbeating" in row["last_error"]
+    assert await pg.heartbeat([lapsed.fence], LEASE_S) == set()  # the old worker lost it
+    async with pg.expired_batch(0, 10) as batch:
+        assert batch.rows == []
+
+
+async def test_expired_batch_pages_by_id_and_respects_its_limit(
+    pg: PgLedger, enqueue: Enqueue, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    ids = enqueue(*["conf.e"] * 3)
+    await pg.claim([(i, 0) for i in ids], WORKER, LEASE_S)
+    age(raw, "lease_until", ids, 5)  # simulate the leases running out 5 s ago
+
+    async with pg.expired_batch(0, 2) as batch:
+        assert [r.id for r in batch.rows] == ids[:2]
+    async with pg.expired_batch(ids[1], 2) as batch:
+        assert [r.id for r in batch.rows] == ids[2:]
+
+
+async def test_an_expired_batch_whose_block_raises_finishes_nothing(
+    pg: PgLedger, enqueue: Enqueue, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    [task_id] = enqueue("conf.e")
+    await claim_one(pg, task_id)
+    age(raw, "lease_until", [task_id], 5)  # simulate the lease running out
+
+    with pytest.raises(ZeroDivisionError):
+        async with pg.expired_batch(0, 10) as batch:
+            await batch.finish([r.outcome() for r in batch.rows])
+            _ = 1 / 0
+
+    assert (await pg.show(task_id))["status"] == "running"
+    assert await pg.count_expired() == 1
+
+
+# -- inspection ---------------------------------------------------------------------------
+
+
+async def test_stats_count_live_and_history_by_status_and_kind(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    assert await pg.stats() == {"total": 0, "by_status": {}, "by_kind": {}}
+    a, b, _ = enqueue("conf.x", "conf.x", "conf.y")
+    task = await claim_one(pg, a)
+    await pg.finish([Outcome.succeeded(task.fence)])
+    await claim_one(pg, b)
+
+    assert await pg.stats() == {
+        "total": 3,
+        "by_status": {"succeeded": 1, "running": 1, "pending": 1},
+        "by_kind": {"conf.x": {"succeeded": 1, "running": 1}, "conf.y": {"pending": 1}},
+    }
+    assert await pg.count_finished() == 1
+
+
+async def test_show_returns_every_column_and_where_the_task_is(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    [task_id] = enqueue(TaskSpec("conf.show", {"a": [1, 2]}, business_key="b-7", priority=3))
+
+    row = await pg.show(task_id)
+
+    assert row["location"] == "live"
+    assert (row["id"], row["kind"], row["payload"], row["business_key"], row["priority"]) == (
+        task_id,
+        "conf.show",
+        {"a": [1, 2]},
+        "b-7",
+        3,
+    )
+    assert {"status", "epoch", "attempts", "run_at", "created_at", "checkpoint"} <= set(row)
+    assert isinstance(row["created_at"], str)  # timestamps as ISO text
+
+
+async def test_show_of_an_unknown_id_raises_task_not_found(pg: PgLedger) -> None:
+    with pytest.raises(TaskNotFoundError) as caught:
+        await pg.show(10**12)
+    assert isinstance(caught.value, LookupError) and isinstance(caught.value, LedgerqError)
+
+
+# -- errors never cross the seam as driver exceptions --------------------------------------
+
+
+async def test_a_terminated_backend_surfaces_as_a_transient_storage_error(
+    settings: Settings, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    name = f"ledgerq-victim-{uuid.uuid4().hex[:8]}"
+    async with open_ledger(settings, name, pool_size=1) as victim:
+        assert await victim.whereabouts([1]) == {}  # the pooled connection is open
+        [[killed]] = raw.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s",
+            (name,),
+        ).fetchall()
+        assert killed == 1
+        await asyncio.sleep(0.1)
+
+        with pytest.raises(TransientStorageError) as caught:
+            await victim.whereabouts([1])
+
+        assert not isinstance(caught.value, psycopg.Error)
+        assert isinstance(caught.value.__cause__, sa_exc.DBAPIError)
+        # worth retrying as it is: the pool has let the dead connection go
+        assert await victim.whereabouts([1]) == {}
+
+
+async def test_a_terminated_backend_under_a_publish_batch_is_transient_too(
+    settings: Settings, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    name = f"ledgerq-victim-{uuid.uuid4().hex[:8]}"
+    async with open_ledger(settings, name, pool_size=1) as victim:
+        with pytest.raises(TransientStorageError):
+            async with victim.publish_batch(10) as batch:
+                assert batch.rows == []
+                raw.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (name,),
+                )
+                await asyncio.sleep(0.1)
+                await batch.mark_published([DueTask(1, "k", "default", 0, 0)])
+
+
+@pytest.fixture
+def throwaway(base_settings: Settings) -> Iterator[Settings]:
+    """A database of its own, migrated, for damaging on purpose."""
+    url = make_url(base_settings.database_url)
+    name = f"{url.database}_throwaway"
+    maintenance = libpq_url(url.set(database="postgres").render_as_string(False))
+
+    def drop() -> None:
+        with psycopg.connect(maintenance, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+    drop()
+    scratch = replace(base_settings, database_url=url.set(database=name).render_as_string(False))
+    upgrade(scratch)  # creates the database, then the schema
+    yield scratch
+    drop()
+
+
+async def test_a_missing_table_surfaces_as_a_storage_error_that_is_not_transient(
+    throwaway: Settings,
+) -> None:
+    with psycopg.connect(libpq_url(throwaway.database_url), autocommit=True) as conn:
+        conn.execute("DROP TABLE ledgerq_history")
+
+    async with open_ledger(throwaway, "ledgerq-conformance-broken", pool_size=1) as broken:
+        with pytest.raises(StorageError) as caught:
+            await broken.show(1)
+
+    assert type(caught.value) is StorageError  # not TransientStorageError
+    assert isinstance(caught.value.__cause__, sa_exc.DBAPIError)
+    assert "ledgerq_history" in str(caught.value)
+
+
+async def test_bad_data_surfaces_as_a_storage_error_that_is_not_transient(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    [task_id] = enqueue("conf.bad")
+    task = await claim_one(pg, task_id)
+
+    # NaN is not JSON: PostgreSQL refuses the document.
+    with pytest.raises(StorageError) as caught:
+        await pg.save_checkpoint(task.fence, {"ratio": float("nan")})
+
+    assert type(caught.value) is StorageError
+    assert not isinstance(caught.value, psycopg.Error)
+    assert (await pg.show(task_id))["checkpoint"] is None
