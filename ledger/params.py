@@ -23,6 +23,6 @@ def outcome_params(outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
         "ids": [o.id for o in ordered],
         "epochs": [o.epoch for o in ordered],
         "verdicts": [o.verdict for o in ordered],
-        "delays": [o.delay for o in ordered],
+        "delays": [float(o.delay) for o in ordered],
         "errors": [o.error for o in ordered],
     }
