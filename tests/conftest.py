@@ -2,15 +2,18 @@
 
 The suite uses its own database (``ledgerq_test`` unless
 ``LEDGERQ_TEST_DATABASE_URL`` says otherwise), dropped and migrated once per
-run, and truncated before each test. Every test gets its own AMQP prefix, so its
-exchanges and queues never meet another test's; they are deleted afterwards.
+run, and emptied (through the storage seam) before each test. Every test gets
+its own AMQP prefix, so its exchanges and queues never meet another test's;
+they are deleted afterwards. ``ledger`` is the storage seam itself
+(:class:`~ledgerq.ledger.pg.PgLedger`, from the composition root), for tests
+that look a task up.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pika
@@ -19,10 +22,12 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from ledgerq.compose import open_ledger
 from ledgerq.ledger.config import DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL, Settings
-from ledgerq.ledger.db import libpq_url
-from ledgerq.ledger.migrate import upgrade
-from ledgerq.ledger.topology import Topology
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import libpq_url
+from ledgerq.ledger.pg.migrate import upgrade
+from ledgerq.relay.broker.topology import Topology
 
 # The suite's own database: LEDGERQ_TEST_DATABASE_URL, else the configured server
 # with the database name "ledgerq_test" (never the configured database itself).
@@ -74,20 +79,29 @@ def delete_broker_objects(settings: Settings) -> None:
     try:
         channel = connection.channel()
         for name in TEST_QUEUES:
-            channel.queue_delete(topology.queue(name))
-        channel.queue_delete(topology.dead_letter_queue)
-        channel.exchange_delete(topology.exchange)
-        channel.exchange_delete(topology.dead_letter_exchange)
+            channel.queue_delete(topology.task_queue(name).name)
+        channel.queue_delete(topology.dead_letter_queue.name)
+        channel.exchange_delete(topology.exchange.name)
+        channel.exchange_delete(topology.dead_letter_exchange.name)
     finally:
         connection.close()
 
 
 @pytest.fixture
-def settings(base_settings: Settings) -> Iterator[Settings]:
-    """Clean tables and a private AMQP prefix for one test."""
+async def settings(base_settings: Settings) -> AsyncIterator[Settings]:
+    """An empty ledger, no test tables, and a private AMQP prefix for one test."""
+    async with open_ledger(base_settings, "ledgerq-test-setup", pool_size=1) as ledger:
+        await ledger.truncate()
+    # The tests' own tables (not the ledger's).
     with psycopg.connect(libpq_url(base_settings.database_url), autocommit=True) as conn:
-        conn.execute("TRUNCATE ledgerq_tasks, ledgerq_history")
         conn.execute("DROP TABLE IF EXISTS ledgerq_demo_receipts, test_effects")
     current = replace(base_settings, amqp_prefix=f"lqtest.{uuid.uuid4().hex[:10]}")
     yield current
     delete_broker_objects(current)
+
+
+@pytest.fixture
+async def ledger(settings: Settings) -> AsyncIterator[PgLedger]:
+    """The storage seam, as the composition root opens it, for looking tasks up."""
+    async with open_ledger(settings, "ledgerq-test", pool_size=2) as opened:
+        yield opened

@@ -1,67 +1,61 @@
 """An in-process pipeline for integration tests: real PostgreSQL, real RabbitMQ.
 
-``Pipeline`` wires the same parts the CLI does (AsyncLedger, ConfirmedPublisher,
-Relay, Worker) so a test can call ``relay.run_once()`` itself and watch the
-ledger, with no subprocess and no sleep-and-hope.
+``Pipeline`` builds the relay and the worker through the composition root
+(:func:`ledgerq.compose.open_relay`, :func:`ledgerq.compose.open_worker`), the
+same wiring the ``ledgerq`` command runs, so a test can call
+``relay.run_once()`` itself and watch the ledger through the storage seam
+(:func:`ledgerq.compose.open_ledger`), with no subprocess and no sleep-and-hope.
+
+Raw SQL here is only for the tests' own tables (``test_effects``) and for the
+faults a test injects on purpose; task lookups go through the seam.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
 import psycopg
-from aio_pika.abc import AbstractRobustConnection
-from sqlalchemy import Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
-from ledgerq.consumers.registry import Registry
+from ledgerq import Registry, TaskSpec, enqueue_many
+from ledgerq.compose import open_ledger, open_relay, open_worker
 from ledgerq.consumers.worker import Worker, WorkerConfig
-from ledgerq.ledger import TaskSpec, enqueue_many
-from ledgerq.ledger.alerts import AlertHook, log_alert
+from ledgerq.ledger.alerts import AlertHook
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.db import async_engine, libpq_url, sync_engine
-from ledgerq.ledger.store import AsyncLedger
-from ledgerq.ledger.topology import Topology
-from ledgerq.relay.amqp import ConfirmedPublisher, connect
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import libpq_url, sync_engine
+from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.service import Relay, RelayConfig
 
 TERMINAL = ("succeeded", "dead", "cancelled")
 
+#: The tests' own table, written by handlers through ``ctx.session``.
+EFFECTS_DDL = """CREATE TABLE IF NOT EXISTS test_effects (
+    id bigserial PRIMARY KEY, task_id bigint NOT NULL, attempt int NOT NULL)"""
+
 
 def db(settings: Settings) -> psycopg.Connection[tuple[Any, ...]]:
+    """A raw connection: for the tests' own tables and for injected faults only."""
     return psycopg.connect(libpq_url(settings.database_url), autocommit=True)
 
 
-def statuses(settings: Settings, ids: Iterable[int]) -> dict[int, str]:
-    """Where each task is now: a live status, a terminal status, or absent."""
-    wanted = list(ids)
+def effects(settings: Settings) -> list[tuple[int, int]]:
+    """``(task_id, attempt)`` of every row in ``test_effects``, in insertion order."""
     with db(settings) as conn:
-        rows = conn.execute(
-            "SELECT id, status FROM ledgerq_tasks WHERE id = ANY(%(ids)s) "
-            "UNION ALL SELECT id, status FROM ledgerq_history WHERE id = ANY(%(ids)s)",
-            {"ids": wanted},
-        ).fetchall()
-    return {int(r[0]): str(r[1]) for r in rows}
-
-
-def row(settings: Settings, task_id: int) -> dict[str, Any]:
-    with db(settings) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
-        found = cur.execute(
-            "SELECT *, 'live' AS location FROM ledgerq_tasks WHERE id = %(id)s UNION ALL "
-            "SELECT *, 'history' AS location FROM ledgerq_history WHERE id = %(id)s",
-            {"id": task_id},
-        ).fetchone()
-    assert found is not None, f"task {task_id} is in neither table"
-    return dict(found)
+        return [
+            (int(a), int(b))
+            for a, b in conn.execute("SELECT task_id, attempt FROM test_effects ORDER BY id")
+        ]
 
 
 def enqueue_committed(settings: Settings, specs: Sequence[TaskSpec]) -> list[int]:
+    """Enqueue as a producer does, in its own committed transaction."""
     engine = sync_engine(settings, "ledgerq-test-producer", pool_size=1)
     try:
         with Session(engine) as session, session.begin():
@@ -71,7 +65,7 @@ def enqueue_committed(settings: Settings, specs: Sequence[TaskSpec]) -> list[int
 
 
 class Pipeline:
-    """Relay plus one worker, in this event loop."""
+    """The relay plus one worker, built by the composition root, in this event loop."""
 
     def __init__(
         self,
@@ -80,7 +74,7 @@ class Pipeline:
         *,
         worker: WorkerConfig | None = None,
         relay: RelayConfig | None = None,
-        alert: AlertHook = log_alert,
+        alert: AlertHook | None = None,
         start_worker: bool = True,
     ) -> None:
         self.settings = settings
@@ -92,38 +86,40 @@ class Pipeline:
         self.alert = alert
         self.start_worker = start_worker
         self.topology = Topology(settings.amqp_prefix)
+        self._worker: Worker | None = None
+        self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Pipeline:
-        self.engine: AsyncEngine = async_engine(self.settings, "ledgerq-test", pool_size=12)
-        self.sync_engine: Engine = sync_engine(self.settings, "ledgerq-test-sync", pool_size=8)
-        self.ledger = AsyncLedger(self.engine)
-        self.connection: AbstractRobustConnection = await connect(self.settings.amqp_url)
-        self.publisher = ConfirmedPublisher(self.connection, self.topology)
-        self.relay = Relay(self.ledger, self.publisher, self.relay_config)
-        self.worker = Worker(
-            self.ledger,
-            self.registry,
-            self.topology,
-            self.worker_config,
-            sync_engine=self.sync_engine,
-            alert=self.alert,
-        )
-        if self.start_worker:
-            await self.worker.start(self.connection)
+        async with AsyncExitStack() as stack:
+            self.ledger: PgLedger = await stack.enter_async_context(
+                open_ledger(self.settings, "ledgerq-test", pool_size=2)
+            )
+            self.relay: Relay = await stack.enter_async_context(
+                open_relay(self.settings, self.relay_config)
+            )
+            if self.start_worker:
+                self._worker = await stack.enter_async_context(
+                    open_worker(self.settings, self.registry, self.worker_config, alert=self.alert)
+                )
+            self._stack = stack.pop_all()
         return self
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self.start_worker:
-            await self.worker.stop()
-        await self.publisher.close()
-        await self.connection.close()
-        await self.engine.dispose()
-        self.sync_engine.dispose()
+        await self._stack.__aexit__(et, e, tb)
+
+    @property
+    def worker(self) -> Worker:
+        assert self._worker is not None, "this pipeline was opened with start_worker=False"
+        return self._worker
 
     def with_worker_config(self, **changes: Any) -> WorkerConfig:
         return replace(self.worker_config, **changes)
+
+    async def statuses(self, ids: Sequence[int]) -> dict[int, str]:
+        """Where each task is now: a live status, a terminal status, or absent."""
+        return await self.ledger.whereabouts(ids)
 
     async def settle(
         self, ids: Sequence[int], *, timeout: float = 30.0, until: Sequence[str] = TERMINAL
@@ -132,7 +128,7 @@ class Pipeline:
         deadline = time.monotonic() + timeout
         while True:
             await self.relay.run_once()
-            now = statuses(self.settings, ids)
+            now = await self.statuses(ids)
             if len(now) == len(ids) and all(s in until for s in now.values()):
                 return now
             if time.monotonic() > deadline:

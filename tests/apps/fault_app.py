@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from ledgerq.consumers import AsyncTaskContext, task
+from ledgerq import AsyncTaskContext, task
 
 EFFECTS_DDL = """CREATE TABLE IF NOT EXISTS fault_effects (
     id bigserial PRIMARY KEY, task_id bigint NOT NULL, marker text, attempt int NOT NULL,

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from ledgerq.consumers import AsyncTaskContext, TaskContext, task
+from ledgerq import AsyncTaskContext, TaskContext, task
 
 
 @task("test.slow")

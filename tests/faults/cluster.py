@@ -1,36 +1,42 @@
 """Real relay and worker processes, supervised like a ReplicaSet, plus the checker.
 
-``Cluster`` starts ``python -m consumers relay`` and N ``worker`` processes and
+``Cluster`` starts ``python -m ledgerq relay`` and N ``worker`` processes and
 restarts any that die (the environment that made one crash is dropped on
 restart, as a fixed deploy would). The test process runs the reconciler itself
-(``run_once``), so every pass is visible to it.
+(built by :func:`ledgerq.compose.open_reconciler`, ``await run_once()``), so
+every pass is visible to it.
 
 ``check`` is the total-queue check, after Jepsen's: every committed task has
 exactly one terminal status, none is lost, nothing from a rolled-back
 transaction ran, handlers that write through the context's transaction left
 exactly one effect, the broker queue is empty and no ``running`` lease is left.
+Task statuses are read through the storage seam; the effects table is the
+test's own and read with SQL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pika
-from sqlalchemy import Engine
 
+from ledgerq.compose import open_ledger, open_reconciler
+from ledgerq.ledger.alerts import log_alert
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.db import sync_engine
-from ledgerq.ledger.maintenance import MaintenanceLedger
-from ledgerq.ledger.topology import Topology
-from ledgerq.relay.blocking import BlockingConfirmedPublisher
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.states import LIVE, TERMINAL
+from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
 from tests.apps.fault_app import EFFECTS_DDL
 from tests.harness import db
@@ -46,6 +52,9 @@ WORKER_ARGS = (
     "--grace",
     "5",
 )
+
+#: Called on every pass of :meth:`Cluster.settle` with the seconds since it began.
+Tick = Callable[[float], Awaitable[None]]
 
 
 @dataclass
@@ -75,15 +84,21 @@ class Cluster:
             Member(f"worker-{i}", WORKER_ARGS, dict(worker_env or {}) if i == 0 else {})
             for i in range(workers)
         ]
-        self.engine: Engine = sync_engine(settings, "ledgerq-test-reconciler", pool_size=2)
-        self.publisher = BlockingConfirmedPublisher(
-            settings.amqp_url, Topology(settings.amqp_prefix)
-        )
-        self.reconciler = Reconciler(
-            MaintenanceLedger(self.engine), self.publisher, ReconcilerConfig(stall_s=3.0)
-        )
         self.reconciles: list[ReconcileCounts] = []
+        self._stack = AsyncExitStack()
         self._stopped = False
+
+    async def open(self) -> Cluster:
+        """Open the test's ledger (for lookups) and the reconciler it runs."""
+        async with AsyncExitStack() as stack:
+            self.ledger: PgLedger = await stack.enter_async_context(
+                open_ledger(self.settings, "ledgerq-test-cluster", pool_size=2)
+            )
+            self.reconciler: Reconciler = await stack.enter_async_context(
+                open_reconciler(self.settings, ReconcilerConfig(stall_s=3.0), alert=log_alert)
+            )
+            self._stack = stack.pop_all()
+        return self
 
     def _env(self, member: Member) -> dict[str, str]:
         env = dict(os.environ)
@@ -101,7 +116,7 @@ class Cluster:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = (self.log_dir / f"{member.role}.log").open("ab")
         member.proc = subprocess.Popen(
-            [sys.executable, "-m", "consumers", "-v", *member.args],
+            [sys.executable, "-m", "ledgerq", "-v", *member.args],
             env=self._env(member),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -150,9 +165,9 @@ class Cluster:
             ]
         return found
 
-    def verify(self, ids: Sequence[int], effects_expected: Sequence[int]) -> Verdict:
+    async def verify(self, ids: Sequence[int], effects_expected: Sequence[int]) -> Verdict:
         """The total-queue check, and no internal error in any service's log."""
-        verdict = check(self.settings, ids, effects_expected=effects_expected)
+        verdict = await check(self.settings, self.ledger, ids, effects_expected=effects_expected)
         assert verdict.ok, verdict.as_dict()
         assert not self.internal_errors(), self.internal_errors()
         return verdict
@@ -160,13 +175,13 @@ class Cluster:
     def workers(self) -> list[str]:
         return [m.role for m in self.members if m.role.startswith("worker")]
 
-    def reconcile(self) -> ReconcileCounts:
-        counts = self.reconciler.run_once()
+    async def reconcile(self) -> ReconcileCounts:
+        counts = await self.reconciler.run_once()
         self.reconciles.append(counts)
         return counts
 
-    def settle(
-        self, ids: Sequence[int], timeout: float = 90.0, tick: Callable[[float], None] | None = None
+    async def settle(
+        self, ids: Sequence[int], timeout: float = 90.0, tick: Tick | None = None
     ) -> None:
         """Supervise and reconcile until every id is terminal."""
         started = time.monotonic()
@@ -174,25 +189,23 @@ class Cluster:
         while True:
             elapsed = time.monotonic() - started
             if tick is not None:
-                tick(elapsed)
+                await tick(elapsed)
             self.supervise()
             if time.monotonic() - last_reconcile > 0.5:
                 try:
-                    self.reconcile()
+                    await self.reconcile()
                 except Exception as exc:  # the broker or the DB is down right now
                     print(f"reconcile failed during a fault: {exc!r}")
                 last_reconcile = time.monotonic()
-            if terminal_count(self.settings, ids) == len(ids):
+            if await terminal_count(self.ledger, ids) == len(ids):
                 return
             if elapsed > timeout:
-                raise AssertionError(f"not settled in {timeout}s: {live_summary(self.settings)}")
-            time.sleep(0.2)
+                raise AssertionError(
+                    f"not settled in {timeout}s: {await live_summary(self.ledger)}"
+                )
+            await asyncio.sleep(0.2)
 
-    def stop(self) -> dict[str, list[int]]:
-        """SIGTERM everything and wait (idempotent); return each member's exit codes."""
-        if self._stopped:
-            return {m.role: m.exits for m in self.members}
-        self._stopped = True
+    def _stop_members(self) -> None:
         for member in self.members:
             if member.proc is not None and member.proc.poll() is None:
                 member.proc.send_signal(signal.SIGTERM)
@@ -203,31 +216,35 @@ class Cluster:
                 except subprocess.TimeoutExpired:
                     member.proc.kill()
                     member.exits.append(member.proc.wait())
-        self.publisher.close()
-        self.engine.dispose()
+
+    async def stop(self) -> dict[str, list[int]]:
+        """SIGTERM everything and wait, then close the reconciler and the ledger
+        (idempotent); return each member's exit codes."""
+        if not self._stopped:
+            self._stopped = True
+            try:
+                await asyncio.to_thread(self._stop_members)
+            finally:
+                await self._stack.aclose()
         return {m.role: m.exits for m in self.members}
 
 
-def terminal_count(settings: Settings, ids: Sequence[int]) -> int:
-    with db(settings) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM ledgerq_history WHERE id = ANY(%s)", (list(ids),)
-        ).fetchone()
-    return int(row[0]) if row else 0
+async def terminal_count(ledger: PgLedger, ids: Sequence[int]) -> int:
+    """How many of ``ids`` have a terminal status (are in history)."""
+    return sum(1 for status in (await ledger.whereabouts(ids)).values() if status in TERMINAL)
 
 
-def live_summary(settings: Settings) -> dict[str, int]:
-    with db(settings) as conn:
-        return {
-            str(s): int(n)
-            for s, n in conn.execute("SELECT status, count(*) FROM ledgerq_tasks GROUP BY status")
-        }
+async def live_summary(ledger: PgLedger) -> dict[str, int]:
+    """Live (unfinished) tasks by status."""
+    by_status: dict[str, int] = (await ledger.stats())["by_status"]
+    return {s: n for s, n in by_status.items() if s in LIVE}
 
 
 def queue_depth(settings: Settings, queue: str = "default") -> int:
     conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
     try:
-        ok = conn.channel().queue_declare(Topology(settings.amqp_prefix).queue(queue), passive=True)
+        name = Topology(settings.amqp_prefix).task_queue(queue).name
+        ok = conn.channel().queue_declare(name, passive=True)
         return int(ok.method.message_count or 0)
     finally:
         conn.close()
@@ -261,8 +278,9 @@ class Verdict:
         return {**self.__dict__, "lost": len(self.lost), "ok": self.ok}
 
 
-def check(
+async def check(
     settings: Settings,
+    ledger: PgLedger,
     committed: Sequence[int],
     *,
     effects_expected: Sequence[int] = (),
@@ -273,22 +291,16 @@ def check(
     depth = queue_depth(settings)
     deadline = time.monotonic() + 15
     while depth and time.monotonic() < deadline:
-        time.sleep(0.2)
+        await asyncio.sleep(0.2)
         depth = queue_depth(settings)
+    ids = list(committed)
+    finished = {
+        i: status for i, status in (await ledger.whereabouts(ids)).items() if status in TERMINAL
+    }
+    live_left = sum((await live_summary(ledger)).values())
+    expired_running = await ledger.count_expired()
+    # The effects table is the test's own.
     with db(settings) as conn:
-        ids = list(committed)
-        terminal = {
-            str(s): int(n)
-            for s, n in conn.execute(
-                "SELECT status, count(*) FROM ledgerq_history WHERE id = ANY(%s) GROUP BY status",
-                (ids,),
-            )
-        }
-        finished = {
-            int(r[0])
-            for r in conn.execute("SELECT id FROM ledgerq_history WHERE id = ANY(%s)", (ids,))
-        }
-        live_row = conn.execute("SELECT count(*) FROM ledgerq_tasks").fetchone()
         ran_row = conn.execute(
             "SELECT count(*) FROM fault_effects WHERE marker = %s", (rolled_back_marker,)
         ).fetchone()
@@ -300,17 +312,19 @@ def check(
                 (list(effects_expected),),
             )
         }
-        expired_row = conn.execute(
-            "SELECT count(*) FROM ledgerq_tasks WHERE status = 'running' AND lease_until < now()"
-        ).fetchone()
     return Verdict(
         committed=len(ids),
-        terminal=terminal,
-        lost=sorted(set(ids) - finished),
-        live_left=int(live_row[0]) if live_row else 0,
+        terminal=dict(Counter(finished.values())),
+        lost=sorted(set(ids) - set(finished)),
+        live_left=live_left,
         rolled_back_ran=int(ran_row[0]) if ran_row else 0,
         effect_duplicates=sum(n - 1 for n in per_task.values() if n > 1),
         missing_effects=sum(1 for i in effects_expected if i not in per_task),
         queue_depth=depth,
-        expired_running=int(expired_row[0]) if expired_row else 0,
+        expired_running=expired_running,
     )
+
+
+#: The ``make_cluster`` fixture (tests/faults/conftest.py): builds, opens and by
+#: default starts a :class:`Cluster`; ``start=False`` leaves the processes to the test.
+MakeCluster = Callable[..., Awaitable[Cluster]]

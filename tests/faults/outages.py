@@ -36,7 +36,9 @@ def restart_broker(down_s: float = 2.0) -> None:
 
 
 def kill_backends(settings: Settings, pattern: str = "ledgerq-%") -> int:
-    """pg_terminate_backend on every connection of the services (not this test's)."""
+    """pg_terminate_backend on every connection of the services: the relay, the
+    workers and the reconciler (which runs in the test process, built by the
+    composition root like the others); not the test's own (``ledgerq-test*``)."""
     with db(settings) as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "

@@ -9,6 +9,7 @@ part of the default suite; ``pytest --long`` runs the long one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -19,11 +20,10 @@ from dataclasses import dataclass
 import pytest
 from sqlalchemy.orm import Session
 
-from ledgerq.ledger import TaskSpec, enqueue
+from ledgerq import TaskSpec, enqueue
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.db import sync_engine
-from tests.faults.cluster import check, terminal_count
-from tests.faults.conftest import MakeCluster
+from ledgerq.ledger.pg.engines import sync_engine
+from tests.faults.cluster import MakeCluster, check, terminal_count
 from tests.faults.outages import kill_backends, restart_broker
 from tests.harness import enqueue_committed
 
@@ -57,7 +57,7 @@ def rolled_back(settings: Settings, n: int) -> None:
     engine.dispose()
 
 
-def run_combined(
+async def run_combined(
     settings: Settings,
     make_cluster: MakeCluster,
     tasks: int,
@@ -70,7 +70,7 @@ def run_combined(
     print(f"\ncombined run: seed={seed} tasks={tasks} workers={workers}")
     for fault in faults:
         print(f"  at {fault.at:5.1%}: {fault.kind} {fault.target}")
-    cluster = make_cluster(workers=workers)
+    cluster = await make_cluster(workers=workers)
     started = time.monotonic()
     ids: list[int] = []
     for chunk in range(0, tasks, 500):
@@ -85,8 +85,8 @@ def run_combined(
     pending = list(faults)
     fired: list[str] = []
 
-    def tick(elapsed: float) -> None:
-        done = terminal_count(settings, ids) / len(ids)
+    async def tick(elapsed: float) -> None:
+        done = await terminal_count(cluster.ledger, ids) / len(ids)
         while pending and done >= pending[0].at:
             fault = pending.pop(0)
             if fault.kind in ("worker_kill", "relay_kill"):
@@ -98,13 +98,13 @@ def run_combined(
             elif fault.kind == "db_kill":
                 kill_backends(settings)
             else:
-                restart_broker()
+                await asyncio.to_thread(restart_broker)
             fired.append(f"{fault.kind} {fault.target} at {done:.1%} ({elapsed:.1f}s)")
 
-    cluster.settle(ids, timeout=300, tick=tick)
+    await cluster.settle(ids, timeout=300, tick=tick)
     elapsed = time.monotonic() - started
-    verdict = check(settings, ids, effects_expected=ids)
-    exits = cluster.stop()
+    verdict = await check(settings, cluster.ledger, ids, effects_expected=ids)
+    exits = await cluster.stop()
     summary = {
         "seed": seed,
         "tasks": len(ids),
@@ -126,11 +126,11 @@ def run_combined(
     assert verdict.terminal == {"succeeded": len(ids)}
 
 
-def test_combined_short(settings: Settings, make_cluster: MakeCluster) -> None:
-    run_combined(settings, make_cluster, tasks=2000, workers=3, worker_kills=4, db_kills=3)
+async def test_combined_short(settings: Settings, make_cluster: MakeCluster) -> None:
+    await run_combined(settings, make_cluster, tasks=2000, workers=3, worker_kills=4, db_kills=3)
 
 
 @pytest.mark.long
 @pytest.mark.timeout(900)
-def test_combined_long(settings: Settings, make_cluster: MakeCluster) -> None:
-    run_combined(settings, make_cluster, tasks=20000, workers=3, worker_kills=15, db_kills=8)
+async def test_combined_long(settings: Settings, make_cluster: MakeCluster) -> None:
+    await run_combined(settings, make_cluster, tasks=20000, workers=3, worker_kills=15, db_kills=8)

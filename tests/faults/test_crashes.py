@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 
 import pytest
 from sqlalchemy.orm import Session
 
-from ledgerq.consumers import Registry
-from ledgerq.ledger import TaskSpec, enqueue
+from ledgerq import Registry, TaskSpec, enqueue
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.db import sync_engine
-from tests.faults.conftest import MakeCluster
-from tests.harness import Pipeline, enqueue_committed, row, statuses
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import sync_engine
+from tests.faults.cluster import MakeCluster
+from tests.harness import Pipeline, enqueue_committed
 
 
 def _work(n: int, sleep: float = 0.0) -> list[TaskSpec]:
@@ -26,55 +25,58 @@ def _work(n: int, sleep: float = 0.0) -> list[TaskSpec]:
 @pytest.mark.parametrize(
     "point", ["worker.after_receive", "worker.mid_handler", "worker.after_commit"]
 )
-def test_worker_killed_at_a_crash_point_loses_nothing(
-    settings: Settings, make_cluster: MakeCluster, point: str
+async def test_worker_killed_at_a_crash_point_loses_nothing(
+    settings: Settings, ledger: PgLedger, make_cluster: MakeCluster, point: str
 ) -> None:
-    cluster = make_cluster(
+    cluster = await make_cluster(
         workers=1, worker_env={"LEDGERQ_CRASH_AT": point, "LEDGERQ_CRASH_AFTER": "3"}
     )
     ids = enqueue_committed(settings, _work(40, sleep=0.01))
-    cluster.settle(ids)
+    await cluster.settle(ids)
     worker = cluster.members[1]
     assert worker.exits[:1] == [-signal.SIGKILL], worker.exits  # the crash point was reached
-    verdict = cluster.verify(ids, effects_expected=ids)
+    verdict = await cluster.verify(ids, effects_expected=ids)
     assert verdict.terminal == {"succeeded": len(ids)}
     if point == "worker.mid_handler":
         # The claimed task's lease expired; the reconciler made its retry.
         assert sum(c.expired for c in cluster.reconciles) >= 1
-        assert any(row(settings, i)["attempts"] == 2 for i in ids)
+        attempts = [(await ledger.show(i))["attempts"] for i in ids]
+        assert any(a == 2 for a in attempts)
 
 
-def test_relay_killed_between_publish_and_mark_loses_nothing(
+async def test_relay_killed_between_publish_and_mark_loses_nothing(
     settings: Settings, make_cluster: MakeCluster
 ) -> None:
-    cluster = make_cluster(
+    cluster = await make_cluster(
         start=False, workers=2, relay_env={"LEDGERQ_CRASH_AT": "relay.after_publish"}
     )
     ids = enqueue_committed(settings, _work(200))
     cluster.start()
-    cluster.settle(ids)
+    await cluster.settle(ids)
     assert cluster.members[0].exits[:1] == [-signal.SIGKILL]
-    cluster.verify(ids, effects_expected=ids)  # duplicates were published; none ran twice
+    await cluster.verify(ids, effects_expected=ids)  # duplicates were published; none ran twice
 
 
-def test_poison_task_that_kills_its_worker_ends_dead_while_others_flow(
-    settings: Settings, make_cluster: MakeCluster
+async def test_poison_task_that_kills_its_worker_ends_dead_while_others_flow(
+    settings: Settings, ledger: PgLedger, make_cluster: MakeCluster
 ) -> None:
-    cluster = make_cluster(workers=2)
+    cluster = await make_cluster(workers=2)
     [poison] = enqueue_committed(
         settings, [TaskSpec("fault.poison", {}, max_attempts=3, retry=[0.1])]
     )
     ids = enqueue_committed(settings, _work(150, sleep=0.005))
-    cluster.settle([poison, *ids], timeout=120)
-    dead = row(settings, poison)
+    await cluster.settle([poison, *ids], timeout=120)
+    dead = await ledger.show(poison)
     assert (dead["status"], dead["attempts"]) == ("dead", 3)
     assert "lease expired" in dead["last_error"]
-    verdict = cluster.verify([poison, *ids], effects_expected=ids)
+    verdict = await cluster.verify([poison, *ids], effects_expected=ids)
     assert verdict.terminal == {"succeeded": len(ids), "dead": 1}
     assert sum(len(m.exits) for m in cluster.members[1:]) >= 3  # it killed a worker each time
 
 
-def test_open_producer_transaction_does_not_hide_later_commits(settings: Settings) -> None:
+async def test_open_producer_transaction_does_not_hide_later_commits(
+    settings: Settings, ledger: PgLedger
+) -> None:
     """A relay that read "id > last seen" would skip the early id that commits late."""
     registry = Registry()
 
@@ -89,16 +91,13 @@ def test_open_producer_transaction_does_not_hide_later_commits(settings: Setting
     later = enqueue_committed(settings, [TaskSpec("t.ok", {"n": i}) for i in range(20)])
     assert min(later) > early
 
-    async def main() -> None:
+    try:
         async with Pipeline(settings, registry) as pipe:
             await pipe.settle(later)
-            assert statuses(settings, [early]) == {}  # invisible until its commit
+            assert await pipe.statuses([early]) == {}  # invisible until its commit
             slow.commit()
             await pipe.settle([early])
-
-    try:
-        asyncio.run(main())
     finally:
         slow.close()
         engine.dispose()
-    assert set(statuses(settings, [early, *later]).values()) == {"succeeded"}
+    assert set((await ledger.whereabouts([early, *later])).values()) == {"succeeded"}

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from ledgerq.ledger import TaskSpec
+from ledgerq import TaskSpec
 from ledgerq.ledger.config import Settings
-from tests.faults.conftest import MakeCluster
+from ledgerq.ledger.pg import PgLedger
+from tests.faults.cluster import MakeCluster
 from tests.faults.outages import rabbitmqctl
-from tests.harness import enqueue_committed, row
+from tests.harness import enqueue_committed
 
 
 def _get_env(key: str) -> str:
@@ -54,21 +55,22 @@ def short_consumer_timeout() -> Iterator[None]:
                 rabbitmqctl("eval", f"application:unset_env(rabbit, {key}).")
 
 
-def test_long_task_past_the_delivery_timeout_runs_once(
+async def test_long_task_past_the_delivery_timeout_runs_once(
     settings: Settings,
+    ledger: PgLedger,
     tmp_path: Path,
     make_cluster: MakeCluster,
     short_consumer_timeout: None,
 ) -> None:
     # The worker's lease (2 s, heartbeat 0.5 s) keeps the task alive in the ledger
     # while the broker gives up on the delivery.
-    cluster = make_cluster(workers=1)
+    cluster = await make_cluster(workers=1)
     ids = enqueue_committed(settings, [TaskSpec("fault.write", {"sleep": 6.0})])
-    cluster.settle(ids, timeout=60)
-    cluster.verify(ids, effects_expected=ids)
-    done = row(settings, ids[0])
+    await cluster.settle(ids, timeout=60)
+    await cluster.verify(ids, effects_expected=ids)
+    done = await ledger.show(ids[0])
     assert (done["status"], done["attempts"]) == ("succeeded", 1)
-    assert cluster.stop()["worker-0"] == [0]
+    assert (await cluster.stop())["worker-0"] == [0]
     log = (tmp_path / "worker-0.log").read_text()
     # The broker did time the delivery out: the original ack was dropped, and the
     # redelivery was received and skipped rather than run.

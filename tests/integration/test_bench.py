@@ -9,9 +9,10 @@ import sys
 
 import pika
 
-from ledgerq.consumers.bench.command import KEYS
+from ledgerq.bench.suite import KEYS
 from ledgerq.ledger.config import Settings
-from tests.integration.test_cli import ledgerq_env
+from ledgerq.relay.broker.topology import Topology
+from tests.support import ledgerq_env
 
 
 def test_bench_runs_and_prints_every_key(settings: Settings) -> None:
@@ -19,7 +20,7 @@ def test_bench_runs_and_prints_every_key(settings: Settings) -> None:
         [
             sys.executable,
             "-m",
-            "consumers",
+            "ledgerq",
             "bench",
             "--tasks",
             "200",
@@ -55,9 +56,9 @@ def test_bench_runs_and_prints_every_key(settings: Settings) -> None:
     finally:  # the bench declares its queues under <prefix>-bench
         conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
         channel = conn.channel()
-        prefix = f"{settings.amqp_prefix}-bench"
-        for name in (f"{prefix}.q.default", f"{prefix}.dead-letters"):
+        topology = Topology(f"{settings.amqp_prefix}-bench")
+        for name in (topology.task_queue("default").name, topology.dead_letter_queue.name):
             channel.queue_delete(name)
-        channel.exchange_delete(f"{prefix}.tasks")
-        channel.exchange_delete(f"{prefix}.dlx")
+        channel.exchange_delete(topology.exchange.name)
+        channel.exchange_delete(topology.dead_letter_exchange.name)
         conn.close()

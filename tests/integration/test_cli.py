@@ -4,55 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from ledgerq.consumers import Registry
-from ledgerq.ledger import TaskSpec
+from ledgerq import Registry, TaskSpec
 from ledgerq.ledger.config import Settings
-from tests.harness import Pipeline, db, enqueue_committed, statuses
-from tests.integration.test_pipeline import EFFECTS_DDL, effects
-
-
-def ledgerq_env(settings: Settings, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        LEDGERQ_DATABASE_URL=settings.database_url,
-        LEDGERQ_AMQP_URL=settings.amqp_url,
-        LEDGERQ_AMQP_PREFIX=settings.amqp_prefix,
-        LEDGERQ_CONNECT_WAIT_S="1",
-        PYTHONPATH=os.getcwd(),
-    )
-    env.update(extra)
-    return env
-
-
-def ledgerq(settings: Settings, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "consumers", *args],
-        env=ledgerq_env(settings, **extra),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def spawn(settings: Settings, *args: str) -> subprocess.Popen[str]:
-    """``ledgerq ARGS`` as a child process, output captured (stderr into stdout)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "consumers", *args],
-        env=ledgerq_env(settings),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+from ledgerq.ledger.pg import PgLedger
+from tests.harness import EFFECTS_DDL, Pipeline, db, effects, enqueue_committed
+from tests.support import ledgerq, spawn
 
 
 def test_stats_json_and_show(settings: Settings) -> None:
@@ -116,15 +78,17 @@ def test_bad_app_module_is_a_clear_error(settings: Settings) -> None:
     assert "Traceback" not in result.stderr
 
 
-def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+async def _wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not await predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
 
 
-def test_sigterm_drains_in_flight_tasks_then_exits_zero(settings: Settings) -> None:
+async def test_sigterm_drains_in_flight_tasks_then_exits_zero(
+    settings: Settings, ledger: PgLedger
+) -> None:
     with db(settings) as conn:
         conn.execute(EFFECTS_DDL)
     ids = enqueue_committed(settings, [TaskSpec("test.slow", {"seconds": 1.5}) for _ in range(4)])
@@ -140,43 +104,35 @@ def test_sigterm_drains_in_flight_tasks_then_exits_zero(settings: Settings) -> N
         "20",
     )
     try:
+        async with Pipeline(settings, Registry(), start_worker=False) as pipe:
+            await pipe.settle(ids, until=("published", "running"))
 
-        async def publish() -> None:
-            async with Pipeline(settings, Registry(), start_worker=False) as pipe:
-                await pipe.settle(ids, until=("published", "running"))
+        async def all_running() -> bool:
+            return set((await ledger.whereabouts(ids)).values()) == {"running"}
 
-        asyncio.run(publish())
-        _wait_for(
-            lambda: set(statuses(settings, ids).values()) == {"running"},
-            30,
-            "all four tasks running",
-        )
+        await _wait_for(all_running, 30, "all four tasks running")
         worker.send_signal(signal.SIGTERM)
-        output, _ = worker.communicate(timeout=60)
+        output, _ = await asyncio.to_thread(worker.communicate, timeout=60)
     finally:
         if worker.poll() is None:
             worker.kill()
     assert worker.returncode == 0, output
     assert "draining 4 in-flight tasks" in output
-    assert statuses(settings, ids) == dict.fromkeys(ids, "succeeded")
+    assert await ledger.whereabouts(ids) == dict.fromkeys(ids, "succeeded")
     assert sorted(effects(settings)) == sorted((i, 1) for i in ids)
 
 
 @pytest.mark.parametrize("kind", ["test.sync_write"])
-def test_worker_process_runs_sync_handlers_end_to_end(settings: Settings, kind: str) -> None:
+async def test_worker_process_runs_sync_handlers_end_to_end(settings: Settings, kind: str) -> None:
     with db(settings) as conn:
         conn.execute(EFFECTS_DDL)
     ids = enqueue_committed(settings, [TaskSpec(kind, {}) for _ in range(20)])
     worker = spawn(settings, "worker", "--app", "tests.apps.slow_app")
     try:
-
-        async def run() -> None:
-            async with Pipeline(settings, Registry(), start_worker=False) as pipe:
-                await pipe.settle(ids)
-
-        asyncio.run(run())
+        async with Pipeline(settings, Registry(), start_worker=False) as pipe:
+            await pipe.settle(ids)
     finally:
         worker.send_signal(signal.SIGTERM)
-        output, _ = worker.communicate(timeout=60)
+        output, _ = await asyncio.to_thread(worker.communicate, timeout=60)
     assert worker.returncode == 0, output
     assert sorted(effects(settings)) == sorted((i, 1) for i in ids)

@@ -10,8 +10,8 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.db import libpq_url
-from ledgerq.ledger.migrate import alembic_config, current_revision, upgrade
+from ledgerq.ledger.pg.engines import libpq_url
+from ledgerq.ledger.pg.migrate import alembic_config, current_revision, upgrade
 
 
 def test_upgrade_downgrade_upgrade(base_settings: Settings) -> None:

@@ -12,25 +12,14 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from ledgerq.consumers import AsyncTaskContext, Registry, RegistryError, TaskContext
+from ledgerq import AsyncTaskContext, Registry, RegistryError, TaskContext, TaskSpec, enqueue
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger import TaskSpec, enqueue
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.db import sync_engine
-from ledgerq.ledger.store import DueTask, FailOutcome
-from ledgerq.relay.amqp import Outcome
-from tests.harness import Pipeline, db, enqueue_committed, row, statuses
-
-EFFECTS_DDL = """CREATE TABLE IF NOT EXISTS test_effects (
-    id bigserial PRIMARY KEY, task_id bigint NOT NULL, attempt int NOT NULL)"""
-
-
-def effects(settings: Settings) -> list[tuple[int, int]]:
-    with db(settings) as conn:
-        return [
-            (int(a), int(b))
-            for a, b in conn.execute("SELECT task_id, attempt FROM test_effects ORDER BY id")
-        ]
+from ledgerq.ledger.model import DueTask, Finished
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import sync_engine
+from ledgerq.relay.broker.base import PublishOutcome
+from tests.harness import EFFECTS_DDL, Pipeline, db, effects, enqueue_committed
 
 
 @pytest.fixture
@@ -40,7 +29,9 @@ def effects_table(settings: Settings) -> Settings:
     return settings
 
 
-def test_rolled_back_enqueue_never_runs_and_committed_one_runs_once(settings: Settings) -> None:
+async def test_rolled_back_enqueue_never_runs_and_committed_one_runs_once(
+    settings: Settings, ledger: PgLedger
+) -> None:
     registry = Registry()
     ran: list[int] = []
 
@@ -56,26 +47,26 @@ def test_rolled_back_enqueue_never_runs_and_committed_one_runs_once(settings: Se
         kept = enqueue(session, "t.record", {"n": 2})
     engine.dispose()
 
-    async def main() -> dict[int, str]:
-        async with Pipeline(settings, registry) as pipe:
-            done = await pipe.settle([kept])
-            await pipe.relay.run_once()  # nothing else is due: the rolled-back task never was
-            return done
+    async with Pipeline(settings, registry) as pipe:
+        done = await pipe.settle([kept])
+        await pipe.relay.run_once()  # nothing else is due: the rolled-back task never was
 
-    assert asyncio.run(main()) == {kept: "succeeded"}
+    assert done == {kept: "succeeded"}
     assert ran == [2]
-    with db(settings) as conn:
-        assert conn.execute("SELECT count(*) FROM ledgerq_tasks").fetchone() == (0,)
-        assert conn.execute("SELECT count(*) FROM ledgerq_history").fetchone() == (1,)
-    finished = row(settings, kept)
+    # One task in the whole ledger, and it is finished: no live row, one in history.
+    stats = await ledger.stats()
+    assert (stats["total"], stats["by_status"]) == (1, {"succeeded": 1})
+    finished = await ledger.show(kept)
     assert finished["attempts"] == 1 and finished["location"] == "history"
     assert finished["published_at"] is not None and finished["finished_at"] is not None
 
 
-def test_failing_handler_retries_on_schedule_then_ends_dead_with_alert(settings: Settings) -> None:
+async def test_failing_handler_retries_on_schedule_then_ends_dead_with_alert(
+    settings: Settings, ledger: PgLedger
+) -> None:
     registry = Registry()
     attempts: list[float] = []
-    alerts: list[FailOutcome] = []
+    alerts: list[Finished] = []
 
     @registry.task("t.fail")
     def always_fails(payload: Any, ctx: TaskContext) -> None:
@@ -86,22 +77,22 @@ def test_failing_handler_retries_on_schedule_then_ends_dead_with_alert(settings:
         settings, [TaskSpec("t.fail", {}, max_attempts=3, retry=[0.3, 0.6])]
     )
 
-    async def main() -> None:
-        async with Pipeline(settings, registry, alert=alerts.append) as pipe:
-            await pipe.settle([task_id])
+    async with Pipeline(settings, registry, alert=alerts.append) as pipe:
+        await pipe.settle([task_id])
 
-    asyncio.run(main())
     assert len(attempts) == 3
     gaps = [b - a for a, b in itertools.pairwise(attempts)]
     assert gaps[0] >= 0.3 and gaps[1] >= 0.6, gaps  # the schedule is a floor
-    dead = row(settings, task_id)
+    dead = await ledger.show(task_id)
     assert dead["status"] == "dead" and dead["location"] == "history"
     assert dead["attempts"] == 3
     assert "boom on attempt 3" in dead["last_error"]
     assert [a.id for a in alerts] == [task_id]
 
 
-def test_duplicate_delivery_of_finished_task_is_acked_without_running(settings: Settings) -> None:
+async def test_duplicate_delivery_of_finished_task_is_acked_without_running(
+    settings: Settings, ledger: PgLedger
+) -> None:
     registry = Registry()
     runs: list[int] = []
 
@@ -111,23 +102,24 @@ def test_duplicate_delivery_of_finished_task_is_acked_without_running(settings: 
 
     [task_id] = enqueue_committed(settings, [TaskSpec("t.once", {})])
 
-    async def main() -> int:
-        async with Pipeline(settings, registry) as pipe:
-            await pipe.settle([task_id])
-            # The broker hands the same message over again (as after a lost ack).
-            stale = DueTask(task_id, "t.once", "default", 0, epoch=0)
-            assert await pipe.publisher.publish_many([stale], 5) == [Outcome.CONFIRMED]
-            deadline = time.monotonic() + 10
-            while pipe.worker.counts.skipped < 1 and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            return pipe.worker.counts.skipped
+    async with Pipeline(settings, registry) as pipe:
+        await pipe.settle([task_id])
+        # The broker hands the same message over again (as after a lost ack).
+        stale = DueTask(task_id, "t.once", "default", 0, epoch=0)
+        assert await pipe.relay.publisher.publish_many([stale], 5) == [PublishOutcome.CONFIRMED]
+        deadline = time.monotonic() + 10
+        while pipe.worker.counts.skipped < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        skipped = pipe.worker.counts.skipped
 
-    assert asyncio.run(main()) == 1
+    assert skipped == 1
     assert runs == [task_id]
-    assert statuses(settings, [task_id]) == {task_id: "succeeded"}
+    assert await ledger.whereabouts([task_id]) == {task_id: "succeeded"}
 
 
-def test_handler_writes_commit_with_the_status_or_not_at_all(effects_table: Settings) -> None:
+async def test_handler_writes_commit_with_the_status_or_not_at_all(
+    effects_table: Settings, ledger: PgLedger
+) -> None:
     settings = effects_table
     registry = Registry()
 
@@ -147,6 +139,8 @@ def test_handler_writes_commit_with_the_status_or_not_at_all(effects_table: Sett
             {"i": ctx.id, "a": ctx.attempt},
         )
         if ctx.attempt == 1:  # a rescuer takes the task over while this attempt runs
+            # Simulates the fault: the row is rescued behind the worker's back
+            # (back to pending under a newer epoch), so this attempt's fence is lost.
             with db(settings) as conn:
                 conn.execute(
                     "UPDATE ledgerq_tasks SET status = 'pending', epoch = epoch + 1 WHERE id = %s",
@@ -161,101 +155,100 @@ def test_handler_writes_commit_with_the_status_or_not_at_all(effects_table: Sett
         ],
     )
 
-    async def main() -> None:
-        async with Pipeline(settings, registry) as pipe:
-            await pipe.settle([first])
-            # The rescued task needs a new publication; the relay finds it pending.
-            await pipe.settle([second])
+    async with Pipeline(settings, registry) as pipe:
+        await pipe.settle([first])
+        # The rescued task needs a new publication; the relay finds it pending.
+        await pipe.settle([second])
 
-    asyncio.run(main())
-    assert statuses(settings, [first, second]) == {first: "succeeded", second: "succeeded"}
+    assert await ledger.whereabouts([first, second]) == {
+        first: "succeeded",
+        second: "succeeded",
+    }
     # Each task's first attempt wrote and did not commit; only the winning attempt's
     # write exists, exactly once.
     assert sorted(effects(settings)) == [(first, 2), (second, 2)]
 
 
-def test_unroutable_publish_keeps_the_row_pending(settings: Settings) -> None:
+async def test_unroutable_publish_keeps_the_row_pending(
+    settings: Settings, ledger: PgLedger
+) -> None:
     registry = Registry()
 
     @registry.task("t.noop")
     async def noop(payload: Any, ctx: AsyncTaskContext) -> None:
         return None
 
-    async def main() -> tuple[int, int]:
-        async with Pipeline(settings, registry, start_worker=False) as pipe:
-            enqueue_committed(settings, [TaskSpec("t.noop", {}, queue="nowhere")])
-            assert (await pipe.relay.run_once()).published == 1  # declares its queue
-            # An operator deletes the queue: the relay's next publish is unroutable.
-            conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
-            conn.channel().queue_delete(pipe.topology.queue("nowhere"))
-            conn.close()
-            [task_id] = enqueue_committed(settings, [TaskSpec("t.noop", {}, queue="nowhere")])
-            counts = await pipe.relay.run_once()
-            assert (counts.claimed, counts.returned, counts.published) == (1, 1, 0)
-            assert statuses(settings, [task_id]) == {task_id: "pending"}
-            # The relay re-declares the queue it found missing; the next batch delivers.
-            again = await pipe.relay.run_once()
-            return task_id, again.published
+    async with Pipeline(settings, registry, start_worker=False) as pipe:
+        enqueue_committed(settings, [TaskSpec("t.noop", {}, queue="nowhere")])
+        assert (await pipe.relay.run_once()).published == 1  # declares its queue
+        # An operator deletes the queue: the relay's next publish is unroutable.
+        conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
+        conn.channel().queue_delete(pipe.topology.task_queue("nowhere").name)
+        conn.close()
+        [task_id] = enqueue_committed(settings, [TaskSpec("t.noop", {}, queue="nowhere")])
+        counts = await pipe.relay.run_once()
+        assert (counts.claimed, counts.returned, counts.published) == (1, 1, 0)
+        assert await pipe.statuses([task_id]) == {task_id: "pending"}
+        # The relay re-declares the queue it found missing; the next batch delivers.
+        again = await pipe.relay.run_once()
 
-    task_id, published = asyncio.run(main())
-    assert published == 1
-    assert statuses(settings, [task_id]) == {task_id: "published"}
+    assert again.published == 1
+    assert await ledger.whereabouts([task_id]) == {task_id: "published"}
 
 
-def test_two_relays_do_not_publish_the_same_row(settings: Settings) -> None:
+async def test_two_relays_do_not_publish_the_same_row(settings: Settings, ledger: PgLedger) -> None:
     registry = Registry()
     ids = enqueue_committed(settings, [TaskSpec("t.noop", {"i": i}) for i in range(400)])
 
-    async def main() -> tuple[int, int]:
-        async with (
-            Pipeline(settings, registry, start_worker=False) as a,
-            Pipeline(settings, registry, start_worker=False) as b,
-        ):
-            totals = await asyncio.gather(*(r.relay.run_once() for r in (a, b, a, b)))
-            return sum(t.claimed for t in totals), sum(t.published for t in totals)
+    async with (
+        Pipeline(settings, registry, start_worker=False) as a,
+        Pipeline(settings, registry, start_worker=False) as b,
+    ):
+        totals = await asyncio.gather(*(r.relay.run_once() for r in (a, b, a, b)))
+    claimed, published = sum(t.claimed for t in totals), sum(t.published for t in totals)
 
-    claimed, published = asyncio.run(main())
     assert claimed == published == len(ids)
-    assert set(statuses(settings, ids).values()) == {"published"}
+    assert set((await ledger.whereabouts(ids)).values()) == {"published"}
 
 
-def test_unknown_kind_is_recorded_and_retried_not_crashed(settings: Settings) -> None:
+async def test_unknown_kind_is_recorded_and_retried_not_crashed(
+    settings: Settings, ledger: PgLedger
+) -> None:
     registry = Registry()
     [task_id] = enqueue_committed(
         settings, [TaskSpec("t.nobody", {}, max_attempts=2, retry=[0.05])]
     )
 
-    async def main() -> None:
-        async with Pipeline(settings, registry) as pipe:
-            await pipe.settle([task_id])
+    async with Pipeline(settings, registry) as pipe:
+        await pipe.settle([task_id])
 
-    asyncio.run(main())
-    dead = row(settings, task_id)
+    dead = await ledger.show(task_id)
     assert dead["status"] == "dead" and dead["attempts"] == 2
     assert "no handler registered for kind 't.nobody'" in dead["last_error"]
 
 
-def test_message_naming_no_task_is_dead_lettered_or_acked(settings: Settings) -> None:
+async def test_message_naming_no_task_is_dead_lettered_or_acked(settings: Settings) -> None:
     registry = Registry()
 
-    async def main() -> tuple[int, int]:
-        async with Pipeline(settings, registry) as pipe:
-            conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
-            channel = conn.channel()
-            rk = pipe.topology.routing_key("default")
-            channel.basic_publish(pipe.topology.exchange, rk, b"not json")
-            channel.basic_publish(pipe.topology.exchange, rk, b'{"id": 999999, "epoch": 0}')
-            deadline = time.monotonic() + 10
-            while (
-                pipe.worker.counts.rejected + pipe.worker.counts.skipped < 2
-                and time.monotonic() < deadline
-            ):
-                await asyncio.sleep(0.02)
-            dead_letters = channel.queue_declare(pipe.topology.dead_letter_queue, passive=True)
-            conn.close()
-            return pipe.worker.counts.rejected, int(dead_letters.method.message_count or 0)
+    async with Pipeline(settings, registry) as pipe:
+        conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
+        channel = conn.channel()
+        queue = pipe.topology.task_queue("default")
+        channel.basic_publish(queue.exchange, queue.routing_key, b"not json")
+        channel.basic_publish(queue.exchange, queue.routing_key, b'{"id": 999999, "epoch": 0}')
+        deadline = time.monotonic() + 10
+        while (
+            pipe.worker.counts.rejected + pipe.worker.counts.skipped < 2
+            and time.monotonic() < deadline
+        ):
+            await asyncio.sleep(0.02)
+        dead_letters = channel.queue_declare(pipe.topology.dead_letter_queue.name, passive=True)
+        conn.close()
+        rejected, dead_lettered = (
+            pipe.worker.counts.rejected,
+            int(dead_letters.method.message_count or 0),
+        )
 
-    rejected, dead_lettered = asyncio.run(main())
     assert rejected == 1 and dead_lettered == 1
 
 
@@ -266,7 +259,7 @@ def test_worker_config_validates() -> None:
         WorkerConfig(lease_s=10, heartbeat_s=20)
 
 
-def test_a_task_that_always_hangs_ends_dead(settings: Settings) -> None:
+async def test_a_task_that_always_hangs_ends_dead(settings: Settings, ledger: PgLedger) -> None:
     registry = Registry()
 
     @registry.task("t.hang")
@@ -276,18 +269,16 @@ def test_a_task_that_always_hangs_ends_dead(settings: Settings) -> None:
     [task_id] = enqueue_committed(settings, [TaskSpec("t.hang", {}, max_attempts=2, retry=[0.05])])
     config = WorkerConfig(concurrency=2, lease_s=30, heartbeat_s=5, default_timeout_s=0.2)
 
-    async def main() -> None:
-        async with Pipeline(settings, registry, worker=config) as pipe:
-            await pipe.settle([task_id])
+    async with Pipeline(settings, registry, worker=config) as pipe:
+        await pipe.settle([task_id])
 
-    asyncio.run(main())
-    dead = row(settings, task_id)
+    dead = await ledger.show(task_id)
     assert (dead["status"], dead["attempts"]) == ("dead", 2)
     assert "timed out after 0.2 s" in dead["last_error"]
 
 
-def test_group_commit_shares_one_transaction_and_falls_back_per_task(
-    effects_table: Settings,
+async def test_group_commit_shares_one_transaction_and_falls_back_per_task(
+    effects_table: Settings, ledger: PgLedger
 ) -> None:
     settings = effects_table
     registry = Registry()
@@ -305,20 +296,18 @@ def test_group_commit_shares_one_transaction_and_falls_back_per_task(
     specs.append(TaskSpec("t.grouped", {"fail": True}, retry=[0.05]))
     ids = enqueue_committed(settings, specs)
 
-    async def main() -> None:
-        # Nothing runs until every message is queued, so claims come in batches.
-        async with Pipeline(settings, registry, start_worker=False) as pipe:
-            await pipe.settle(ids, until=("published",))
-        async with Pipeline(settings, registry) as pipe:
-            await pipe.settle(ids)
+    # Nothing runs until every message is queued, so claims come in batches.
+    async with Pipeline(settings, registry, start_worker=False) as pipe:
+        await pipe.settle(ids, until=("published",))
+    async with Pipeline(settings, registry) as pipe:
+        await pipe.settle(ids)
 
-    asyncio.run(main())
-    assert set(statuses(settings, ids).values()) == {"succeeded"}
+    assert set((await ledger.whereabouts(ids)).values()) == {"succeeded"}
     written = effects(settings)
     assert sorted(t for t, _ in written) == sorted(ids)  # exactly one effect per task
     transactions = {txid for _, txid in written}
     assert len(transactions) < len(ids) / 2, len(transactions)  # commits were shared
-    assert row(settings, ids[-1])["attempts"] == 2  # the failing one retried on its own
+    assert (await ledger.show(ids[-1]))["attempts"] == 2  # the failing one retried on its own
 
 
 def test_group_commit_needs_an_async_handler() -> None:

@@ -4,68 +4,54 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from datetime import datetime
 
 import pika
 import pytest
-from sqlalchemy import Engine
 
-from ledgerq.consumers import Registry
-from ledgerq.ledger import TaskSpec
+from ledgerq import Registry, TaskSpec
+from ledgerq.compose import open_reconciler
 from ledgerq.ledger.alerts import AlertHook, log_alert
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.db import async_engine, sync_engine
-from ledgerq.ledger.maintenance import MaintenanceLedger
-from ledgerq.ledger.store import AsyncLedger, FailOutcome
-from ledgerq.ledger.topology import Topology
-from ledgerq.relay.blocking import BlockingConfirmedPublisher
+from ledgerq.ledger.model import Finished
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.reconciler import Reconciler, ReconcilerConfig
-from tests.harness import Pipeline, enqueue_committed, row, statuses
-from tests.integration.test_cli import ledgerq
+from tests.harness import Pipeline, enqueue_committed
+from tests.support import ledgerq
 
 
 class Reconcilers:
-    """Builds reconcilers for a test and closes them afterwards."""
+    """Builds reconcilers (through the composition root) for a test; the fixture
+    closes them afterwards."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, stack: AsyncExitStack) -> None:
         self.settings = settings
-        self.made: list[tuple[Reconciler, Engine]] = []
+        self.stack = stack
 
-    def __call__(
+    async def __call__(
         self, alert: AlertHook = log_alert, stall_s: float = 180.0, page_size: int = 500
     ) -> Reconciler:
-        engine = sync_engine(self.settings, "ledgerq-test-reconciler", pool_size=2)
-        publisher = BlockingConfirmedPublisher(
-            self.settings.amqp_url, Topology(self.settings.amqp_prefix)
+        return await self.stack.enter_async_context(
+            open_reconciler(
+                self.settings, ReconcilerConfig(stall_s=stall_s, page_size=page_size), alert=alert
+            )
         )
-        reconciler = Reconciler(
-            MaintenanceLedger(engine),
-            publisher,
-            ReconcilerConfig(stall_s=stall_s, page_size=page_size),
-            alert,
-        )
-        self.made.append((reconciler, engine))
-        return reconciler
-
-    def close(self) -> None:
-        for reconciler, engine in self.made:
-            reconciler.publisher.close()
-            engine.dispose()
 
 
 @pytest.fixture
-def make_reconciler(settings: Settings) -> Iterator[Reconcilers]:
-    reconcilers = Reconcilers(settings)
-    yield reconcilers
-    reconcilers.close()
+async def make_reconciler(settings: Settings) -> AsyncIterator[Reconcilers]:
+    async with AsyncExitStack() as stack:
+        yield Reconcilers(settings, stack)
 
 
 def _queue_depth(settings: Settings, purge: bool = False) -> int:
     conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
     try:
         channel = conn.channel()
-        name = Topology(settings.amqp_prefix).queue("default")
+        name = Topology(settings.amqp_prefix).task_queue("default").name
         if purge:
             channel.queue_purge(name)
         return int(channel.queue_declare(name, passive=True).method.message_count or 0)
@@ -73,69 +59,65 @@ def _queue_depth(settings: Settings, purge: bool = False) -> int:
         conn.close()
 
 
-def _publish(settings: Settings, n: int) -> list[int]:
+async def _publish(settings: Settings, n: int) -> list[int]:
     ids = enqueue_committed(settings, [TaskSpec("t.r", {"i": i}) for i in range(n)])
-
-    async def main() -> None:
-        async with Pipeline(settings, Registry(), start_worker=False) as pipe:
-            await pipe.relay.run_once()
-
-    asyncio.run(main())
+    async with Pipeline(settings, Registry(), start_worker=False) as pipe:
+        await pipe.relay.run_once()
     return ids
 
 
-def test_a_second_reconciler_does_nothing_and_says_so(
+async def test_a_second_reconciler_does_nothing_and_says_so(
     settings: Settings, make_reconciler: Reconcilers
 ) -> None:
-    first, second = make_reconciler(), make_reconciler()
-    with first.ledger.exclusive() as got:
+    first, second = await make_reconciler(), await make_reconciler()
+    async with first.ledger.exclusive() as got:
         assert got
-        counts = second.run_once()
+        counts = await second.run_once()
         assert not counts.acted
         assert "another reconciler holds the lock" in counts.line()
-    assert second.run_once().acted
+    assert (await second.run_once()).acted
 
 
-def test_stalled_delivery_is_published_again_with_a_growing_window(
-    settings: Settings, make_reconciler: Reconcilers
+async def test_stalled_delivery_is_published_again_with_a_growing_window(
+    settings: Settings, make_reconciler: Reconcilers, ledger: PgLedger
 ) -> None:
-    [task_id] = _publish(settings, 1)
+    [task_id] = await _publish(settings, 1)
     assert _queue_depth(settings, purge=True) == 0  # the message is lost
-    reconciler = make_reconciler(stall_s=0.3)
-    assert reconciler.run_once().republished == 0  # not stalled yet
-    time.sleep(0.35)
-    assert reconciler.run_once().republished == 1
+    reconciler = await make_reconciler(stall_s=0.3)
+    assert (await reconciler.run_once()).republished == 0  # not stalled yet
+    await asyncio.sleep(0.35)
+    assert (await reconciler.run_once()).republished == 1
     assert _queue_depth(settings) == 1
-    assert row(settings, task_id)["publishes"] == 2
-    time.sleep(0.35)  # the window doubled: 0.6 s now
-    assert reconciler.run_once().republished == 0
-    time.sleep(0.35)
-    assert reconciler.run_once().republished == 1
-    assert statuses(settings, [task_id]) == {task_id: "published"}
+    assert (await ledger.show(task_id))["publishes"] == 2
+    await asyncio.sleep(0.35)  # the window doubled: 0.6 s now
+    assert (await reconciler.run_once()).republished == 0
+    await asyncio.sleep(0.35)
+    assert (await reconciler.run_once()).republished == 1
+    assert await ledger.whereabouts([task_id]) == {task_id: "published"}
 
 
-def test_pages_through_rows_by_id(settings: Settings, make_reconciler: Reconcilers) -> None:
-    ids = _publish(settings, 5)
+async def test_pages_through_rows_by_id(settings: Settings, make_reconciler: Reconcilers) -> None:
+    ids = await _publish(settings, 5)
     _queue_depth(settings, purge=True)
-    time.sleep(0.25)
-    counts = make_reconciler(stall_s=0.2, page_size=2).run_once()
+    await asyncio.sleep(0.25)
+    counts = await (await make_reconciler(stall_s=0.2, page_size=2)).run_once()
     assert counts.republished == 5 and counts.pages == 3
     assert _queue_depth(settings) == len(ids)
 
 
-def test_overdue_pending_rows_are_published_when_no_relay_runs(
-    settings: Settings, make_reconciler: Reconcilers
+async def test_overdue_pending_rows_are_published_when_no_relay_runs(
+    settings: Settings, make_reconciler: Reconcilers, ledger: PgLedger
 ) -> None:
     [task_id] = enqueue_committed(settings, [TaskSpec("t.r", {})])
-    time.sleep(0.25)
-    counts = make_reconciler(stall_s=0.2).run_once()
+    await asyncio.sleep(0.25)
+    counts = await (await make_reconciler(stall_s=0.2)).run_once()
     assert counts.overdue_published == 1
-    assert statuses(settings, [task_id]) == {task_id: "published"}
+    assert await ledger.whereabouts([task_id]) == {task_id: "published"}
     assert _queue_depth(settings) == 1
 
 
-def test_expired_lease_counts_as_an_attempt_then_ends_dead(
-    settings: Settings, make_reconciler: Reconcilers
+async def test_expired_lease_counts_as_an_attempt_then_ends_dead(
+    settings: Settings, make_reconciler: Reconcilers, ledger: PgLedger
 ) -> None:
     [retried, buried] = enqueue_committed(
         settings,
@@ -144,22 +126,18 @@ def test_expired_lease_counts_as_an_attempt_then_ends_dead(
             TaskSpec("t.r", {}, max_attempts=1),
         ],
     )
-
-    async def claim_and_vanish() -> None:  # a worker that claims, then dies
-        engine = async_engine(settings, "ledgerq-test-claim", pool_size=1)
-        await AsyncLedger(engine).claim([(retried, 0), (buried, 0)], "gone:1", lease_s=0.1)
-        await engine.dispose()
-
-    asyncio.run(claim_and_vanish())
-    time.sleep(0.2)
-    alerts: list[FailOutcome] = []
-    counts = make_reconciler(alert=alerts.append).run_once()
+    # A worker that claims, then dies.
+    await ledger.claim([(retried, 0), (buried, 0)], "gone:1", lease_s=0.1)
+    await asyncio.sleep(0.2)
+    alerts: list[Finished] = []
+    counts = await (await make_reconciler(alert=alerts.append)).run_once()
     assert (counts.expired, counts.dead) == (2, 1)
-    again = row(settings, retried)
+    again = await ledger.show(retried)
     assert (again["status"], again["attempts"]) == ("pending", 1)
     assert "lease expired: worker gone:1" in again["last_error"]
-    assert again["run_at"] > again["started_at"]  # its backoff (60 s) applies
-    assert row(settings, buried)["status"] == "dead"
+    # Its backoff (60 s) applies.
+    assert datetime.fromisoformat(again["run_at"]) > datetime.fromisoformat(again["started_at"])
+    assert (await ledger.show(buried))["status"] == "dead"
     assert [a.id for a in alerts] == [buried]
 
 

@@ -1,8 +1,10 @@
 """The deploy/ files cannot be run here (no Docker engine), so they are parsed and
-checked against the real CLI: every command they run must exist with its options."""
+checked against the real CLI: every command they run must exist with its options,
+and every ``--app`` module they name must import."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +12,7 @@ import click
 import pytest
 import yaml
 
-import ledgerq.consumers.cli  # noqa: F401  (registers every command on the group)
-from ledgerq.ledger.cli import cli
+from ledgerq.cli import cli
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 FILES = sorted([DEPLOY / "compose.yaml", *(DEPLOY / "k8s").glob("*.yaml")])
@@ -53,3 +54,25 @@ def test_every_deployed_command_exists_with_its_options() -> None:
         for arg in argv[1:]:
             if arg.startswith("--"):
                 assert arg.split("=")[0] in known, f"ledgerq {argv[0]} has no option {arg}"
+
+
+def _app_modules(argv: list[str]) -> list[str]:
+    """The modules an argument list hands to ``--app`` (``--app M`` or ``--app=M``)."""
+    found = []
+    for i, arg in enumerate(argv):
+        if arg == "--app" and i + 1 < len(argv):
+            found.append(argv[i + 1])
+        elif arg.startswith("--app="):
+            found.append(arg.partition("=")[2])
+    return found
+
+
+def test_every_deployed_app_module_imports() -> None:
+    commands = [c for path in FILES for d in _documents(path) for c in _ledgerq_commands(d)]
+    apps = sorted({m for argv in commands for m in _app_modules(argv)})
+    assert apps, "no deployed command runs a worker with --app"
+    for module in apps:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            pytest.fail(f"deploy/ runs --app {module!r}, which does not import: {exc}")

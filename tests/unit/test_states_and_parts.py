@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from ledgerq.consumers.registry import Registry, RegistryError
-from ledgerq.consumers.worker import parse_fence
+from ledgerq import Registry, RegistryError
+from ledgerq.consumers.intake import parse_fence
 from ledgerq.ledger.sql import Q, parse
 from ledgerq.ledger.states import LIVE, TERMINAL, TRANSITIONS, Status, can_transition
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from ledgerq.ledger import MAX_PAYLOAD_BYTES, InvalidTaskError, PayloadTooLargeError, TaskSpec
+from ledgerq import MAX_PAYLOAD_BYTES, InvalidTaskError, PayloadTooLargeError, TaskSpec
 
 
 def test_a_good_spec_gives_insert_parameters() -> None:
