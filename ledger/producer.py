@@ -1,7 +1,8 @@
 """The producer's outbox helper: put tasks in the ledger inside the caller's transaction.
 
 ``enqueue(session, "send_email", {"to": ...})`` runs one INSERT on the caller's
-own Session or Connection and does not commit: the task exists exactly when the
+own Session or Connection (SQLAlchemy, or a raw psycopg 3 one: see
+:mod:`ledgerq.ledger.executors`) and does not commit: the task exists exactly when the
 caller's business transaction commits, and never if it rolls back. Everything is
 validated before the INSERT, so bad input raises
 :class:`~ledgerq.ledger.errors.InvalidTaskError` and writes nothing.
@@ -15,17 +16,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-from sqlalchemy.orm import Session
-
 from ledgerq.ledger import validation as v
 from ledgerq.ledger.errors import InvalidTaskError, LedgerqError
+from ledgerq.ledger.executors import AsyncExecutor, Executor, async_runner, runner
 from ledgerq.ledger.retry import RetryPolicy
 from ledgerq.ledger.sql import Q
 
-Executor = Session | Connection
-AsyncExecutor = AsyncSession | AsyncConnection
 RetryLike = RetryPolicy | Sequence[float] | Mapping[str, Any] | None
 
 #: Rows per INSERT statement in the batch form.
@@ -127,13 +123,12 @@ def enqueue(executor: Executor, kind: str, payload: Any = None, **options: Any) 
     With ``unique=True`` and a ``business_key``, a live task of the same kind and
     key is reused: its id is returned and nothing is inserted.
     """
+    run = runner(executor, "enqueue")
     params = TaskSpec(kind, payload, **options).params()
     for _ in range(_UNIQUE_TRIES):
-        row = executor.execute(Q.insert_task, params).first()
-        if row is None:
-            row = executor.execute(Q.live_id_by_dedupe_key, _dedupe(params)).first()
-        if row is not None:
-            return int(row[0])
+        rows = run(Q.insert_task, params) or run(Q.live_id_by_dedupe_key, _dedupe(params))
+        if rows:
+            return int(rows[0][0])
     raise _unique_race_lost(params)
 
 
@@ -142,29 +137,29 @@ def enqueue_many(executor: Executor, specs: Iterable[TaskSpec]) -> list[int]:
 
     Tasks skipped as live duplicates (``unique=True``) are left out of the result.
     """
+    run = runner(executor, "enqueue_many")
     ids: list[int] = []
     for chunk in _chunks(specs):
-        result = executor.execute(Q.insert_tasks, {"rows": _rows_document(chunk)})
-        ids.extend(int(r[0]) for r in result)
+        ids.extend(int(r[0]) for r in run(Q.insert_tasks, {"rows": _rows_document(chunk)}))
     return ids
 
 
 async def aenqueue(executor: AsyncExecutor, kind: str, payload: Any = None, **options: Any) -> int:
-    """:func:`enqueue` for an ``AsyncSession`` or ``AsyncConnection``."""
+    """:func:`enqueue` on an async executor (see :mod:`ledgerq.ledger.executors`)."""
+    run = async_runner(executor, "aenqueue")
     params = TaskSpec(kind, payload, **options).params()
     for _ in range(_UNIQUE_TRIES):
-        row = (await executor.execute(Q.insert_task, params)).first()
-        if row is None:
-            row = (await executor.execute(Q.live_id_by_dedupe_key, _dedupe(params))).first()
-        if row is not None:
-            return int(row[0])
+        rows = await run(Q.insert_task, params)
+        rows = rows or await run(Q.live_id_by_dedupe_key, _dedupe(params))
+        if rows:
+            return int(rows[0][0])
     raise _unique_race_lost(params)
 
 
 async def aenqueue_many(executor: AsyncExecutor, specs: Iterable[TaskSpec]) -> list[int]:
-    """:func:`enqueue_many` for an ``AsyncSession`` or ``AsyncConnection``."""
+    """:func:`enqueue_many` on an async executor (see :func:`aenqueue`)."""
+    run = async_runner(executor, "aenqueue_many")
     ids: list[int] = []
     for chunk in _chunks(specs):
-        result = await executor.execute(Q.insert_tasks, {"rows": _rows_document(chunk)})
-        ids.extend(int(r[0]) for r in result)
+        ids.extend(int(r[0]) for r in await run(Q.insert_tasks, {"rows": _rows_document(chunk)}))
     return ids

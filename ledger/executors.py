@@ -1,0 +1,108 @@
+"""What ``enqueue`` runs its statements on: the caller's open transaction, from any stack.
+
+A producer hands ``enqueue`` (or ``aenqueue``) the handle of its own transaction.
+Accepted, and nothing else:
+
+- by ``enqueue`` and ``enqueue_many``: a SQLAlchemy ``Session`` (or a
+  ``scoped_session``, such as Flask-SQLAlchemy's ``db.session``: its current
+  Session) or ``Connection``, or a psycopg 3 ``psycopg.Connection`` (Django's
+  ``django.db.connection.connection``, a plain psycopg application's);
+- by ``aenqueue`` and ``aenqueue_many``: a SQLAlchemy ``AsyncSession`` (or an
+  ``async_scoped_session``) or ``AsyncConnection``, or a ``psycopg.AsyncConnection``.
+
+Each becomes a *runner*: one statement and its parameters in, the rows out as
+tuples. A runner never begins, commits or rolls back, so the task joins the
+caller's transaction whatever the stack. Anything else is a ``TypeError`` that
+names what is accepted, raised before any statement runs.
+
+psycopg is imported (with :mod:`ledgerq.ledger.pg.raw`) only when the executor
+is not a SQLAlchemy one, so ``import ledgerq`` does not pay for it and the
+driver stays inside ``ledger/pg/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from sqlalchemy import Connection, TextClause
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
+from sqlalchemy.orm import Session, scoped_session
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection as PsycopgAsyncConnection
+    from psycopg import Connection as PsycopgConnection
+
+Executor: TypeAlias = "Session | scoped_session[Any] | Connection | PsycopgConnection[Any]"
+AsyncExecutor: TypeAlias = (
+    "AsyncSession | async_scoped_session[Any] | AsyncConnection | PsycopgAsyncConnection[Any]"
+)
+
+Rows = Sequence[Sequence[Any]]
+Runner = Callable[[TextClause, Mapping[str, Any]], Rows]
+AsyncRunner = Callable[[TextClause, Mapping[str, Any]], Awaitable[Rows]]
+
+SYNC_ACCEPTED = (
+    "a SQLAlchemy Session, scoped_session or Connection, or a psycopg.Connection (psycopg 3)"
+)
+ASYNC_ACCEPTED = (
+    "a SQLAlchemy AsyncSession, async_scoped_session or AsyncConnection, "
+    "or a psycopg.AsyncConnection (psycopg 3)"
+)
+_DJANGO_HINT = ": with Django, pass django.db.connection.connection inside transaction.atomic()"
+
+
+def _rejected(caller: str, executor: object, accepted: str, hint: str = "") -> TypeError:
+    kind = type(executor)
+    if not hint and (executor is None or kind.__module__.startswith("django.")):
+        hint = _DJANGO_HINT  # the wrapper itself, or its connection before it opened
+    return TypeError(
+        f"{caller}() takes {accepted} in an open transaction; "
+        f"got {kind.__module__}.{kind.__qualname__}{hint}"
+    )
+
+
+def runner(executor: object, caller: str) -> Runner:
+    """How ``caller`` (``enqueue``, ``enqueue_many``) runs a statement on ``executor``."""
+    if isinstance(executor, scoped_session):
+        executor = executor()
+    if isinstance(executor, Session | Connection):
+        sa_executor = executor
+
+        def run(statement: TextClause, params: Mapping[str, Any]) -> Rows:
+            return sa_executor.execute(statement, params).all()
+
+        return run
+    if isinstance(executor, AsyncSession | AsyncConnection | async_scoped_session):
+        raise _rejected(caller, executor, SYNC_ACCEPTED, f": use a{caller}() for it")
+    from ledgerq.ledger.pg import raw
+
+    if raw.is_connection(executor):
+        return partial(raw.rows, executor)
+    if raw.is_async_connection(executor):
+        raise _rejected(caller, executor, SYNC_ACCEPTED, f": use a{caller}() for it")
+    raise _rejected(caller, executor, SYNC_ACCEPTED)
+
+
+def async_runner(executor: object, caller: str) -> AsyncRunner:
+    """How ``caller`` (``aenqueue``, ``aenqueue_many``) runs a statement on ``executor``."""
+    if isinstance(executor, async_scoped_session):
+        executor = executor()
+    if isinstance(executor, AsyncSession | AsyncConnection):
+        sa_executor = executor
+
+        async def run(statement: TextClause, params: Mapping[str, Any]) -> Rows:
+            return (await sa_executor.execute(statement, params)).all()
+
+        return run
+    sync_name = caller.removeprefix("a")
+    if isinstance(executor, Session | Connection | scoped_session):
+        raise _rejected(caller, executor, ASYNC_ACCEPTED, f": use {sync_name}() for it")
+    from ledgerq.ledger.pg import raw
+
+    if raw.is_async_connection(executor):
+        return partial(raw.arows, executor)
+    if raw.is_connection(executor):
+        raise _rejected(caller, executor, ASYNC_ACCEPTED, f": use {sync_name}() for it")
+    raise _rejected(caller, executor, ASYNC_ACCEPTED)
