@@ -9,6 +9,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
+from ledgerq.ledger.migrations import VERSION_TABLE
+
 config = context.config
 
 
@@ -18,7 +20,7 @@ def run_migrations_online() -> None:
         raise RuntimeError("ledger migrations need sqlalchemy.url")
     engine = create_engine(url)
     with engine.connect() as connection:
-        context.configure(connection=connection, version_table="ledgerq_alembic_version")
+        context.configure(connection=connection, version_table=VERSION_TABLE)
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()
