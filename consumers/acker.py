@@ -4,9 +4,13 @@ A ``basic.ack`` with ``multiple=True`` settles every outstanding delivery up to
 its tag on that channel, so it is only sent for a tag when every earlier
 delivery on the channel is settled already or settled by this ack: the longest
 finished prefix. Deliveries that finish out of order wait for the prefix; past
-``max_waiting`` of them (a long task holding the prefix back) they are acked
-one by one, so prefetch never fills with finished work. A delivery from a
-channel that has closed is never acked: its tag means nothing on the new one.
+``max_waiting`` of them, or once one has waited ``max_delay_s`` (a long task,
+or a delivery nothing will settle, holding the prefix back), they are acked one
+by one, so prefetch never fills with finished work and a stuck tag never holds
+back the acks of the deliveries behind it. A rejected delivery is settled on its
+own and leaves the prefix at once, whether or not its reject could be sent. A
+delivery from a channel that has closed is never acked: its tag means nothing
+on the new one.
 """
 
 from __future__ import annotations
@@ -28,11 +32,14 @@ class _Channel:
     order: deque[int] = field(default_factory=deque)  # outstanding tags, delivery order
     finished: dict[int, Delivery] = field(default_factory=dict)
     settled: set[int] = field(default_factory=set)  # acked or rejected one by one
+    timer: asyncio.TimerHandle | None = None  # acks the waiting ones after max_delay_s
 
 
 class Acker:
-    def __init__(self, max_waiting: int = 64) -> None:
+    def __init__(self, max_waiting: int = 64, max_delay_s: float = 1.0) -> None:
         self.max_waiting = max_waiting
+        self.max_delay_s = max_delay_s
+        self._late: set[asyncio.Task[None]] = set()
         self._channels: dict[int, _Channel] = {}
         self._channel_of: dict[int, int] = {}  # id(delivery) -> id(its channel)
         self._lock = asyncio.Lock()
@@ -66,6 +73,10 @@ class Acker:
                         "could not reject %s: its channel is gone (the broker redelivers it)",
                         message.message_id,
                     )
+                except Exception:
+                    # Settled anyway: a tag nothing will settle must not hold the
+                    # prefix (a later multiple ack then acks it instead).
+                    log.exception("rejecting %s failed", message.message_id)
                 self._state(message).settled.add(_tag(message))
                 self._channel_of.pop(id(message), None)
 
@@ -101,6 +112,22 @@ class Acker:
             await self._ack(key, last, multiple=True)
         if len(state.finished) > self.max_waiting:
             await self._ack_each(key, state)
+        elif state.finished and state.timer is None:
+            state.timer = asyncio.get_running_loop().call_later(
+                self.max_delay_s, self._start_late_flush, key, state
+            )
+
+    def _start_late_flush(self, key: int, state: _Channel) -> None:
+        state.timer = None
+        task = asyncio.create_task(self._late_flush(key, state))
+        self._late.add(task)
+        task.add_done_callback(self._late.discard)
+
+    async def _late_flush(self, key: int, state: _Channel) -> None:
+        """The prefix stayed stuck for ``max_delay_s``: ack the waiting ones on their own."""
+        async with self._lock:
+            if self._channels.get(key) is state and state.finished:
+                await self._ack_each(key, state)
 
     async def _ack_each(self, key: int, state: _Channel) -> None:
         """Ack every finished delivery on its own (they leave the prefix as settled)."""
@@ -120,7 +147,9 @@ class Acker:
                 "broker redelivers them and the redeliveries are skipped)",
                 message.message_id,
             )
-            self._channels.pop(key, None)
+            gone = self._channels.pop(key, None)
+            if gone is not None and gone.timer is not None:
+                gone.timer.cancel()
             for delivery, channel in list(self._channel_of.items()):
                 if channel == key:
                     del self._channel_of[delivery]
