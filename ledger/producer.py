@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,7 +30,9 @@ BATCH_CHUNK = 5000
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One task to enqueue. Construction validates it."""
+    """One task to enqueue. Construction validates it: any bad field, or a keyword
+    that is not a field, raises :class:`InvalidTaskError` naming it (see
+    :mod:`ledgerq.ledger.validation` for the rules)."""
 
     kind: str
     payload: Any = field(default_factory=dict)
@@ -46,6 +48,22 @@ class TaskSpec:
     shard: int = 0
     parent_id: int | None = None
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> TaskSpec:
+        # Before the generated __init__, so an unknown keyword (``enqueue`` passes its
+        # options through) is an InvalidTaskError naming it, not a TypeError.
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise InvalidTaskError(
+                f"unknown task option {unknown[0]!r}; the options are {', '.join(names[2:])}"
+            )
+        if len(args) > 2:
+            raise InvalidTaskError(
+                f"give kind and payload positionally and the rest as keywords; got "
+                f"{len(args)} positional arguments"
+            )
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         # Validate eagerly; params() re-reads the (immutable) fields.
         self.params()
@@ -54,10 +72,10 @@ class TaskSpec:
         """The INSERT's bound parameters, or InvalidTaskError."""
         kind = v.check_name(self.kind, "kind")
         business_key = v.check_business_key(self.business_key)
-        if self.unique and business_key is None:
+        if v.check_flag(self.unique, "unique") and business_key is None:
             raise InvalidTaskError("unique=True needs a business_key to de-duplicate on")
         run_at, delay_s = v.resolve_due(self.run_at, self.delay)
-        policy = RetryPolicy.coerce(self.retry)
+        policy = v.check_retry(self.retry)
         return {
             "kind": kind,
             "queue": v.check_name(self.queue, "queue"),
@@ -81,6 +99,8 @@ def _rows_document(specs: Sequence[TaskSpec]) -> str:
     """One JSON array of rows for ``insert_tasks``; payloads are embedded as JSON."""
     parts = []
     for spec in specs:
+        if not isinstance(spec, TaskSpec):
+            raise InvalidTaskError(f"a batch takes TaskSpec objects, got a {type(spec).__name__}")
         params = spec.params()
         payload, retry = params.pop("payload"), params.pop("retry")
         run_at = params.pop("run_at")
