@@ -51,7 +51,9 @@ class Dispatcher:
         for item in claimed:
             self.leases.track(item.task)
             handler = self.registry.get(item.task.kind)
-            if handler is not None and handler.group_commit:
+            # A task whose payload was refused goes the single way, which ends it dead.
+            oversize = item.task.oversize_payload_bytes is not None
+            if handler is not None and handler.group_commit and not oversize:
                 grouped.append(item)
             else:
                 self._spawn(self._one(item))

@@ -9,7 +9,9 @@ The result is one of:
   finisher writes ``succeeded`` with other tasks' outcomes, then acks.
 * ``Outcome.failed`` - the handler raised or timed out, or no handler exists;
   the session (if any) was rolled back and the finisher records a retry or
-  ``dead``.
+  ``dead``. A task whose payload the claim refused to load (larger than
+  :data:`~ledgerq.ledger.validation.MAX_CLAIM_PAYLOAD_BYTES`) is not run: it ends
+  ``dead`` with the reason "payload too large".
 
 ``release`` is called exactly once, when the handler has really stopped: for a
 sync handler that outlived its timeout that is when its thread returns, so a
@@ -33,6 +35,7 @@ from ledgerq.consumers.handoff import Committed, Result
 from ledgerq.consumers.registry import Handler, Registry
 from ledgerq.ledger.errors import LedgerqError
 from ledgerq.ledger.model import ClaimedTask, Outcome
+from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 from ledgerq.ledger.within import asucceed_within, succeed_within
 from ledgerq.relay.probes import Probe, no_probe
 
@@ -123,6 +126,14 @@ class TaskRunner:
     threads_running: int = 0
 
     async def run(self, task: ClaimedTask, release: Callable[[], None]) -> Result:
+        if task.oversize_payload_bytes is not None:
+            release()
+            msg = (
+                f"payload too large: {task.oversize_payload_bytes} bytes, over the workers' "
+                f"limit of {MAX_CLAIM_PAYLOAD_BYTES}; it was not loaded and the task not run"
+            )
+            log.error("task %s (%s): %s", task.id, task.kind, msg)
+            return failure(task, msg, final=True)
         handler = self.registry.get(task.kind)
         if handler is None:
             release()

@@ -48,6 +48,10 @@ class ClaimedTask:
     checkpoint: Any
     business_key: str | None
     parent_id: int | None
+    #: Set, to the payload's size in bytes, when the claim refused to load a payload
+    #: larger than the workers' limit; ``payload`` is then None and the task must
+    #: end dead without running.
+    oversize_payload_bytes: int | None = None
 
     @property
     def fence(self) -> Fence:

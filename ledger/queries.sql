@@ -67,7 +67,14 @@ RETURNING t.id
 -- delivery can overtake the relay's commit (the UPDATE then waits on the
 -- relay's row lock and re-checks), or the relay can die after the publish.
 -- The epoch in the message must match, so a stale message cannot claim a
--- later attempt (for instance one waiting out its retry backoff).
+-- later attempt (for instance one waiting out its retry backoff), and the row
+-- must be due: a message forged for a task scheduled later (or a copy that
+-- overtook a retry's backoff) claims nothing. The relay publishes only due rows
+-- and both compare run_at with the database's clock, so a real message is
+-- always due here. A payload larger than :max_payload_bytes (as PostgreSQL
+-- prints it, which is what the worker would receive) is not loaded: the row is
+-- claimed, payload comes back NULL and payload_bytes says why; the worker ends
+-- the task dead without running it.
 -- transitions: pending -> running, published -> running
 UPDATE ledgerq_tasks t
 SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
@@ -75,7 +82,12 @@ SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishe
     lease_until = clock_timestamp() + make_interval(secs => :lease_s), worker = :worker
 FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
-RETURNING t.id, t.epoch, t.kind, t.queue, t.payload, t.attempts, t.max_attempts, t.retry,
+  AND t.run_at <= now()
+RETURNING t.id, t.epoch, t.kind, t.queue,
+          CASE WHEN octet_length(CAST(t.payload AS text)) <= :max_payload_bytes
+               THEN t.payload END AS payload,
+          octet_length(CAST(t.payload AS text)) AS payload_bytes,
+          t.attempts, t.max_attempts, t.retry,
           t.timeout_s, t.checkpoint, t.business_key, t.parent_id
 
 -- name: whereabouts

@@ -27,6 +27,7 @@ from ledgerq.ledger.model import (
 from ledgerq.ledger.params import fence_params, outcome_params
 from ledgerq.ledger.pg.base import PgBase, translated
 from ledgerq.ledger.sql import Q
+from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 
 
 class PgPublishBatch:
@@ -123,7 +124,7 @@ class PgServices(PgBase):
         params: dict[str, Any] = fence_params(fences)
         if not params["ids"]:
             return []
-        params.update(worker=worker, lease_s=lease_s)
+        params.update(worker=worker, lease_s=lease_s, max_payload_bytes=MAX_CLAIM_PAYLOAD_BYTES)
         return [
             ClaimedTask(
                 r.id,
@@ -138,6 +139,7 @@ class PgServices(PgBase):
                 r.checkpoint,
                 r.business_key,
                 r.parent_id,
+                None if r.payload_bytes <= MAX_CLAIM_PAYLOAD_BYTES else int(r.payload_bytes),
             )
             for r in await self._rows(Q.claim, params)
         ]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ledgerq.cli.group import emit, json_option, pass_settings
 from ledgerq.compose import open_ledger
@@ -35,6 +37,22 @@ SHOW_FIELDS = (
     "retry",
     "last_error",
 )
+
+#: The table view shows at most this many characters of a value (``--json`` shows all).
+SHOW_MAX_CHARS = 2000
+
+
+def shown(value: Any) -> str:
+    """A value for the table view; a huge one (a payload) is cut, and says so."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if len(text) <= SHOW_MAX_CHARS:
+        return text
+    return (
+        f"{text[:SHOW_MAX_CHARS]}... [truncated: {len(text)} characters in all; "
+        "--json shows the whole value]"
+    )
 
 
 @click.command()
@@ -85,7 +103,10 @@ def stats(settings: Settings, as_json: bool) -> None:
 @json_option
 @pass_settings
 def show(settings: Settings, task_id: int, as_json: bool) -> None:
-    """One task: status, attempts, last error and every other field."""
+    """One task: status, attempts, last error and every other field.
+
+    The table cuts long values (a huge payload) at 2,000 characters and says so;
+    --json prints everything."""
     data = asyncio.run(_show(settings, task_id))
 
     def render(console: Console) -> None:
@@ -93,8 +114,7 @@ def show(settings: Settings, task_id: int, as_json: bool) -> None:
         table.add_column("field", style="bold")
         table.add_column("value", overflow="fold")
         for key in SHOW_FIELDS:
-            value = data.get(key)
-            table.add_row(key, "" if value is None else str(value))
+            table.add_row(key, Text(shown(data.get(key))))  # Text: never read as markup
         console.print(table)
 
     emit(data, as_json, render)
