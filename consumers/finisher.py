@@ -9,8 +9,11 @@ other error, or a transient one that lasts past the shutdown grace, gives the
 batch back: its leases are no longer renewed (they lapse, and the reconciler
 retries the tasks) and its deliveries are requeued.
 
-Tasks that end ``dead`` raise an alert in a thread, in the background: a slow
-webhook holds up neither the loop (heartbeats) nor later outcomes (acks).
+Tasks that end ``dead`` raise an alert in the background
+(:class:`~ledgerq.ledger.alerts.AlertSender`: bounded concurrency, a total
+deadline per alert): a slow webhook holds up neither the loop (heartbeats) nor
+later outcomes (acks). At shutdown, alerts get what is left of the grace;
+those still running then are abandoned with a log line.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from ledgerq.consumers.acker import Acker
 from ledgerq.consumers.handoff import Committed, Ended
 from ledgerq.consumers.leases import Leases
-from ledgerq.ledger.alerts import AlertHook, log_alert, safe_alert
+from ledgerq.ledger.alerts import AlertHook, AlertSender, log_alert
 from ledgerq.ledger.errors import TransientStorageError
 from ledgerq.ledger.model import Finished, Outcome
 from ledgerq.ledger.protocol import FinishingLedger
@@ -55,7 +58,7 @@ class Finisher:
         self._wake = asyncio.Event()
         self._closing = False
         self._stop_started: float | None = None
-        self._alerts: set[asyncio.Task[None]] = set()
+        self.alerts = AlertSender(alert)
         self._loop: asyncio.Task[None] | None = None
 
     def put(self, ended: Ended) -> None:
@@ -119,9 +122,7 @@ class Finisher:
         await self.acker.reject([e.delivery for e in batch], requeue=True)
 
     def _alert_later(self, row: Finished) -> None:
-        alert = asyncio.create_task(asyncio.to_thread(safe_alert, self.alert, row))
-        self._alerts.add(alert)
-        alert.add_done_callback(self._alerts.discard)
+        self.alerts.submit(row)
 
     async def _run(self) -> None:
         while True:
@@ -151,5 +152,6 @@ class Finisher:
         self._wake.set()
         if self._loop is not None:
             await self._loop
-        if self._alerts:
-            await asyncio.wait(set(self._alerts), timeout=10)
+        started = self._stop_started
+        left = self.grace_s if started is None else self.grace_s - (time.monotonic() - started)
+        await self.alerts.close(left)

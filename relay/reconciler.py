@@ -14,6 +14,10 @@ One pass, under a PostgreSQL advisory lock so only one reconciler acts at a time
 3. **Overdue pending rows.** Due rows the relay has not published within the
    stall window (the relay is down) are published here instead.
 
+Tasks that end ``dead`` in step 1 are alerted after the pass, once the lock is
+released, so a slow alert hook never holds the lock; ``run_once`` returns when
+the alerts are sent or have met their deadlines (``elapsed_s`` is the locked pass).
+
 Each step pages through rows by id (keyset pagination) and holds each page's
 rows locked (``FOR UPDATE SKIP LOCKED``) while it acts on them: expired leases
 are finished in the page's transaction, stalled and overdue rows are published
@@ -26,7 +30,6 @@ its defaults and :meth:`Reconciler.run_once` does one pass and returns counts.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -34,11 +37,15 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ledgerq.ledger.alerts import AlertHook, log_alert, safe_alert
+from ledgerq.ledger.alerts import AlertHook, AlertSender, log_alert
+from ledgerq.ledger.model import Finished
 from ledgerq.ledger.protocol import PublishBatch, ReconcilerLedger
 from ledgerq.relay.broker.base import Publisher, PublishOutcome
 
 log = logging.getLogger("ledgerq.reconciler")
+
+#: How long a pass waits, after releasing its lock, for its dead-task alerts.
+ALERTS_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,8 @@ class Reconciler:
                 log.info("another reconciler holds the lock; skipping this pass")
                 return ReconcileCounts(acted=False, elapsed_s=time.perf_counter() - started)
             counts = ReconcileCounts()
-            await self._expire(counts)
+            dead: list[Finished] = []
+            await self._expire(counts, dead)
             cfg = self.config
             counts.republished = await self._republish(
                 counts,
@@ -118,9 +126,20 @@ class Reconciler:
                 counts, lambda after: self.ledger.overdue_batch(after, cfg.page_size, cfg.stall_s)
             )
         counts.elapsed_s = time.perf_counter() - started
+        await self._send_alerts(dead)
         return counts
 
-    async def _expire(self, counts: ReconcileCounts) -> None:
+    async def _send_alerts(self, dead: list[Finished]) -> None:
+        """After the pass, outside the lock: each alert within its deadline, a few at
+        a time, and all of them within :data:`ALERTS_WAIT_S`."""
+        if not dead:
+            return
+        sender = AlertSender(self.alert)
+        for row in dead:
+            sender.submit(row)
+        await sender.close(ALERTS_WAIT_S)
+
+    async def _expire(self, counts: ReconcileCounts, dead: list[Finished]) -> None:
         after = 0
         while True:
             async with self.ledger.expired_batch(after, self.config.page_size) as batch:
@@ -133,7 +152,7 @@ class Reconciler:
                 counts.expired += 1
                 if row.status == "dead":
                     counts.dead += 1
-                    await asyncio.to_thread(safe_alert, self.alert, row)
+                    dead.append(row)
 
     async def _republish(self, counts: ReconcileCounts, pages: PageSource) -> int:
         after, published = 0, 0

@@ -1,0 +1,299 @@
+"""Dead-task alerts against real local HTTP servers (``http.server`` on a thread):
+one that answers, one that trickles its answer forever, one that redirects, and
+one that is down; and where the worker and the reconciler send them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from ledgerq import Abort, AsyncTaskContext, Registry, TaskSpec
+from ledgerq.compose import open_ledger, open_reconciler
+from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.ledger.alerts import (
+    AlertConfigError,
+    AlertSender,
+    check_webhook_url,
+    default_alert,
+    webhook_alert,
+)
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.model import Finished
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.relay.reconciler import ReconcilerConfig
+from tests.harness import Pipeline, enqueue_committed
+from tests.support import ledgerq
+
+
+class Server:
+    """A local HTTP server whose handler ``behaviour`` decides what it does."""
+
+    def __init__(self, behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.requests: list[tuple[str, str, bytes]] = []
+        self.arrivals: list[float] = []
+        self.stop = threading.Event()
+        self.redirect_to = ""
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                server.requests.append((self.command, self.path, self.rfile.read(length)))
+                server.arrivals.append(time.monotonic())
+                try:
+                    if server.behaviour == "trickle":
+                        # A byte every 0.2 s and never a whole line: each socket read
+                        # succeeds, so only a total deadline ends it.
+                        self.wfile.write(b"HTTP/1.1 200")
+                        while not server.stop.wait(0.2):
+                            self.wfile.write(b" ")
+                            self.wfile.flush()
+                        return
+                    if server.behaviour == "redirect":
+                        self.send_response(307)
+                        self.send_header("Location", server.redirect_to)
+                    else:
+                        self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                except OSError:
+                    return
+
+            do_POST = _handle
+            do_GET = _handle
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hook/s3cret-token?x=1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@contextmanager
+def server(behaviour: str) -> Iterator[Server]:
+    with Server(behaviour) as running:
+        yield running
+
+
+def down_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/hook"
+
+
+def dead(task_id: int = 1) -> Finished:
+    return Finished(task_id, "t.dead", 3, "dead", "boom")
+
+
+# -- the URL -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/x",
+        "file:///etc/passwd",
+        "example.com/hook",
+        "http:///nohost",
+        "http://user:pw@example.com/",
+        "http://example.com/a b",
+        "http://example.com:99999/",
+    ],
+)
+def test_a_webhook_url_that_is_not_plain_http_or_https_is_refused(url: str) -> None:
+    with pytest.raises(AlertConfigError) as refused:
+        webhook_alert(url)
+    assert "pw" not in str(refused.value) and "passwd" not in str(refused.value)
+
+
+def test_default_alert_checks_the_environment_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEDGERQ_ALERT_WEBHOOK", "gopher://example.com/")
+    with pytest.raises(AlertConfigError, match="http:// or https://"):
+        default_alert()
+    monkeypatch.setenv("LEDGERQ_ALERT_WEBHOOK", "https://example.com/hook")
+    assert check_webhook_url("https://example.com/hook").hostname == "example.com"
+    assert default_alert() is not None
+
+
+def test_a_bad_webhook_fails_the_reconciler_at_start_with_one_line(settings: Settings) -> None:
+    result = ledgerq(settings, "reconcile", LEDGERQ_ALERT_WEBHOOK="ftp://example.com/x")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "LEDGERQ_ALERT_WEBHOOK must be an http:// or https:// URL" in result.stderr
+
+
+# -- one alert ---------------------------------------------------------------------------
+
+
+async def test_a_webhook_gets_one_json_post() -> None:
+    with server("ok") as srv:
+        sender = AlertSender(webhook_alert(srv.url))
+        sender.submit(dead(7))
+        await sender.close(None)
+    [(method, path, body)] = srv.requests
+    assert (method, path) == ("POST", "/hook/s3cret-token?x=1")
+    assert json.loads(body) == {
+        "event": "task.dead",
+        "id": 7,
+        "kind": "t.dead",
+        "attempts": 3,
+        "last_error": "boom",
+    }
+
+
+async def test_a_trickling_server_is_cut_off_at_the_total_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with server("trickle") as srv:
+        sender = AlertSender(webhook_alert(srv.url), deadline_s=0.6)
+        started = time.monotonic()
+        sender.submit(dead())
+        await sender.close(None)
+        elapsed = time.monotonic() - started
+    assert 0.5 < elapsed < 2.0
+    assert sender.timed_out == 1 and len(srv.requests) == 1
+    assert "longer than its 0.6 s deadline" in caplog.text
+
+
+async def test_a_redirect_is_not_followed(caplog: pytest.LogCaptureFixture) -> None:
+    with server("ok") as target, server("redirect") as srv:
+        srv.redirect_to = target.url
+        sender = AlertSender(webhook_alert(srv.url))
+        sender.submit(dead())
+        await sender.close(None)
+    assert len(srv.requests) == 1 and target.requests == []
+    assert "answered 307" in caplog.text and "not followed" in caplog.text
+    assert "s3cret" not in caplog.text  # logs name the host, never the path
+
+
+async def test_a_server_that_is_down_is_logged_quickly(caplog: pytest.LogCaptureFixture) -> None:
+    sender = AlertSender(webhook_alert(down_url()))
+    started = time.monotonic()
+    sender.submit(dead())
+    await sender.close(None)
+    assert time.monotonic() - started < 2.0
+    assert "dead-task webhook http://127.0.0.1" in caplog.text and "failed" in caplog.text
+
+
+async def test_alerts_run_a_few_at_a_time() -> None:
+    with server("trickle") as srv:
+        sender = AlertSender(webhook_alert(srv.url), concurrency=3, deadline_s=0.5)
+        for i in range(9):
+            sender.submit(dead(i))
+        await sender.close(None)
+    assert len(srv.requests) == 9 and sender.timed_out == 9
+    # Three at a time: the fourth request starts only when the first met its deadline.
+    arrivals = sorted(srv.arrivals)
+    assert all(later - first >= 0.4 for first, later in zip(arrivals, arrivals[3:])), arrivals
+
+
+async def test_a_blocking_sync_hook_is_abandoned_at_its_deadline() -> None:
+    release = threading.Event()
+
+    def blocking(row: Finished) -> None:
+        release.wait(30)
+
+    sender = AlertSender(blocking, deadline_s=0.3)
+    started = time.monotonic()
+    sender.submit(dead())
+    await sender.close(None)
+    release.set()
+    assert time.monotonic() - started < 1.5 and sender.timed_out == 1
+
+
+# -- where the services send them --------------------------------------------------------
+
+
+async def test_the_worker_abandons_alerts_still_running_after_its_grace(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = Registry()
+
+    @registry.task("t.doomed")
+    async def doomed(payload: Any, ctx: AsyncTaskContext) -> None:
+        raise Abort("no point retrying")
+
+    [task_id] = enqueue_committed(settings, [TaskSpec("t.doomed", {})])
+    config = WorkerConfig(concurrency=2, lease_s=30, heartbeat_s=5, grace_s=1)
+    with server("trickle") as srv:
+        async with Pipeline(
+            settings, registry, worker=config, alert=webhook_alert(srv.url)
+        ) as pipe:
+            await pipe.settle([task_id])
+            deadline = time.monotonic() + 5
+            while not srv.requests and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            stopping = time.monotonic()
+        stopped = time.monotonic() - stopping
+    assert len(srv.requests) == 1  # the alert was under way when the worker stopped
+    assert stopped < 1 + 1.5, stopped  # the grace, not the alert's 5 s deadline
+    assert (
+        f"abandoning 1 dead-task alerts still running when the wait ran out (tasks {task_id})"
+        in caplog.text
+    )
+
+
+@pytest.fixture
+async def other_ledger(settings: Settings) -> AsyncIterator[PgLedger]:
+    async with open_ledger(settings, "test-other", pool_size=1) as ledger:
+        yield ledger
+
+
+async def test_the_reconciler_alerts_after_its_locked_pass(
+    settings: Settings, ledger: PgLedger, other_ledger: PgLedger
+) -> None:
+    ids = enqueue_committed(settings, [TaskSpec("t.r", {}, max_attempts=1) for _ in range(3)])
+    await ledger.claim([(i, 0) for i in ids], "gone:1", lease_s=0.05)
+    await asyncio.sleep(0.1)
+    lock_free_during_alerts: list[bool] = []
+
+    async def hook(row: Finished) -> None:
+        async with other_ledger.exclusive() as got:
+            lock_free_during_alerts.append(got)
+        await asyncio.sleep(60)  # a slow webhook: cut at the deadline
+
+    async with AsyncExitStack() as stack:
+        reconciler = await stack.enter_async_context(
+            open_reconciler(settings, ReconcilerConfig(), alert=hook)
+        )
+        started = time.monotonic()
+        counts = await reconciler.run_once()
+        took = time.monotonic() - started
+
+    assert counts.dead == 3
+    assert lock_free_during_alerts == [True, True, True]
+    assert counts.elapsed_s < 2.0  # the locked pass did not wait for the alerts
+    assert took < counts.elapsed_s + 5.0 + 1.5  # each alert within its 5 s deadline, in parallel
+
+
+async def test_alerts_log_at_error_for_the_default_hook(caplog: pytest.LogCaptureFixture) -> None:
+    from ledgerq.ledger.alerts import log_alert
+
+    sender = AlertSender(log_alert)
+    with caplog.at_level(logging.ERROR, logger="ledgerq.alerts"):
+        sender.submit(dead(11))
+        await sender.close(None)
+    assert "task 11 (t.dead) is dead after 3 attempts: boom" in caplog.text
