@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import socket
 import threading
 import time
@@ -32,7 +33,7 @@ from ledgerq.ledger.model import Finished
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.relay.reconciler import ReconcilerConfig
 from tests.harness import Pipeline, enqueue_committed
-from tests.support import ledgerq
+from tests.support import ledgerq, spawn
 
 
 class Server:
@@ -138,11 +139,17 @@ def test_default_alert_checks_the_environment_at_once(monkeypatch: pytest.Monkey
     assert default_alert() is not None
 
 
-def test_a_bad_webhook_fails_the_reconciler_at_start_with_one_line(settings: Settings) -> None:
-    result = ledgerq(settings, "reconcile", LEDGERQ_ALERT_WEBHOOK="ftp://example.com/x")
-    assert result.returncode == 2
-    assert result.stderr.strip().count("\n") == 0
+@pytest.mark.parametrize(
+    "command", [("reconcile",), ("worker", "--app", "tests.apps.slow_app")], ids=lambda c: c[0]
+)
+def test_a_bad_webhook_fails_a_service_at_start_with_one_line(
+    settings: Settings, command: tuple[str, ...]
+) -> None:
+    result = ledgerq(settings, *command, LEDGERQ_ALERT_WEBHOOK="ftp://user:pw@example.com/x")
+    assert result.returncode != 0
+    assert result.stderr.startswith("ledgerq: ") and result.stderr.strip().count("\n") == 0
     assert "LEDGERQ_ALERT_WEBHOOK must be an http:// or https:// URL" in result.stderr
+    assert "pw" not in result.stderr
 
 
 # -- one alert ---------------------------------------------------------------------------
@@ -297,3 +304,28 @@ async def test_alerts_log_at_error_for_the_default_hook(caplog: pytest.LogCaptur
         sender.submit(dead(11))
         await sender.close(None)
     assert "task 11 (t.dead) is dead after 3 attempts: boom" in caplog.text
+
+
+async def test_a_worker_process_exits_within_its_grace_while_a_webhook_trickles(
+    settings: Settings, ledger: PgLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The finding: a slow webhook kept a worker alive 38 s after SIGTERM with --grace 2.
+    [task_id] = enqueue_committed(settings, [TaskSpec("t.nobody", {}, max_attempts=1)])
+    with server("trickle") as srv:
+        monkeypatch.setenv("LEDGERQ_ALERT_WEBHOOK", srv.url)
+        worker = spawn(settings, "-v", "worker", "--app", "tests.apps.slow_app", "--grace", "2")
+        try:
+            async with Pipeline(settings, Registry(), start_worker=False) as pipe:
+                assert await pipe.settle([task_id]) == {task_id: "dead"}
+            deadline = time.monotonic() + 10
+            while not srv.requests and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert srv.requests, "the worker never posted the alert"
+        finally:
+            stopping = time.monotonic()
+            worker.send_signal(signal.SIGTERM)
+            output, _ = await asyncio.to_thread(worker.communicate, timeout=60)
+        took = time.monotonic() - stopping
+    assert worker.returncode == 0, output
+    assert took < 2 + 3, (took, output)  # the grace and process teardown, not the webhook
+    assert "abandoning 1 dead-task alerts" in output
