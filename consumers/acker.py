@@ -65,7 +65,9 @@ class Acker:
         """Reject (to the dead-letter exchange) or requeue, under the same lock as
         acks, and mark the tags settled only once the reject is sent."""
         async with self._lock:
+            touched: dict[int, _Channel] = {}
             for message in messages:
+                touched[self._key(message)] = self._state(message)
                 try:
                     await message.reject(requeue=requeue)
                 except BrokerConnectionError:
@@ -79,6 +81,9 @@ class Acker:
                     log.exception("rejecting %s failed", message.message_id)
                 self._state(message).settled.add(_tag(message))
                 self._channel_of.pop(id(message), None)
+            for key, state in touched.items():  # what waited behind a rejected tag goes now
+                if state.finished and self._channels.get(key) is state:
+                    await self._flush(key, state)
 
     async def finished(self, messages: list[Delivery]) -> None:
         """These deliveries' outcomes are committed: ack them (coalescing when safe).

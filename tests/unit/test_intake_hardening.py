@@ -170,6 +170,20 @@ async def test_acks_keep_flowing_past_a_rejected_tag() -> None:
     }
 
 
+async def test_deliveries_waiting_behind_a_tag_are_acked_as_soon_as_it_is_rejected() -> None:
+    channel, acker = Channel(), Acker(max_waiting=100, max_delay_s=60)
+    batch: list[BrokerDelivery] = [channel.deliver(good(i)) for i in range(1, 4)]
+    for d in batch:
+        acker.received(d)
+    await acker.finished(batch[1:])  # 2 and 3 wait for 1
+    assert channel.sent == []
+
+    await acker.reject([batch[0]], requeue=True)  # say, its claim failed
+
+    assert channel.sent == [("requeued", 1, False), ("acked", 3, True)]
+    assert channel.outstanding == []
+
+
 async def test_acks_keep_flowing_past_a_stuck_tag_even_when_prefetch_is_full() -> None:
     # The worker's numbers at --concurrency 4: prefetch 8, max_waiting 8. Tag 1 is
     # never settled (a long task, or a delivery nothing settles); the 7 behind it
