@@ -71,24 +71,31 @@ RETURNING t.id
 -- must be due: a message forged for a task scheduled later (or a copy that
 -- overtook a retry's backoff) claims nothing. The relay publishes only due rows
 -- and both compare run_at with the database's clock, so a real message is
--- always due here. A payload larger than :max_payload_bytes (as PostgreSQL
--- prints it, which is what the worker would receive) is not loaded: the row is
--- claimed, payload comes back NULL and payload_bytes says why; the worker ends
--- the task dead without running it.
+-- always due here. The payload comes back as the text PostgreSQL prints (the
+-- worker decodes it), converted once; one larger than :max_payload_bytes is
+-- not sent: the row is claimed, payload is NULL and payload_bytes says why,
+-- and the worker ends the task dead without running it.
 -- transitions: pending -> running, published -> running
-UPDATE ledgerq_tasks t
-SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
-    started_at = now(), heartbeat_at = now(),
-    lease_until = clock_timestamp() + make_interval(secs => :lease_s), worker = :worker
-FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
-  AND t.run_at <= now()
-RETURNING t.id, t.epoch, t.kind, t.queue,
-          CASE WHEN octet_length(CAST(t.payload AS text)) <= :max_payload_bytes
-               THEN t.payload END AS payload,
-          octet_length(CAST(t.payload AS text)) AS payload_bytes,
-          t.attempts, t.max_attempts, t.retry,
-          t.timeout_s, t.checkpoint, t.business_key, t.parent_id
+WITH claimed AS (
+    UPDATE ledgerq_tasks t
+    SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
+        started_at = now(), heartbeat_at = now(),
+        lease_until = clock_timestamp() + make_interval(secs => :lease_s), worker = :worker
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+    WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
+      AND t.run_at <= now()
+    RETURNING t.id, t.epoch, t.kind, t.queue, CAST(t.payload AS text) AS payload_text,
+              t.attempts, t.max_attempts, t.retry, t.timeout_s, t.checkpoint, t.business_key,
+              t.parent_id
+)
+SELECT id, epoch, kind, queue,
+       CASE WHEN octet_length(payload_text) <= :max_payload_bytes THEN payload_text END
+           AS payload_text,
+       octet_length(payload_text) AS payload_bytes,
+       attempts, max_attempts, retry, timeout_s, checkpoint, business_key, parent_id
+FROM claimed
+
+
 
 -- name: whereabouts
 -- Where the tasks named by deliveries that lost their claim are now.

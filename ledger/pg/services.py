@@ -131,7 +131,7 @@ class PgServices(PgBase):
                 r.epoch,
                 r.kind,
                 r.queue,
-                r.payload,
+                None if r.payload_text is None else json.loads(r.payload_text),
                 r.attempts,
                 r.max_attempts,
                 r.retry,
