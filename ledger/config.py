@@ -1,31 +1,108 @@
-"""Settings shared by every component, read from the environment.
+"""Settings shared by every component: one table, read from the environment and
+the command line, validated once at start.
 
-``LEDGERQ_DATABASE_URL`` and ``LEDGERQ_AMQP_URL`` name the services; every CLI
-command also takes ``--database-url`` and ``--amqp-url``, which win.
-``LEDGERQ_CONNECT_WAIT_S`` is how long a starting service retries RabbitMQ.
-``LEDGERQ_AMQP_PREFIX`` prefixes every exchange and queue name, so two
-deployments (or two test runs) can share one broker without meeting.
+Every setting has an environment variable; those that make sense per run also
+have a global CLI option, which wins (:data:`SETTINGS` lists them). A bad value
+is refused before anything connects, with one line per bad value that names
+the setting (the option if it came from the command line, else the variable),
+shows the value with its secrets masked, and says what is expected
+(:class:`~ledgerq.ledger.errors.ConfigError`). A :class:`Settings` built
+directly (embedding, tests) is checked the same way, naming its fields.
+
+Only PostgreSQL through psycopg 3 is supported: ``postgresql+psycopg://`` and
+``postgresql://`` (which SQLAlchemy would otherwise give to psycopg2, and which
+ledgerq reads as psycopg 3). Any other driver is refused by name, never
+rewritten. ``LEDGERQ_AMQP_PREFIX`` prefixes every exchange and queue name, so
+two deployments (or two test runs) can share one broker without meeting.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import urlsplit
 
-from ledgerq.ledger.errors import LedgerqError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
-
-class ConfigError(LedgerqError, ValueError):
-    """An environment variable holds a value ledgerq cannot use."""
-
+from ledgerq.ledger.errors import ConfigError as ConfigError
+from ledgerq.ledger.masking import mask_url
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/ledgerq"
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DEFAULT_AMQP_PREFIX = "ledgerq"
 
+#: Database URL schemes ledgerq accepts (``postgresql`` means psycopg 3 too).
+DATABASE_DRIVERS = ("postgresql+psycopg", "postgresql")
+AMQP_SCHEMES = ("amqp", "amqps")
+EVENT_LOOPS = ("uvloop", "asyncio")
+_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
 
 @dataclass(frozen=True)
+class Setting:
+    """One row of the settings table: where a value comes from and what it means."""
+
+    field: str
+    env: str
+    flag: str | None
+    help: str
+    secret: bool = False
+
+
+SETTINGS = (
+    Setting(
+        "database_url",
+        "LEDGERQ_DATABASE_URL",
+        "--database-url",
+        "SQLAlchemy URL of the PostgreSQL ledger (postgresql+psycopg://)",
+        secret=True,
+    ),
+    Setting(
+        "amqp_url",
+        "LEDGERQ_AMQP_URL",
+        "--amqp-url",
+        "RabbitMQ URL (amqp:// or amqps://)",
+        secret=True,
+    ),
+    Setting(
+        "amqp_prefix",
+        "LEDGERQ_AMQP_PREFIX",
+        "--amqp-prefix",
+        "prefix of every exchange and queue name ledgerq declares",
+    ),
+    Setting(
+        "connect_wait_s",
+        "LEDGERQ_CONNECT_WAIT_S",
+        "--connect-wait",
+        "seconds a command keeps trying to reach PostgreSQL and RabbitMQ at start",
+    ),
+    Setting(
+        "event_loop",
+        "LEDGERQ_EVENT_LOOP",
+        "--event-loop",
+        "event loop of relay, worker and reconcile",
+    ),
+    Setting(
+        "statement_timeout_ms",
+        "LEDGERQ_STATEMENT_TIMEOUT_MS",
+        None,
+        "statement_timeout of ledgerq's own connections (ms, 0: none)",
+    ),
+    Setting(
+        "idle_in_transaction_timeout_ms",
+        "LEDGERQ_IDLE_IN_TRANSACTION_TIMEOUT_MS",
+        None,
+        "idle_in_transaction_session_timeout of ledgerq's own connections (ms, 0: none)",
+    ),
+)
+BY_FIELD = {s.field: s for s in SETTINGS}
+
+
+@dataclass(frozen=True, repr=False)
 class Settings:
     database_url: str = DEFAULT_DATABASE_URL
     amqp_url: str = DEFAULT_AMQP_URL
@@ -33,39 +110,143 @@ class Settings:
     #: Server-side guards on every connection ledgerq opens itself (milliseconds).
     statement_timeout_ms: int = 30_000
     idle_in_transaction_timeout_ms: int = 120_000
-    #: How long a starting service keeps trying to reach RabbitMQ before giving up.
+    #: How long a starting command keeps trying to reach PostgreSQL and RabbitMQ.
     connect_wait_s: float = 10.0
+    #: The event loop services run on (``uvloop`` or ``asyncio``).
+    event_loop: str = "uvloop"
+    #: Where each value came from: ``--flag``, ``ENV_VAR`` or ``default`` (from_env).
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        names = {s.field: self.sources.get(s.field) or f"Settings.{s.field}" for s in SETTINGS}
+        values, problems = _parse({f: getattr(self, f) for f in names}, names)
+        if problems:
+            raise ConfigError("\n".join(problems))
+        for name, value in values.items():  # normalised (postgresql:// -> +psycopg)
+            object.__setattr__(self, name, value)
 
     @classmethod
-    def from_env(
-        cls,
-        environ: Mapping[str, str] | None = None,
-        *,
-        database_url: str | None = None,
-        amqp_url: str | None = None,
-    ) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Settings:
+        """Settings from ``environ`` (default ``os.environ``) and CLI ``options``
+        (keyword per field; ``None`` means the option was not given). Raises
+        :class:`ConfigError` with one line per bad value."""
         env = os.environ if environ is None else environ
-        settings = cls(
-            database_url=env.get("LEDGERQ_DATABASE_URL", DEFAULT_DATABASE_URL),
-            amqp_url=env.get("LEDGERQ_AMQP_URL", DEFAULT_AMQP_URL),
-            amqp_prefix=env.get("LEDGERQ_AMQP_PREFIX", DEFAULT_AMQP_PREFIX),
-            connect_wait_s=_seconds(env, "LEDGERQ_CONNECT_WAIT_S", 10.0),
-        )
-        if database_url:
-            settings = replace(settings, database_url=database_url)
-        if amqp_url:
-            settings = replace(settings, amqp_url=amqp_url)
-        return settings
+        unknown = set(options) - set(BY_FIELD)
+        if unknown:
+            raise TypeError(f"unknown settings: {sorted(unknown)}")
+        raw: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for setting in SETTINGS:
+            value = options.get(setting.field)
+            if value is not None and value != "":
+                raw[setting.field], sources[setting.field] = value, setting.flag or setting.env
+            elif env.get(setting.env, "") != "":
+                raw[setting.field], sources[setting.field] = env[setting.env], setting.env
+            else:
+                sources[setting.field] = "default"
+        values, problems = _parse(raw, sources)
+        if problems:
+            raise ConfigError("\n".join(problems))
+        return cls(**values, sources=sources)
+
+    def secret_urls(self) -> tuple[str, ...]:
+        return tuple(getattr(self, s.field) for s in SETTINGS if s.secret)
+
+    def masked(self) -> dict[str, Any]:
+        """Every setting's value, the URLs with their secrets masked."""
+        return {
+            s.field: mask_url(getattr(self, s.field)) if s.secret else getattr(self, s.field)
+            for s in SETTINGS
+        }
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.masked().items())
+        return f"Settings({shown})"
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
+def _parse(raw: Mapping[str, Any], names: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """Each raw value parsed by its field's parser; the lines for the bad ones."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, value in raw.items():
+        try:
+            values[name] = _PARSERS[name](value)
+        except ValueError as exc:
+            problems.append(f"{names[name]} {exc}")
+    return values, problems
+
+
+def parse_database_url(value: object) -> str:
+    text = str(value)
+    expected = "expected a URL such as postgresql+psycopg://postgres@127.0.0.1:5432/ledgerq"
     try:
-        value = float(raw)
+        url = make_url(text)
+        _ = url.port
+    except (ArgumentError, ValueError, TypeError):
+        raise ValueError(
+            f"(the PostgreSQL ledger) is not a database URL: {mask_url(text)!r} ({expected})"
+        ) from None
+    if url.drivername not in DATABASE_DRIVERS:
+        raise ValueError(
+            f"(the PostgreSQL ledger) uses the driver {url.drivername!r}, which ledgerq does "
+            f"not support: {mask_url(text)!r} (supported: "
+            f"{', '.join(d + '://' for d in DATABASE_DRIVERS)})"
+        )
+    if url.drivername == "postgresql":
+        return "postgresql+psycopg" + text[len("postgresql") :]
+    return text
+
+
+def parse_amqp_url(value: object) -> str:
+    text = str(value)
+    expected = "expected a URL such as amqp://guest@127.0.0.1:5672/ or amqps://..."
+    try:
+        parts = urlsplit(text)
+        host, _ = parts.hostname, parts.port
     except ValueError:
-        value = -1.0
-    if not 0 <= value <= 3600:
-        raise ConfigError(f"{name} must be a number of seconds from 0 to 3600, got {raw!r}")
-    return value
+        host, parts = None, None
+    if parts is None or parts.scheme not in AMQP_SCHEMES or not host:
+        raise ValueError(f"(RabbitMQ) is not an AMQP URL: {mask_url(text)!r} ({expected})")
+    return text
+
+
+def parse_prefix(value: object) -> str:
+    text = str(value)
+    if not _PREFIX.fullmatch(text) or text.startswith("amq."):
+        raise ValueError(
+            f"(RabbitMQ names) must be 1-100 letters, digits, '.', '_' or '-', starting with "
+            f"a letter or digit and not with 'amq.', got {text!r}"
+        )
+    return text
+
+
+def _number(low: int, high: int, unit: str, kind: type[float] | type[int]) -> Callable[[Any], Any]:
+    def parse(value: Any) -> float | int:
+        try:
+            number = kind(value)
+        except (TypeError, ValueError, OverflowError):
+            number = low - 1
+        if not low <= number <= high:
+            raise ValueError(f"must be a number of {unit} from {low} to {high}, got {value!r}")
+        return number
+
+    return parse
+
+
+def parse_event_loop(value: object) -> str:
+    text = str(value)
+    if text not in EVENT_LOOPS:
+        raise ValueError(f"must be {' or '.join(EVENT_LOOPS)}, got {text!r}")
+    return text
+
+
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "database_url": parse_database_url,
+    "amqp_url": parse_amqp_url,
+    "amqp_prefix": parse_prefix,
+    "connect_wait_s": _number(0, 3600, "seconds", float),
+    "event_loop": parse_event_loop,
+    "statement_timeout_ms": _number(0, 86_400_000, "milliseconds", int),
+    "idle_in_transaction_timeout_ms": _number(0, 86_400_000, "milliseconds", int),
+}
+assert set(_PARSERS) == set(BY_FIELD) == {f.name for f in fields(Settings)} - {"sources"}

@@ -1,6 +1,15 @@
-"""Typed exceptions. A caller can catch :class:`LedgerqError` for all of them."""
+"""Typed exceptions. A caller can catch :class:`LedgerqError` for all of them.
+
+The ``ledgerq`` command maps them onto exit codes (see ``ledgerq.cli.group``):
+:class:`ConfigError` and :class:`SchemaError` mean "fix the configuration",
+:class:`ServiceUnavailableError` "a service is down or refuses us", the rest
+"this failed". Every message that shows a URL shows it masked
+(:func:`~ledgerq.ledger.masking.mask_url`).
+"""
 
 from __future__ import annotations
+
+from ledgerq.ledger.masking import mask_url
 
 
 class LedgerqError(Exception):
@@ -19,14 +28,54 @@ class InvalidRetryPolicyError(InvalidTaskError):
     """A retry policy could not be understood."""
 
 
+class ConfigError(LedgerqError, ValueError):
+    """A setting (an environment variable, a CLI option, a :class:`Settings` field)
+    holds a value ledgerq cannot use. Each line of the message names one setting
+    and says what it expects."""
+
+
+class SchemaError(LedgerqError):
+    """The ledger's schema is missing, or not at the revision this ledgerq needs.
+    The message ends with what to do (``run `ledgerq migrate```)."""
+
+
+#: The settings that name each service, for messages that say what to fix.
+SERVICE_SETTINGS = {
+    "PostgreSQL": "LEDGERQ_DATABASE_URL / --database-url",
+    "RabbitMQ": "LEDGERQ_AMQP_URL / --amqp-url",
+}
+
+
 class ServiceUnavailableError(LedgerqError):
-    """PostgreSQL or RabbitMQ could not be reached; ``service`` names which."""
+    """PostgreSQL or RabbitMQ could not be reached; ``service`` names which, ``url``
+    is the masked URL and ``reason`` the client's one-line error."""
 
     def __init__(self, service: str, url: str, reason: str) -> None:
         self.service = service
-        self.url = url
+        self.url = mask_url(url)
         self.reason = reason
-        super().__init__(f"cannot reach {service} at {url}: {reason}")
+        super().__init__(self.describe())
+
+    @property
+    def setting(self) -> str:
+        return SERVICE_SETTINGS.get(self.service, "its URL")
+
+    def describe(self) -> str:
+        return (
+            f"cannot reach {self.service} at {self.url}: {self.reason} "
+            f"(check that {self.service} is running and reachable, and {self.setting})"
+        )
+
+
+class CredentialsRefusedError(ServiceUnavailableError):
+    """The service answered and refused the user or password. Never retried: the
+    same credentials are refused again."""
+
+    def describe(self) -> str:
+        return (
+            f"{self.service} at {self.url} refused the credentials: {self.reason} "
+            f"(fix the user or password in {self.setting})"
+        )
 
 
 class TaskNotFoundError(LedgerqError, LookupError):
@@ -36,6 +85,12 @@ class TaskNotFoundError(LedgerqError, LookupError):
 class StorageError(LedgerqError):
     """A ledger operation failed in the database driver; the original error is the
     ``__cause__``. Raised by the storage seam, never a driver's own exception type."""
+
+
+class SchemaMissingError(StorageError, SchemaError):
+    """A statement found one of the ledger's tables or columns missing: the schema
+    was never migrated, was dropped, or is older than this ledgerq. Not transient:
+    a service that meets it stops (run `ledgerq migrate`)."""
 
 
 class TransientStorageError(StorageError):

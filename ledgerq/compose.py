@@ -7,6 +7,14 @@ it needs are reachable (one line of error if not), connects, builds the parts,
 and on exit closes everything it opened, in order. Each ``serve_*`` is what a
 ``ledgerq`` command runs: the service's loop until SIGTERM.
 
+Every ``open_*`` first checks the schema (:func:`check_schema`: PostgreSQL
+reachable within the connect wait, the schema at this ledgerq's head), so a
+service never starts on a ledger it cannot use. A running relay or worker whose
+tables disappear meets :class:`SchemaMissingError` on its next statement; the
+``serve_*`` functions watch for it (:class:`~ledgerq.runtime.SchemaWatch`), stop the service as
+SIGTERM would, and raise it, so the process ends with one line ("run `ledgerq
+migrate`") instead of retrying forever.
+
 This is the one package that sees every other one (pgqueuer's "composition
 root" exception to the layers).
 """
@@ -26,25 +34,38 @@ from ledgerq.faults import probe_from_env
 from ledgerq.ledger.alerts import AlertHook, default_alert
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import async_engine, check_database, sync_engine
+from ledgerq.ledger.pg.engines import async_engine, sync_engine
+from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.pg.notify import Wakeup
+from ledgerq.ledger.protocol import RelayLedger, WorkerLedger
 from ledgerq.relay.broker.aio import AioConsumption, AioPublisher, connect
 from ledgerq.relay.broker.blocking import ThreadedPublisher
 from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.probes import Probe
 from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
 from ledgerq.relay.service import Relay, RelayConfig
-from ledgerq.runtime import on_stop_signal
+from ledgerq.runtime import SchemaWatch, WatchedLedger, on_stop_signal
 
 log = logging.getLogger("ledgerq")
 
 
+def _watched(ledger: PgLedger, watch: SchemaWatch | None) -> PgLedger | WatchedLedger:
+    return ledger if watch is None else WatchedLedger(ledger, watch)
+
+
 @asynccontextmanager
 async def open_ledger(
-    settings: Settings, application_name: str = "ledgerq", pool_size: int = 2
+    settings: Settings,
+    application_name: str = "ledgerq",
+    pool_size: int = 2,
+    *,
+    check: bool = True,
 ) -> AsyncIterator[PgLedger]:
-    """The ledger on its own (inspection commands, demo, benchmark, tests)."""
-    check_database(settings)
+    """The ledger on its own (inspection commands, demo, benchmark, tests). With
+    ``check=False`` the schema is not checked first (tools that look at a broken
+    ledger on purpose)."""
+    if check:
+        check_schema(settings)
     ledger = PgLedger(async_engine(settings, application_name, pool_size=pool_size))
     try:
         yield ledger
@@ -54,16 +75,21 @@ async def open_ledger(
 
 @asynccontextmanager
 async def open_relay(
-    settings: Settings, config: RelayConfig | None = None, *, probe: Probe | None = None
+    settings: Settings,
+    config: RelayConfig | None = None,
+    *,
+    probe: Probe | None = None,
+    watch: SchemaWatch | None = None,
 ) -> AsyncIterator[Relay]:
-    check_database(settings)
+    check_schema(settings)
     connection = await connect(
         settings.amqp_url, wait_s=settings.connect_wait_s, name="ledgerq-relay"
     )
     ledger = PgLedger(async_engine(settings, "ledgerq-relay", pool_size=2))
     publisher = AioPublisher(connection, Topology(settings.amqp_prefix))
+    relay_ledger: RelayLedger = _watched(ledger, watch)
     try:
-        yield Relay(ledger, publisher, config or RelayConfig(), probe or probe_from_env())
+        yield Relay(relay_ledger, publisher, config or RelayConfig(), probe or probe_from_env())
     finally:
         await publisher.close()
         await connection.close()
@@ -78,10 +104,11 @@ async def open_worker(
     *,
     alert: AlertHook | None = None,
     probe: Probe | None = None,
+    watch: SchemaWatch | None = None,
 ) -> AsyncIterator[Worker]:
     """A started worker; on exit it drains (see :meth:`Worker.stop`) and disconnects."""
     config = config or WorkerConfig()
-    check_database(settings)
+    check_schema(settings)
     connection = await connect(
         settings.amqp_url, wait_s=settings.connect_wait_s, name=f"ledgerq-{config.worker_id}"
     )
@@ -91,8 +118,9 @@ async def open_worker(
     ledger = PgLedger(async_engine(settings, "ledgerq-worker", pool_size=4))
     handlers_async = async_engine(settings, "ledgerq-worker-handlers", pool_size=config.db_pool)
     handlers_sync = sync_engine(settings, "ledgerq-worker-sync", pool_size=config.db_pool)
+    worker_ledger: WorkerLedger = _watched(ledger, watch)
     worker = Worker(
-        ledger,
+        worker_ledger,
         registry,
         config,
         consume=partial(AioConsumption.consume, connection, Topology(settings.amqp_prefix)),
@@ -117,7 +145,7 @@ async def open_reconciler(
     settings: Settings, config: ReconcilerConfig | None = None, *, alert: AlertHook | None = None
 ) -> AsyncIterator[Reconciler]:
     config = config or ReconcilerConfig()
-    check_database(settings)
+    check_schema(settings)
     ledger = PgLedger(async_engine(settings, "ledgerq-reconciler", pool_size=2))
     try:
         publisher = await ThreadedPublisher.open(
@@ -146,24 +174,33 @@ def _stop_event(*also: Callable[[], None]) -> asyncio.Event:
 
 
 async def serve_relay(settings: Settings, config: RelayConfig) -> None:
-    """``ledgerq relay``: publish due rows until SIGTERM."""
-    async with open_relay(settings, config) as relay:
+    """``ledgerq relay``: publish due rows until SIGTERM (or until the schema is lost:
+    then :class:`SchemaMissingError`)."""
+    watch = SchemaWatch()
+    async with open_relay(settings, config, watch=watch) as relay:
         wakeup = Wakeup(settings)
         stop = _stop_event(wakeup.event.set)
+        watch.on_loss(stop.set)
+        watch.on_loss(wakeup.event.set)
         wakeup.start()
         try:
             await relay.run(stop, wakeup)
         finally:
             await wakeup.stop()
+    watch.raise_if_lost()
 
 
 async def serve_worker(settings: Settings, registry: Registry, config: WorkerConfig) -> int:
     """``ledgerq worker``: run handlers until SIGTERM, then drain. Returns how many
-    sync handlers' threads are still running (past their timeout or the grace)."""
-    async with open_worker(settings, registry, config) as worker:
+    sync handlers' threads are still running (past their timeout or the grace).
+    Raises :class:`SchemaMissingError` after draining if the schema was lost."""
+    watch = SchemaWatch()
+    async with open_worker(settings, registry, config, watch=watch) as worker:
         stop = _stop_event()
+        watch.on_loss(stop.set)
         await stop.wait()
         log.info("stop requested; draining")
+    watch.raise_if_lost()
     return worker.threads_running
 
 

@@ -1,23 +1,40 @@
-"""Process plumbing for the long-running services: the event loop and the stop signals.
+"""Process plumbing for the long-running services: the event loop, and what stops
+a service (the stop signals, and a ledger whose schema is gone).
 
 The relay and workers spend much of their CPU in the event loop's socket
-handling, which uvloop does in C; ``LEDGERQ_EVENT_LOOP=asyncio`` opts out.
+handling, which uvloop does in C; ``LEDGERQ_EVENT_LOOP=asyncio`` (validated with
+the other settings) opts out.
+
+:class:`SchemaWatch` and :class:`WatchedLedger`: a running relay or worker whose
+tables are dropped meets :class:`~ledgerq.ledger.errors.SchemaMissingError` on
+its next statement. The service's own loop treats any failed statement as
+something to retry; the watched ledger sees that error first and asks the
+service to stop, as SIGTERM would (the relay finishes its loop, the worker
+drains), and the composition root raises it afterwards.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
+import logging
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
+from ledgerq.ledger.errors import SchemaMissingError
+from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Outcome
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.protocol import PublishBatch
+
 T = TypeVar("T")
+log = logging.getLogger("ledgerq")
 
 
-def run_service(main: Coroutine[Any, Any, T]) -> T:
-    """Run a service's coroutine on uvloop (or asyncio's own loop) and return its result."""
-    if os.environ.get("LEDGERQ_EVENT_LOOP", "uvloop") == "asyncio":
+def run_service(main: Coroutine[Any, Any, T], event_loop: str = "uvloop") -> T:
+    """Run a service's coroutine on uvloop (or, with ``"asyncio"``, asyncio's own loop)
+    and return its result."""
+    if event_loop == "asyncio":
         return asyncio.run(main)
     import uvloop
 
@@ -30,3 +47,66 @@ def on_stop_signal(stop: Callable[[], None]) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
+
+
+class SchemaWatch:
+    """Stops a service the first time its ledger reports the schema gone."""
+
+    def __init__(self) -> None:
+        self.error: SchemaMissingError | None = None
+        self._stops: list[Callable[[], None]] = []
+
+    def on_loss(self, stop: Callable[[], None]) -> None:
+        self._stops.append(stop)
+
+    @contextmanager
+    def watching(self) -> Iterator[None]:
+        try:
+            yield
+        except SchemaMissingError as exc:
+            if self.error is None:
+                self.error = exc
+                log.error("stopping: %s", exc)
+                for stop in self._stops:
+                    stop()
+            raise
+
+    def raise_if_lost(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+class WatchedLedger:
+    """The relay's and the worker's ledger, reporting a lost schema to a watch."""
+
+    def __init__(self, ledger: PgLedger, watch: SchemaWatch) -> None:
+        self._ledger = ledger
+        self._watch = watch
+
+    @asynccontextmanager
+    async def publish_batch(self, limit: int) -> AsyncIterator[PublishBatch]:
+        with self._watch.watching():
+            async with self._ledger.publish_batch(limit) as batch:
+                yield batch
+
+    async def claim(
+        self, fences: Iterable[Fence], worker: str, lease_s: float
+    ) -> list[ClaimedTask]:
+        with self._watch.watching():
+            return await self._ledger.claim(fences, worker, lease_s)
+
+    async def whereabouts(self, ids: Iterable[int]) -> dict[int, str]:
+        with self._watch.watching():
+            return await self._ledger.whereabouts(ids)
+
+    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> set[int]:
+        with self._watch.watching():
+            return await self._ledger.heartbeat(fences, lease_s)
+
+    async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
+        with self._watch.watching():
+            return await self._ledger.save_checkpoint(fence, state)
+
+    async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
+        with self._watch.watching():
+            return await self._ledger.finish(outcomes)

@@ -5,8 +5,10 @@ Single-statement operations run in autocommit: one round trip, no
 BEGIN/COMMIT, and the statement is still atomic. Driver errors are classified
 here, once (procrastinate's ``wrap_exceptions``): a failed connection, a
 server shutting down, a terminated backend, a pool that had no connection to
-give, a deadlock or a statement timeout are transient; anything else (bad data,
-a missing table) is not.
+give, a deadlock or a statement timeout are transient; a missing table or
+column is :class:`SchemaMissingError` (the schema was dropped, never migrated,
+or is older than this code: services stop on it rather than retry); anything
+else (bad data) is a plain :class:`StorageError`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from sqlalchemy import Row, TextClause
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ledgerq.ledger.errors import StorageError, TransientStorageError
+from ledgerq.ledger.errors import SchemaMissingError, StorageError, TransientStorageError
+
+#: SQLSTATEs of a statement that names a table or column the database lacks.
+UNDEFINED_OBJECT = frozenset({"42P01", "42703"})  # undefined_table, undefined_column
 
 
 def first_line(exc: BaseException) -> str:
@@ -29,11 +34,15 @@ def first_line(exc: BaseException) -> str:
 
 @contextmanager
 def translated() -> Iterator[None]:
-    """Re-raise driver errors as :class:`StorageError` or :class:`TransientStorageError`."""
+    """Re-raise driver errors as :class:`StorageError` or one of its subclasses."""
     try:
         yield
     except sa_exc.DBAPIError as exc:
         reason = first_line(exc.orig if exc.orig is not None else exc)
+        if getattr(exc.orig, "sqlstate", None) in UNDEFINED_OBJECT:
+            raise SchemaMissingError(
+                f"{reason}: the ledger schema is missing or outdated; run `ledgerq migrate`"
+            ) from exc
         if exc.connection_invalidated or isinstance(
             exc, sa_exc.OperationalError | sa_exc.InterfaceError
         ):

@@ -7,10 +7,21 @@ caller's retry (every service loop has one) gets a fresh one.
 Producers bring their own engine; these are for the relay, the consumers, the
 reconciler and the CLI. Every connection carries a statement timeout and an
 idle-in-transaction timeout, so a stuck client cannot hold locks or stop vacuum.
+
+:func:`connect_waiting` is how every command first meets PostgreSQL: it keeps
+trying for ``Settings.connect_wait_s`` while the server cannot be reached, and
+fails at once, without retrying, when the server answers "no": wrong user or
+password (:class:`CredentialsRefusedError`) or no such database
+(:class:`SchemaError`: run ``ledgerq migrate``, which creates it). libpq reports
+both without an SQLSTATE, so they are told apart by the server's (English)
+message.
 """
 
 from __future__ import annotations
 
+import math
+import re
+import time
 from typing import Any
 
 import psycopg
@@ -19,8 +30,22 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import ServiceUnavailableError
+from ledgerq.ledger.errors import (
+    CredentialsRefusedError,
+    LedgerqError,
+    SchemaError,
+    ServiceUnavailableError,
+)
+from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
 from ledgerq.ledger.pg.base import first_line
+
+_REFUSED = re.compile(
+    r'password authentication failed|role ".*" does not exist|no pg_hba\.conf entry'
+    r"|authentication failed|permission denied for database"
+)
+_NO_DATABASE = re.compile(r'database "(?P<name>.*)" does not exist')
+#: Seconds between attempts while PostgreSQL cannot be reached.
+RETRY_EVERY_S = 0.5
 
 
 def _engine_options(settings: Settings, application_name: str, pool_size: int) -> dict[str, Any]:
@@ -58,16 +83,57 @@ def libpq_url(database_url: str) -> str:
     return make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def display_url(database_url: str) -> str:
-    return make_url(database_url).render_as_string(hide_password=True)
+def _refusal(exc: psycopg.Error, url: str) -> LedgerqError | None:
+    """The error for a server that answered "no", or None if it did not answer."""
+    text = str(exc)
+    reason = mask_text(_fatal_line(text), secrets_of(url))
+    if _REFUSED.search(text):
+        return CredentialsRefusedError("PostgreSQL", url, reason)
+    missing = _NO_DATABASE.search(text)
+    if missing:
+        return SchemaError(
+            f'the database "{missing["name"]}" does not exist at {mask_url(url)}: run '
+            "`ledgerq migrate` (it creates the database), or fix LEDGERQ_DATABASE_URL / "
+            "--database-url"
+        )
+    return None
+
+
+def _fatal_line(text: str) -> str:
+    """libpq's "connection failed: connection to server ... failed: FATAL: why": the why."""
+    line = first_line(Exception(text))
+    _, _, why = line.partition("FATAL:")
+    return " ".join(why.split()) or line
+
+
+def connect_waiting(
+    settings: Settings, url: str | None = None, *, autocommit: bool = False
+) -> psycopg.Connection[Any]:
+    """A psycopg connection to ``url`` (default: the ledger), tried for up to
+    ``settings.connect_wait_s`` seconds; see the module docstring for what fails at once."""
+    target = url or settings.database_url
+    deadline = time.monotonic() + settings.connect_wait_s
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return psycopg.connect(
+                libpq_url(target),
+                autocommit=autocommit,
+                connect_timeout=max(2, min(5, math.ceil(remaining))),
+            )
+        except psycopg.Error as exc:
+            refusal = _refusal(exc, target)
+            if refusal is not None:
+                raise refusal from exc
+            if time.monotonic() + RETRY_EVERY_S > deadline:
+                reason = mask_text(first_line(exc), secrets_of(target))
+                if settings.connect_wait_s:
+                    reason += f" (tried for {settings.connect_wait_s:g} s)"
+                raise ServiceUnavailableError("PostgreSQL", target, reason) from exc
+        time.sleep(RETRY_EVERY_S)
 
 
 def check_database(settings: Settings) -> None:
-    """Raise :class:`ServiceUnavailableError` unless PostgreSQL answers."""
-    try:
-        with psycopg.connect(libpq_url(settings.database_url), connect_timeout=5) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.Error as exc:
-        raise ServiceUnavailableError(
-            "PostgreSQL", display_url(settings.database_url), first_line(exc)
-        ) from exc
+    """Raise unless PostgreSQL answers (see :func:`connect_waiting`)."""
+    with connect_waiting(settings) as conn:
+        conn.execute("SELECT 1")

@@ -1,19 +1,40 @@
-"""``ledgerq migrate``: create the database if it is missing, then upgrade the schema."""
+"""``ledgerq migrate``, and the schema check every other command makes at start.
+
+:func:`upgrade` creates the database if it is missing, then runs Alembic up to
+the head. :func:`check_schema` is the start check of every command that needs
+the ledger (``stats``, ``show``, ``relay``, ``worker``, ``reconcile``; ``demo``
+and ``bench`` migrate first): PostgreSQL reachable within the connect wait, the
+revision in ``ledgerq_alembic_version`` equal to this ledgerq's Alembic head,
+and the hot and history tables present. Anything else is a
+:class:`~ledgerq.ledger.errors.SchemaError` whose line says what to do (run
+``ledgerq migrate``, or upgrade ledgerq when the database is newer than it).
+A schema that disappears while a service runs is caught later, statement by
+statement, as :class:`~ledgerq.ledger.errors.SchemaMissingError`
+(:mod:`ledgerq.ledger.pg.base`).
+"""
 
 from __future__ import annotations
 
+from functools import cache
 from importlib import resources
 
 import psycopg
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import ServiceUnavailableError
+from ledgerq.ledger.errors import SchemaError, ServiceUnavailableError
+from ledgerq.ledger.masking import mask_url
+from ledgerq.ledger.migrations import VERSION_TABLE
 from ledgerq.ledger.pg.base import first_line
-from ledgerq.ledger.pg.engines import display_url, libpq_url
+from ledgerq.ledger.pg.engines import connect_waiting
+
+#: Tables every ledgerq command relies on, besides the version table.
+LEDGER_TABLES = ("ledgerq_tasks", "ledgerq_history")
+MIGRATE = "run `ledgerq migrate`"
 
 
 def alembic_config(database_url: str) -> Config:
@@ -24,15 +45,27 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
+@cache
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config("postgresql+psycopg://"))
+
+
+def head_revision() -> str:
+    """The revision this ledgerq's migrations end at."""
+    head = _scripts().get_current_head()
+    assert head is not None, "ledgerq ships at least one migration"
+    return head
+
+
 def ensure_database(settings: Settings) -> bool:
     """Create the configured database if it does not exist; return whether it did."""
     url = make_url(settings.database_url)
     name = url.database
     if not name:
         return False
-    maintenance = libpq_url(url.set(database="postgres").render_as_string(hide_password=False))
+    maintenance = url.set(database="postgres").render_as_string(hide_password=False)
     try:
-        with psycopg.connect(maintenance, autocommit=True, connect_timeout=5) as conn:
+        with connect_waiting(settings, maintenance, autocommit=True) as conn:
             exists = conn.execute(
                 "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
             ).fetchone()
@@ -43,9 +76,7 @@ def ensure_database(settings: Settings) -> bool:
     except psycopg.errors.DuplicateDatabase:
         return False
     except psycopg.Error as exc:
-        raise ServiceUnavailableError(
-            "PostgreSQL", display_url(settings.database_url), first_line(exc)
-        ) from exc
+        raise ServiceUnavailableError("PostgreSQL", settings.database_url, first_line(exc)) from exc
 
 
 def upgrade(settings: Settings, revision: str = "head") -> None:
@@ -53,17 +84,53 @@ def upgrade(settings: Settings, revision: str = "head") -> None:
     command.upgrade(alembic_config(settings.database_url), revision)
 
 
-def current_revision(settings: Settings) -> str | None:
+def _state(settings: Settings) -> tuple[str | None, list[str]]:
+    """The recorded revision (None: never migrated) and the ledger tables missing."""
+    query = "SELECT " + ", ".join(["to_regclass(%s) IS NOT NULL"] * (1 + len(LEDGER_TABLES)))
     try:
-        with psycopg.connect(libpq_url(settings.database_url), connect_timeout=5) as conn:
-            row = conn.execute(
-                "SELECT to_regclass('ledgerq_alembic_version') IS NOT NULL"
+        with connect_waiting(settings) as conn:
+            present = conn.execute(query, (VERSION_TABLE, *LEDGER_TABLES)).fetchone()
+            assert present is not None
+            missing = [t for t, ok in zip(LEDGER_TABLES, present[1:], strict=True) if not ok]
+            if not present[0]:
+                return None, missing
+            version = conn.execute(
+                sql.SQL("SELECT version_num FROM {}").format(sql.Identifier(VERSION_TABLE))
             ).fetchone()
-            if not row or not row[0]:
-                return None
-            version = conn.execute("SELECT version_num FROM ledgerq_alembic_version").fetchone()
-            return str(version[0]) if version else None
+            return (str(version[0]) if version else None), missing
     except psycopg.Error as exc:
-        raise ServiceUnavailableError(
-            "PostgreSQL", display_url(settings.database_url), first_line(exc)
-        ) from exc
+        raise ServiceUnavailableError("PostgreSQL", settings.database_url, first_line(exc)) from exc
+
+
+def current_revision(settings: Settings) -> str | None:
+    """The revision the database records, or None if it was never migrated."""
+    return _state(settings)[0]
+
+
+def check_schema(settings: Settings) -> str:
+    """The schema's revision if it is this ledgerq's head with every table in place;
+    else :class:`SchemaError` (or :class:`ServiceUnavailableError`, or
+    :class:`~ledgerq.ledger.errors.CredentialsRefusedError`)."""
+    current, missing = _state(settings)
+    head = head_revision()
+    where = mask_url(settings.database_url)
+    if current is None:
+        raise SchemaError(f"the ledger schema is missing in {where} (never migrated): {MIGRATE}")
+    if current != head:
+        known = {script.revision for script in _scripts().walk_revisions()}
+        if current in known:
+            raise SchemaError(
+                f"the ledger schema in {where} is at revision {current}, this ledgerq needs "
+                f"{head}: {MIGRATE}"
+            )
+        raise SchemaError(
+            f"the ledger schema in {where} is at revision {current}, which this ledgerq does "
+            f"not know (a newer ledgerq migrated it?): upgrade ledgerq, or fix "
+            "LEDGERQ_DATABASE_URL / --database-url"
+        )
+    if missing:
+        raise SchemaError(
+            f"the ledger schema in {where} is at {current} but its tables "
+            f"{', '.join(missing)} are gone: drop the table {VERSION_TABLE}, then {MIGRATE}"
+        )
+    return current

@@ -1,7 +1,14 @@
-"""The benchmark's outputs: a table for a person, a JSON object, a latency plot."""
+"""The benchmark's outputs: a table for a person, a JSON object, a latency plot.
+
+The plot needs matplotlib, which is not a dependency of ledgerq: it comes with
+the ``bench`` extra (``pip install 'ledgerq[bench]'``, which also brings numpy
+and pillow). :func:`require_plotting` says so in one line, before the benchmark
+starts rather than after it has run.
+"""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +16,22 @@ from rich.console import Console
 from rich.table import Table
 
 from ledgerq.bench.phases import LatencySample
+from ledgerq.ledger.errors import ConfigError
+
+
+class PlottingUnavailableError(ConfigError):
+    """``bench --plot`` was asked for, and matplotlib is not installed."""
+
+
+def require_plotting() -> None:
+    """Raise :class:`PlottingUnavailableError` unless matplotlib can be imported."""
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError as exc:
+        raise PlottingUnavailableError(
+            "bench --plot needs matplotlib, which is not installed: "
+            "pip install 'ledgerq[bench]' (or run bench without --plot)"
+        ) from exc
 
 
 def render(result: dict[str, Any], console: Console) -> None:

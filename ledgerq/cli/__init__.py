@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from ledgerq.cli.bench import bench
+from ledgerq.cli.config import config
 from ledgerq.cli.demo import demo
 from ledgerq.cli.group import cli, run_cli
 from ledgerq.cli.inspect import migrate, show, stats
 from ledgerq.cli.services import reconcile, relay, worker
 
-for command in (migrate, stats, show, relay, worker, reconcile, demo, bench):
+for command in (migrate, stats, show, relay, worker, reconcile, demo, bench, config):
     cli.add_command(command)
 
 

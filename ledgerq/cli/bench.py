@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 
 from ledgerq.bench.phases import Bench
-from ledgerq.bench.report import plot, render
+from ledgerq.bench.report import plot, render, require_plotting
 from ledgerq.bench.suite import bench_settings, run_suite
 from ledgerq.cli.group import pass_settings, progress_bar
 from ledgerq.consumers.worker import WorkerConfig
@@ -60,7 +60,7 @@ from ledgerq.ledger.pg.migrate import upgrade
     "plot_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Write a PNG of latency over time.",
+    help="Write a PNG of latency over time (needs the bench extra: ledgerq[bench]).",
 )
 @click.option(
     "--repeat",
@@ -86,6 +86,8 @@ def bench(
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
     if tasks < 10 or workers < 1 or concurrency < 1 or repeat < 1:
         raise click.BadParameter("--tasks >= 10, --workers, --concurrency and --repeat >= 1")
+    if plot_path:
+        require_plotting()
     settings = bench_settings(settings)
     upgrade(settings)
     engine = sync_engine(settings, "ledgerq-bench", pool_size=2)

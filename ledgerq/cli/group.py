@@ -1,14 +1,32 @@
-"""The ``ledgerq`` command group, shared options, and how errors reach a person.
+"""The ``ledgerq`` command group, the global options, and how errors reach a person.
 
-Commands are registered explicitly in :mod:`ledgerq.cli`. Errors a person can
-act on (a service that cannot be reached, bad input, an unknown task) print one
-line and exit 2, never a traceback.
+Commands are registered explicitly in :mod:`ledgerq.cli`. The global options
+are the settings of :data:`ledgerq.ledger.config.SETTINGS` that have a flag;
+each also reads its environment variable, and every value is validated before
+any command runs. An error a person can act on prints one line per problem,
+starting ``ledgerq:``, never a traceback, with secrets masked, and the exit code
+says what kind of problem it is (BSD ``sysexits``, see :func:`exit_code`):
+
+==  =====================================================================
+0   success
+1   any other failure (an unknown task, a failed check, a bug)
+64  ``EX_USAGE``: the command line is wrong (click's usage errors, ``--app``)
+69  ``EX_UNAVAILABLE``: PostgreSQL or RabbitMQ cannot be reached within the
+    connect wait, refuses the credentials, or drops out during the command
+78  ``EX_CONFIG``: a setting is malformed or unsupported, or the ledger schema
+    is missing or outdated ("run `ledgerq migrate`")
+130 interrupted
+==  =====================================================================
+
+Every log record and every error line goes through one masking function
+(:mod:`ledgerq.ledger.masking`), given the passwords of the configured URLs.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -18,63 +36,154 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy.exc import OperationalError
 
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import LedgerqError, ServiceUnavailableError
+from ledgerq.ledger.config import BY_FIELD, Settings
+from ledgerq.ledger.errors import (
+    ConfigError,
+    LedgerqError,
+    SchemaError,
+    SchemaMissingError,
+    ServiceUnavailableError,
+    TransientStorageError,
+)
+from ledgerq.ledger.masking import SecretFilter, mask_text, secrets_of
 from ledgerq.ledger.pg.base import first_line
-from ledgerq.ledger.pg.engines import display_url
+from ledgerq.relay.broker.base import BrokerConnectionError
+
+EX_OK = 0
+EX_FAILURE = 1
+EX_USAGE = 64
+EX_UNAVAILABLE = 69
+EX_CONFIG = 78
+EX_INTERRUPTED = 130
 
 pass_settings = click.make_pass_decorator(Settings)
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for a machine.")
 
+#: Masks every log record and error line; its secrets are set when settings are read.
+SECRETS = SecretFilter()
+
+
+class SchemaTracebacks(logging.Filter):
+    """A lost schema is a configuration problem, reported in one line when the
+    service stops: a log record that carries a SchemaMissingError keeps its message
+    and drops the traceback (a service loop logs the failed statement first)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], SchemaMissingError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+TRACEBACKS = SchemaTracebacks()
+
+
+class _Current:
+    """The settings of this run, once read (for errors raised after the command)."""
+
+    settings: Settings | None = None
+
+
+def _help(field: str, default: str = "") -> str:
+    setting = BY_FIELD[field]
+    where = f"env {setting.env}" + (f"; default {default}" if default else "")
+    return f"{setting.help[0].upper()}{setting.help[1:]} ({where})."
+
 
 @click.group()
+@click.version_option(package_name="ledgerq", prog_name="ledgerq")
+@click.option("--database-url", metavar="URL", default=None, help=_help("database_url"))
+@click.option("--amqp-url", metavar="URL", default=None, help=_help("amqp_url"))
+@click.option("--amqp-prefix", metavar="TEXT", default=None, help=_help("amqp_prefix", "ledgerq"))
+@click.option("--connect-wait", metavar="SECONDS", default=None, help=_help("connect_wait_s", "10"))
 @click.option(
-    "--database-url",
-    envvar="LEDGERQ_DATABASE_URL",
-    default=None,
-    help="SQLAlchemy URL of the ledger (env LEDGERQ_DATABASE_URL).",
-)
-@click.option(
-    "--amqp-url",
-    envvar="LEDGERQ_AMQP_URL",
-    default=None,
-    help="RabbitMQ URL (env LEDGERQ_AMQP_URL).",
+    "--event-loop", metavar="uvloop|asyncio", default=None, help=_help("event_loop", "uvloop")
 )
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 @click.pass_context
-def cli(ctx: click.Context, database_url: str | None, amqp_url: str | None, verbose: int) -> None:
+def cli(
+    ctx: click.Context,
+    database_url: str | None,
+    amqp_url: str | None,
+    amqp_prefix: str | None,
+    connect_wait: str | None,
+    event_loop: str | None,
+    verbose: int,
+) -> None:
     """ledgerq: tasks kept in a PostgreSQL ledger, moved through RabbitMQ."""
+    raw_urls = (
+        database_url or os.environ.get("LEDGERQ_DATABASE_URL", ""),
+        amqp_url or os.environ.get("LEDGERQ_AMQP_URL", ""),
+    )
+    SECRETS.secrets.update(secrets_of(*raw_urls))
+    _configure_logging(verbose)
+    settings = Settings.from_env(
+        database_url=database_url,
+        amqp_url=amqp_url,
+        amqp_prefix=amqp_prefix,
+        connect_wait_s=connect_wait,
+        event_loop=event_loop,
+    )
+    SECRETS.secrets.update(secrets_of(*settings.secret_urls()))
+    ctx.obj = _Current.settings = settings
+
+
+def _configure_logging(verbose: int) -> None:
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        for log_filter in (TRACEBACKS, SECRETS):  # in this order: mask what is left
+            if log_filter not in handler.filters:
+                handler.addFilter(log_filter)
     if verbose < 2:
         # aiormq logs every failed connect attempt with a traceback-like line; ledgerq
         # reports an unreachable broker itself, in one line.
         logging.getLogger("aiormq").setLevel(logging.CRITICAL)
         logging.getLogger("pika").setLevel(logging.CRITICAL)
-    ctx.obj = Settings.from_env(database_url=database_url, amqp_url=amqp_url)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The ``sysexits`` code for an error that reached the command line."""
+    code = getattr(exc, "exit_code", None)
+    if isinstance(code, int) and isinstance(exc, LedgerqError):
+        return code
+    if isinstance(exc, ConfigError | SchemaError):
+        return EX_CONFIG
+    if isinstance(exc, ServiceUnavailableError | TransientStorageError | BrokerConnectionError):
+        return EX_UNAVAILABLE
+    return EX_FAILURE
+
+
+def fail(message: str, code: int) -> None:
+    """Print ``message`` (one ``ledgerq:`` line per line, secrets masked) and exit."""
+    for line in mask_text(message, SECRETS.secrets).splitlines() or [""]:
+        click.echo(f"ledgerq: {line}", err=True)
+    sys.exit(code)
 
 
 def run_cli(group: click.Group) -> None:
-    """Invoke ``group``, turning ledgerq's own errors into one line and exit code 2."""
+    """Invoke ``group``, turning every error a person can act on into one line per
+    problem and its exit code (see the module docstring)."""
     try:
         group.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
-        sys.exit(130)
+        sys.exit(EX_INTERRUPTED)
+    except click.UsageError as exc:
+        exc.show()
+        sys.exit(EX_USAGE)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except LedgerqError as exc:
-        click.echo(f"ledgerq: {exc}", err=True)
-        sys.exit(2)
+        fail(str(exc), exit_code(exc))
     except OperationalError as exc:  # from a command's own engine (migrate, demo, bench)
-        url = display_url(Settings.from_env().database_url)
+        url = (_Current.settings or Settings()).database_url
         error = ServiceUnavailableError("PostgreSQL", url, first_line(exc.orig or exc))
-        click.echo(f"ledgerq: {error}", err=True)
-        sys.exit(2)
+        fail(str(error), EX_UNAVAILABLE)
 
 
 def emit(data: Any, as_json: bool, render: Callable[[Console], None]) -> None:

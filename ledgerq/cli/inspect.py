@@ -14,8 +14,8 @@ from rich.text import Text
 from ledgerq.cli.group import emit, json_option, pass_settings
 from ledgerq.compose import open_ledger
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.masking import mask_url
 from ledgerq.ledger.pg import migrate as ledger_migrate
-from ledgerq.ledger.pg.engines import display_url
 
 SHOW_FIELDS = (
     "kind",
@@ -63,7 +63,7 @@ def migrate(settings: Settings, revision: str) -> None:
     ledger_migrate.upgrade(settings, revision)
     click.echo(
         f"ledger schema at {ledger_migrate.current_revision(settings)} "
-        f"({display_url(settings.database_url)})"
+        f"({mask_url(settings.database_url)})"
     )
 
 

@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from ledgerq.cli.group import json_option, pass_settings
+from ledgerq.cli.group import EX_USAGE, json_option, pass_settings
 from ledgerq.compose import serve_reconciler, serve_relay, serve_worker
 from ledgerq.consumers.registry import Registry, default_registry
 from ledgerq.consumers.worker import WorkerConfig
@@ -29,7 +29,9 @@ log = logging.getLogger("ledgerq")
 
 
 class AppImportError(LedgerqError):
-    """``--app`` names a module that cannot be imported."""
+    """``--app`` names a module that cannot be imported (a usage error: exit 64)."""
+
+    exit_code = EX_USAGE
 
 
 def load_app(module: str) -> Registry:
@@ -63,7 +65,7 @@ def relay(
         config = RelayConfig(batch_size, poll_interval, confirm_timeout)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
-    run_service(serve_relay(settings, config))
+    run_service(serve_relay(settings, config), settings.event_loop)
 
 
 @click.command("worker")
@@ -125,7 +127,7 @@ def worker(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
-    stuck = run_service(serve_worker(settings, registry, config))
+    stuck = run_service(serve_worker(settings, registry, config), settings.event_loop)
     if stuck:
         # A sync handler's thread cannot be stopped; waiting for it would hang the exit.
         log.warning("%d sync handlers still running past the grace; exiting anyway", stuck)
@@ -192,4 +194,4 @@ def reconcile(
     def report(counts: ReconcileCounts) -> None:
         click.echo(json.dumps(counts.as_dict()) if as_json else counts.line())
 
-    run_service(serve_reconciler(settings, config, every, report))
+    run_service(serve_reconciler(settings, config, every, report), settings.event_loop)

@@ -5,6 +5,13 @@ reconnects by itself and restores channels, queues and consumers; what it cannot
 restore (a publish in flight, a delivery tag from the old channel) the callers
 handle. Every client error that means "the connection or channel failed" leaves
 this module as :class:`~.base.BrokerConnectionError`.
+
+The first connect is bounded: a broker that cannot be reached is tried every
+0.5 s for ``wait_s`` seconds (then :class:`ServiceUnavailableError`); a broker
+that refuses the user or password is not tried again
+(:class:`CredentialsRefusedError` at once); a URL the client cannot use is a
+:class:`ConfigError` at once. A failed attempt's connection object is closed, so
+no reconnect loop of aio-pika's outlives it.
 """
 
 from __future__ import annotations
@@ -25,10 +32,17 @@ from aio_pika.abc import (
 )
 from pamqp.commands import Basic
 from pamqp.common import FieldTable
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    retry_if_not_exception_type,
+    stop_after_delay,
+    wait_fixed,
+)
 from yarl import URL
 
-from ledgerq.ledger.errors import ServiceUnavailableError
+from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceUnavailableError
+from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
 from ledgerq.ledger.model import DueTask
 from ledgerq.relay.broker.base import BrokerConnectionError, OnDelivery, PublishOutcome
 from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
@@ -44,29 +58,71 @@ _CONNECTION_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
-def display_amqp_url(url: str) -> str:
-    parsed = URL(url)
-    return str(parsed.with_password("***")) if parsed.password else str(parsed)
+#: The broker answered and refused the login: retrying cannot help.
+_REFUSALS: tuple[type[Exception], ...] = (
+    aiormq.exceptions.ProbableAuthenticationError,
+    aiormq.exceptions.AuthenticationError,
+)
+#: Seconds between connect attempts, and the client's own timeout for one.
+RETRY_EVERY_S = 0.5
+ATTEMPT_TIMEOUT_S = 5.0
+
+
+def _reason(exc: BaseException, url: str) -> str:
+    text = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return mask_text(text, secrets_of(url))
+
+
+async def _attempt(url: str, name: str, budget: float) -> AbstractRobustConnection:
+    """One connect, given up after ``budget`` seconds; a failed one is closed."""
+    try:
+        connection = aio_pika.RobustConnection(
+            URL(url), client_properties={"connection_name": name}
+        )
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"LEDGERQ_AMQP_URL / --amqp-url (RabbitMQ) cannot be used: {mask_url(url)!r}: "
+            f"{_reason(exc, url)}"
+        ) from exc
+    try:
+        await asyncio.wait_for(connection.connect(timeout=ATTEMPT_TIMEOUT_S), budget)
+    except BaseException:
+        await _abandon(connection)
+        raise
+    return connection
+
+
+async def _abandon(connection: AbstractRobustConnection) -> None:
+    try:
+        await connection.close()
+    except Exception as exc:  # it never opened; nothing is lost
+        log.debug("closing a failed connection attempt: %r", exc)
 
 
 async def connect(
     url: str, *, wait_s: float = 10.0, name: str = "ledgerq"
 ) -> AbstractRobustConnection:
-    """A robust connection, retried for ``wait_s`` seconds, else ServiceUnavailableError."""
+    """A robust connection within ``wait_s`` seconds (see the module docstring)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
     try:
         async for attempt in AsyncRetrying(
             stop=stop_after_delay(wait_s),
-            wait=wait_fixed(0.5),
-            retry=retry_if_exception_type(_CONNECTION_ERRORS),
+            wait=wait_fixed(RETRY_EVERY_S),
+            retry=retry_if_exception_type(_CONNECTION_ERRORS)
+            & retry_if_not_exception_type(_REFUSALS),
             reraise=True,
         ):
             with attempt:
-                return await aio_pika.connect_robust(
-                    url, client_properties={"connection_name": name}, timeout=5
-                )
+                budget = max(deadline - loop.time(), 0.0) + ATTEMPT_TIMEOUT_S
+                return await _attempt(url, name, budget)
+    except _REFUSALS as exc:
+        raise CredentialsRefusedError("RabbitMQ", url, _reason(exc, url)) from exc
     except _CONNECTION_ERRORS as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ServiceUnavailableError("RabbitMQ", display_amqp_url(url), reason) from exc
+        reason = _reason(exc, url)
+        if wait_s:
+            reason += f" (tried for {wait_s:g} s)"
+        raise ServiceUnavailableError("RabbitMQ", url, reason) from exc
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -6,6 +6,9 @@ there. Each publish is ``mandatory`` and waits for its confirm: pika raises
 leave the row as it was. :class:`ThreadedPublisher` gives the async reconciler
 the same :class:`~.base.Publisher` the relay has, running every pika call on
 one thread of its own (a pika connection must stay on one thread).
+
+Connecting tries twice, 0.5 s apart, unless the broker refuses the user or
+password: that is :class:`CredentialsRefusedError` at once, never retried.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -20,9 +24,9 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from ledgerq.ledger.errors import ServiceUnavailableError
+from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceUnavailableError
+from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
 from ledgerq.ledger.model import DueTask
-from ledgerq.relay.broker.aio import display_amqp_url
 from ledgerq.relay.broker.base import PublishOutcome
 from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
 
@@ -33,6 +37,13 @@ _CONNECTION_ERRORS = (
     pika.exceptions.AMQPChannelError,
     OSError,
 )
+_REFUSALS = (
+    pika.exceptions.ProbableAuthenticationError,
+    pika.exceptions.AuthenticationError,
+    pika.exceptions.ProbableAccessDeniedError,
+)
+CONNECT_ATTEMPTS = 2
+RETRY_EVERY_S = 0.5
 
 
 class BlockingPublisher:
@@ -50,28 +61,45 @@ class BlockingPublisher:
         if self._channel is not None and self._channel.is_open:
             return
         self.close()
-        params = pika.URLParameters(self._url)
-        params.connection_attempts = 2
-        params.retry_delay = 0.5
+        try:
+            params = pika.URLParameters(self._url)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                f"LEDGERQ_AMQP_URL / --amqp-url (RabbitMQ) cannot be used: "
+                f"{mask_url(self._url)!r}: {self._reason(exc)}"
+            ) from exc
+        params.connection_attempts = 1
         # A confirm that does not come within the timeout fails the connection (pika
         # has no per-publish confirm timeout): the rest of the page waits.
         params.socket_timeout = self._timeout
         params.blocked_connection_timeout = self._timeout
-        try:
-            self._connection = pika.BlockingConnection(params)
-            self._channel = self._connection.channel()
-            self._channel.confirm_delivery()
-            exchanges, queues = self._topology.base()
-            for exchange in exchanges:
-                self._channel.exchange_declare(
-                    exchange.name, exchange.type, durable=exchange.durable
-                )
-            for queue in queues:
-                self._declare(queue)
-        except _CONNECTION_ERRORS as exc:
-            reason = "; ".join(str(a) for a in exc.args) or "connection refused or timed out"
-            raise ServiceUnavailableError("RabbitMQ", display_amqp_url(self._url), reason) from exc
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+            try:
+                self._open(params)
+                break
+            except _REFUSALS as exc:
+                self.close()
+                raise CredentialsRefusedError("RabbitMQ", self._url, self._reason(exc)) from exc
+            except _CONNECTION_ERRORS as exc:
+                self.close()
+                if attempt == CONNECT_ATTEMPTS:
+                    raise ServiceUnavailableError("RabbitMQ", self._url, self._reason(exc)) from exc
+                time.sleep(RETRY_EVERY_S)
         self._declared.clear()
+
+    def _open(self, params: pika.URLParameters) -> None:
+        self._connection = pika.BlockingConnection(params)
+        self._channel = self._connection.channel()
+        self._channel.confirm_delivery()
+        exchanges, queues = self._topology.base()
+        for exchange in exchanges:
+            self._channel.exchange_declare(exchange.name, exchange.type, durable=exchange.durable)
+        for queue in queues:
+            self._declare(queue)
+
+    def _reason(self, exc: BaseException) -> str:
+        reason = "; ".join(str(a) for a in exc.args) or "connection refused or timed out"
+        return mask_text(reason, secrets_of(self._url))
 
     def _declare(self, spec: QueueSpec) -> None:
         self._channel.queue_declare(spec.name, durable=spec.durable, arguments=dict(spec.arguments))

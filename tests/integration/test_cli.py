@@ -42,30 +42,30 @@ def test_stats_json_and_show(settings: Settings) -> None:
 
 def test_unknown_task_and_unreachable_services_give_one_clear_line(settings: Settings) -> None:
     missing = ledgerq(settings, "show", "987654321")
-    assert missing.returncode == 2
+    assert missing.returncode == 1  # a failure, not a usage or configuration error
     assert missing.stderr.strip() == "ledgerq: no task with id 987654321"
 
     no_db = ledgerq(
         settings, "stats", LEDGERQ_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/nowhere"
     )
-    assert no_db.returncode == 2
+    assert no_db.returncode == 69  # EX_UNAVAILABLE
     lines = no_db.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ledgerq: cannot reach PostgreSQL at"), lines
 
     no_broker = ledgerq(settings, "relay", LEDGERQ_AMQP_URL="amqp://guest:guest@127.0.0.1:1/")
-    assert no_broker.returncode == 2
+    assert no_broker.returncode == 69
     lines = no_broker.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ledgerq: cannot reach RabbitMQ at"), lines
 
 
 def test_bad_options_and_environment_are_one_line_errors(settings: Settings) -> None:
     relay = ledgerq(settings, "relay", "--batch-size", "0")
-    assert relay.returncode == 2 and "batch_size must be 1..10000" in relay.stderr
+    assert relay.returncode == 64 and "batch_size must be 1..10000" in relay.stderr  # EX_USAGE
     assert "Traceback" not in relay.stderr
     worker = ledgerq(settings, "worker", "--app", "tests.apps.slow_app", "--queues", "a b")
-    assert worker.returncode == 2 and "malformed" in worker.stderr
+    assert worker.returncode == 64 and "malformed" in worker.stderr
     env = ledgerq(settings, "stats", LEDGERQ_CONNECT_WAIT_S="soon")
-    assert env.returncode == 2
+    assert env.returncode == 78  # EX_CONFIG
     assert env.stderr.strip() == (
         "ledgerq: LEDGERQ_CONNECT_WAIT_S must be a number of seconds from 0 to 3600, got 'soon'"
     )
@@ -73,7 +73,7 @@ def test_bad_options_and_environment_are_one_line_errors(settings: Settings) -> 
 
 def test_bad_app_module_is_a_clear_error(settings: Settings) -> None:
     result = ledgerq(settings, "worker", "--app", "no_such_module_xyz")
-    assert result.returncode == 2
+    assert result.returncode == 64
     assert "cannot import --app 'no_such_module_xyz'" in result.stderr
     assert "Traceback" not in result.stderr
 

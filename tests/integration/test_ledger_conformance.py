@@ -33,6 +33,7 @@ from ledgerq.compose import open_ledger
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.errors import (
     LedgerqError,
+    SchemaMissingError,
     StorageError,
     TaskNotFoundError,
     TransientStorageError,
@@ -775,11 +776,16 @@ async def test_a_missing_table_surfaces_as_a_storage_error_that_is_not_transient
     with psycopg.connect(libpq_url(throwaway.database_url), autocommit=True) as conn:
         conn.execute("DROP TABLE ledgerq_history")
 
-    async with open_ledger(throwaway, "ledgerq-conformance-broken", pool_size=1) as broken:
+    # check=False: open it anyway (the start check would refuse this ledger).
+    async with open_ledger(
+        throwaway, "ledgerq-conformance-broken", pool_size=1, check=False
+    ) as broken:
         with pytest.raises(StorageError) as caught:
             await broken.show(1)
 
-    assert type(caught.value) is StorageError  # not TransientStorageError
+    # A missing table is its own kind: services stop on it rather than retry.
+    assert type(caught.value) is SchemaMissingError  # a StorageError, not transient
+    assert not isinstance(caught.value, TransientStorageError)
     assert isinstance(caught.value.__cause__, sa_exc.DBAPIError)
     assert "ledgerq_history" in str(caught.value)
 

@@ -1,0 +1,64 @@
+"""``ledgerq config``: the effective settings, where each came from, secrets masked.
+
+It reads and validates the settings like every other command (a bad value is
+the same one line and exit 78) and connects to nothing, so it answers "what
+would a command use here?" even while the services are down.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+from rich.console import Console
+
+from ledgerq.cli.group import emit, json_option, pass_settings
+from ledgerq.ledger.config import SETTINGS, Settings
+from ledgerq.ledger.masking import mask_url
+
+#: Read elsewhere (by the dead-task alert), shown here for completeness.
+ALERT_WEBHOOK_ENV = "LEDGERQ_ALERT_WEBHOOK"
+
+
+def effective(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Each setting: its value (URLs masked), its source, its variable and its flag."""
+    values = settings.masked()
+    shown = {
+        s.field: {
+            "value": values[s.field],
+            "source": settings.sources.get(s.field, "default"),
+            "env": s.env,
+            "flag": s.flag,
+        }
+        for s in SETTINGS
+    }
+    webhook = os.environ.get(ALERT_WEBHOOK_ENV, "")
+    shown["alert_webhook"] = {
+        "value": mask_url(webhook) if webhook else None,
+        "source": ALERT_WEBHOOK_ENV if webhook else "default",
+        "env": ALERT_WEBHOOK_ENV,
+        "flag": None,
+    }
+    return shown
+
+
+@click.command("config")
+@json_option
+@pass_settings
+def config(settings: Settings, as_json: bool) -> None:
+    """The effective settings, where each came from, with secrets masked."""
+    data = effective(settings)
+
+    def render(console: Console) -> None:
+        # One line per setting, as environment assignments a person can copy.
+        for row in data.values():
+            value = "" if row["value"] is None else str(row["value"])
+            source = "default" if row["source"] == "default" else f"set by {row['source']}"
+            if row["flag"] and row["source"] != row["flag"]:
+                source += f"; flag {row['flag']}"
+            console.print(
+                f"{row['env']}={value}  # {source}", highlight=False, markup=False, soft_wrap=True
+            )
+
+    emit(data, as_json, render)
