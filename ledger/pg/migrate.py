@@ -22,6 +22,7 @@ import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
@@ -79,7 +80,19 @@ def ensure_database(settings: Settings) -> bool:
         raise ServiceUnavailableError("PostgreSQL", settings.database_url, first_line(exc)) from exc
 
 
+def check_revision(revision: str) -> None:
+    """Raise ValueError unless ``revision`` names one of ledgerq's migrations (or head)."""
+    try:
+        found = _scripts().get_revisions(revision)
+    except CommandError:
+        found = ()
+    if not found:
+        known = ", ".join(sorted(s.revision for s in _scripts().walk_revisions()))
+        raise ValueError(f"no ledgerq migration is called {revision!r} (known: {known}, head)")
+
+
 def upgrade(settings: Settings, revision: str = "head") -> None:
+    check_revision(revision)
     ensure_database(settings)
     command.upgrade(alembic_config(settings.database_url), revision)
 

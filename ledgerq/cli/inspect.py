@@ -60,6 +60,10 @@ def shown(value: Any) -> str:
 @pass_settings
 def migrate(settings: Settings, revision: str) -> None:
     """Create the database if missing and upgrade the ledger schema."""
+    try:
+        ledger_migrate.check_revision(revision)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--revision") from exc
     ledger_migrate.upgrade(settings, revision)
     click.echo(
         f"ledger schema at {ledger_migrate.current_revision(settings)} "

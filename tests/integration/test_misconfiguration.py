@@ -402,10 +402,16 @@ def test_config_prints_the_effective_settings_with_secrets_masked(settings: Sett
 
 
 def test_usage_errors_exit_64(settings: Settings) -> None:
-    for args in (["no-such-command"], ["stats", "--no-such-option"], ["show", "not-an-id"]):
+    for args in (
+        ["no-such-command"],
+        ["stats", "--no-such-option"],
+        ["show", "not-an-id"],
+        ["migrate", "--revision", "no-such-revision"],
+    ):
         result = ledgerq(settings, *args)
         assert result.returncode == EX_USAGE, (args, result.stderr)
         assert "Traceback" not in result.stderr
+    assert "no ledgerq migration is called 'no-such-revision'" in result.stderr
 
 
 def test_version_comes_from_the_package_metadata(settings: Settings) -> None:

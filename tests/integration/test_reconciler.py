@@ -147,4 +147,4 @@ def test_reconcile_command_prints_what_it_did(settings: Settings) -> None:
     counts = json.loads(result.stdout)
     assert counts["acted"] is True and counts["republished"] == 0 and "elapsed_s" in counts
     bad = ledgerq(settings, "reconcile", "--queue-stall", "fast")
-    assert bad.returncode == 2 and "expected QUEUE=SECONDS" in bad.stderr
+    assert bad.returncode == 64 and "expected QUEUE=SECONDS" in bad.stderr  # EX_USAGE
