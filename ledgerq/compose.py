@@ -149,7 +149,10 @@ async def open_reconciler(
     ledger = PgLedger(async_engine(settings, "ledgerq-reconciler", pool_size=2))
     try:
         publisher = await ThreadedPublisher.open(
-            settings.amqp_url, Topology(settings.amqp_prefix), config.confirm_timeout
+            settings.amqp_url,
+            Topology(settings.amqp_prefix),
+            config.confirm_timeout,
+            settings.connect_wait_s,
         )
     except BaseException:
         await ledger.dispose()

@@ -7,8 +7,10 @@ leave the row as it was. :class:`ThreadedPublisher` gives the async reconciler
 the same :class:`~.base.Publisher` the relay has, running every pika call on
 one thread of its own (a pika connection must stay on one thread).
 
-Connecting tries twice, 0.5 s apart, unless the broker refuses the user or
-password: that is :class:`CredentialsRefusedError` at once, never retried.
+The first connect keeps trying, every 0.5 s, for ``wait_s`` seconds (the
+reconciler passes ``LEDGERQ_CONNECT_WAIT_S``); a reconnect after a broker
+restart tries twice. A broker that refuses the user or password is never tried
+again: :class:`CredentialsRefusedError` at once.
 """
 
 from __future__ import annotations
@@ -47,17 +49,20 @@ RETRY_EVERY_S = 0.5
 
 
 class BlockingPublisher:
-    def __init__(self, url: str, topology: Topology, timeout: float = 5.0) -> None:
+    def __init__(
+        self, url: str, topology: Topology, timeout: float = 5.0, wait_s: float = 0.0
+    ) -> None:
         self._url = url
         self._topology = topology
         self._timeout = timeout
         self._connection: Any = None
         self._channel: Any = None
         self._declared: set[str] = set()
-        self._ensure()
+        self._ensure(wait_s)
 
-    def _ensure(self) -> None:
-        """Connect (again, after a broker restart) and declare the base topology."""
+    def _ensure(self, wait_s: float = 0.0) -> None:
+        """Connect (again, after a broker restart) and declare the base topology;
+        connection failures are retried for ``wait_s`` seconds, and at least once."""
         if self._channel is not None and self._channel.is_open:
             return
         self.close()
@@ -73,7 +78,10 @@ class BlockingPublisher:
         # has no per-publish confirm timeout): the rest of the page waits.
         params.socket_timeout = self._timeout
         params.blocked_connection_timeout = self._timeout
-        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        deadline = time.monotonic() + wait_s
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 self._open(params)
                 break
@@ -82,9 +90,12 @@ class BlockingPublisher:
                 raise CredentialsRefusedError("RabbitMQ", self._url, self._reason(exc)) from exc
             except _CONNECTION_ERRORS as exc:
                 self.close()
-                if attempt == CONNECT_ATTEMPTS:
-                    raise ServiceUnavailableError("RabbitMQ", self._url, self._reason(exc)) from exc
-                time.sleep(RETRY_EVERY_S)
+                if attempt >= CONNECT_ATTEMPTS and time.monotonic() + RETRY_EVERY_S > deadline:
+                    reason = self._reason(exc)
+                    if wait_s:
+                        reason += f" (tried for {wait_s:g} s)"
+                    raise ServiceUnavailableError("RabbitMQ", self._url, reason) from exc
+            time.sleep(RETRY_EVERY_S)
         self._declared.clear()
 
     def _open(self, params: pika.URLParameters) -> None:
@@ -165,14 +176,16 @@ class ThreadedPublisher:
         self._publisher = publisher
 
     @classmethod
-    async def open(cls, url: str, topology: Topology, timeout: float = 10.0) -> ThreadedPublisher:
-        """Connect (raising ServiceUnavailableError if RabbitMQ does not answer).
-        ``timeout`` bounds every socket operation, confirms included."""
+    async def open(
+        cls, url: str, topology: Topology, timeout: float = 10.0, wait_s: float = 0.0
+    ) -> ThreadedPublisher:
+        """Connect, trying for ``wait_s`` seconds (ServiceUnavailableError if RabbitMQ
+        does not answer). ``timeout`` bounds every socket operation, confirms included."""
         thread = ThreadPoolExecutor(1, thread_name_prefix="ledgerq-pika")
         try:
             loop = asyncio.get_running_loop()
             publisher = await loop.run_in_executor(
-                thread, BlockingPublisher, url, topology, timeout
+                thread, BlockingPublisher, url, topology, timeout, wait_s
             )
         except BaseException:
             thread.shutdown(wait=False)

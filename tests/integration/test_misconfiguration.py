@@ -177,7 +177,8 @@ def test_unreachable_rabbitmq_is_retried_for_the_connect_wait_then_69(
     )
     assert code == EX_UNAVAILABLE
     assert line.startswith("ledgerq: cannot reach RabbitMQ at amqp://guest:***@127.0.0.1:1/")
-    assert elapsed < 12
+    assert "(tried for 2 s)" in line and "LEDGERQ_AMQP_URL" in line
+    assert 2 <= elapsed < 12
 
 
 @pytest.mark.parametrize(
