@@ -25,10 +25,14 @@ from ledgerq.consumers.context import AsyncTaskContext, TaskContext
 from ledgerq.consumers.execute import Abort
 from ledgerq.consumers.registry import Registry, RegistryError, default_registry, task
 from ledgerq.ledger.errors import (
+    ConfigError,
+    CredentialsRefusedError,
     InvalidRetryPolicyError,
     InvalidTaskError,
     LedgerqError,
     PayloadTooLargeError,
+    SchemaError,
+    SchemaMissingError,
     ServiceUnavailableError,
     StorageError,
     TaskNotFoundError,
@@ -43,6 +47,8 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "Abort",
     "AsyncTaskContext",
+    "ConfigError",
+    "CredentialsRefusedError",
     "InvalidRetryPolicyError",
     "InvalidTaskError",
     "LedgerqError",
@@ -50,6 +56,8 @@ __all__ = [
     "Registry",
     "RegistryError",
     "RetryPolicy",
+    "SchemaError",
+    "SchemaMissingError",
     "ServiceUnavailableError",
     "Status",
     "StorageError",

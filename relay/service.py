@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ledgerq.ledger.errors import SchemaMissingError
 from ledgerq.ledger.protocol import RelayLedger
 from ledgerq.relay.broker.base import Publisher, PublishOutcome
 from ledgerq.relay.probes import Probe, no_probe
@@ -117,6 +118,8 @@ class Relay:
         while not stop.is_set():
             try:
                 counts = await self.run_once()
+            except SchemaMissingError:  # no amount of retrying brings tables back
+                raise
             except Exception:  # a dropped DB connection or the like: log, back off, go on
                 log.exception("relay batch failed; retrying after the poll interval")
                 counts = RelayCounts()
