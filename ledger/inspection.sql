@@ -17,6 +17,17 @@ SELECT *, 'history' AS location FROM ledgerq_history WHERE id = :id
 -- name: count_expired
 SELECT count(*) FROM ledgerq_tasks WHERE status = 'running' AND lease_until < now()
 
+-- name: autovacuum_off
+-- Why autovacuum would not clean the hot table: the server setting, or the
+-- table's own storage parameter. No rows: it will.
+SELECT 'the server runs with autovacuum = off' AS reason
+WHERE current_setting('autovacuum') <> 'on'
+UNION ALL
+SELECT 'ledgerq_tasks has autovacuum_enabled = false' AS reason
+FROM pg_class c, unnest(c.reloptions) AS o(opt)
+WHERE c.oid = to_regclass('ledgerq_tasks') AND lower(o.opt) IN ('autovacuum_enabled=false',
+                                                               'autovacuum_enabled=off')
+
 -- name: count_finished
 -- (ids <= 0 are synthetic history rows, see seed_history)
 SELECT count(*) FROM ledgerq_history WHERE id > 0

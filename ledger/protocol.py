@@ -122,6 +122,11 @@ class InspectionLedger(Protocol):
 
     async def count_expired(self) -> int: ...
 
+    async def autovacuum_off(self) -> list[str]:
+        """Why autovacuum would not clean the hot table (empty: it will). Without it
+        every claim and finish leaves a dead tuple behind and the table bloats."""
+        ...
+
     async def count_finished(self) -> int: ...
 
     async def drain_span(self) -> tuple[int, float | None]:

@@ -71,6 +71,7 @@ class InspectionQueries:
     stats_history: TextClause
     show_task: TextClause
     count_expired: TextClause
+    autovacuum_off: TextClause
     count_finished: TextClause
     drain_span: TextClause
     timings: TextClause

@@ -37,7 +37,7 @@ from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine, sync_engine
 from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.pg.notify import Wakeup
-from ledgerq.ledger.protocol import RelayLedger, WorkerLedger
+from ledgerq.ledger.protocol import InspectionLedger, RelayLedger, WorkerLedger
 from ledgerq.relay.broker.aio import AioConsumption, AioPublisher, connect
 from ledgerq.relay.broker.blocking import ThreadedPublisher
 from ledgerq.relay.broker.topology import Topology
@@ -73,6 +73,18 @@ async def open_ledger(
         await ledger.dispose()
 
 
+async def warn_if_no_autovacuum(ledger: InspectionLedger) -> None:
+    """Every service says at start when autovacuum will not clean the hot table:
+    without it each claim and finish leaves a dead tuple, and the table bloats
+    (docs/performance.md § The hot table under churn)."""
+    for reason in await ledger.autovacuum_off():
+        log.warning(
+            "%s: the hot table will bloat under churn; turn autovacuum on "
+            "(see docs/performance.md, 'The hot table under churn')",
+            reason,
+        )
+
+
 @asynccontextmanager
 async def open_relay(
     settings: Settings,
@@ -86,6 +98,7 @@ async def open_relay(
         settings.amqp_url, wait_s=settings.connect_wait_s, name="ledgerq-relay"
     )
     ledger = PgLedger(async_engine(settings, "ledgerq-relay", pool_size=2))
+    await warn_if_no_autovacuum(ledger)
     publisher = AioPublisher(connection, Topology(settings.amqp_prefix))
     relay_ledger: RelayLedger = _watched(ledger, watch)
     try:
@@ -116,6 +129,7 @@ async def open_worker(
     # handlers: they have a pool of their own. Handlers' sessions share db_pool
     # connections (per kind of handler), so a worker's footprint is bounded.
     ledger = PgLedger(async_engine(settings, "ledgerq-worker", pool_size=4))
+    await warn_if_no_autovacuum(ledger)
     handlers_async = async_engine(settings, "ledgerq-worker-handlers", pool_size=config.db_pool)
     handlers_sync = sync_engine(settings, "ledgerq-worker-sync", pool_size=config.db_pool)
     worker_ledger: WorkerLedger = _watched(ledger, watch)
@@ -148,6 +162,7 @@ async def open_reconciler(
     check_schema(settings)
     ledger = PgLedger(async_engine(settings, "ledgerq-reconciler", pool_size=2))
     try:
+        await warn_if_no_autovacuum(ledger)
         publisher = await ThreadedPublisher.open(
             settings.amqp_url,
             Topology(settings.amqp_prefix),

@@ -42,6 +42,9 @@ class PgInspection(PgBase):
     async def count_expired(self) -> int:
         return int(await self._scalar(IQ.count_expired))
 
+    async def autovacuum_off(self) -> list[str]:
+        return [str(r.reason) for r in await self._rows(IQ.autovacuum_off, {})]
+
     async def count_finished(self) -> int:
         return int(await self._scalar(IQ.count_finished))
 
