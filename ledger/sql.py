@@ -82,5 +82,17 @@ class InspectionQueries:
     checkpoint: TextClause
 
 
+@dataclass(frozen=True)
+class RoleGrants:
+    """``roles.sql``: the least-privilege roles (docs/security.md, "Database roles").
+    Each block is a script of several statements with no parameters, for psql or for
+    one call of a driver's simple-query protocol; nothing in ledgerq runs them itself."""
+
+    create_roles: TextClause
+    grant_schema: TextClause
+    grant_objects: TextClause
+
+
 Q: LedgerQueries = load(LedgerQueries, "ledgerq.ledger", "queries.sql")
 IQ: InspectionQueries = load(InspectionQueries, "ledgerq.ledger", "inspection.sql")
+ROLES: RoleGrants = load(RoleGrants, "ledgerq.ledger", "roles.sql")

@@ -1,0 +1,365 @@
+"""The least-privilege database roles of docs/security.md, applied with the exact
+statements of ``ledger/roles.sql`` to a throwaway database and throwaway roles,
+and checked against the real server: a migrator login runs ``ledgerq migrate``,
+a producer enqueues, the relay, a worker and the reconciler run tasks end to end
+as the service, an operator runs ``ledgerq stats`` and ``show``; and each is
+refused what its role does not grant.
+
+Role names are cluster-wide, so every group role and login user carries a
+suffix of its own run; the database and the roles are dropped afterwards, even
+when a test fails. Needs a PostgreSQL user that may create databases and roles
+(the suite's ``postgres``); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from ledgerq import AsyncTaskContext, Registry, TaskContext, TaskSpec, enqueue, enqueue_many
+from ledgerq.compose import open_ledger, open_reconciler
+from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.migrations import VERSION_TABLE
+from ledgerq.ledger.model import Outcome
+from ledgerq.ledger.pg.engines import libpq_url, sync_engine
+from ledgerq.ledger.sql import ROLES, parse
+from ledgerq.relay.reconciler import ReconcilerConfig
+from tests.harness import Pipeline
+from tests.support import ledgerq
+
+ROOT = Path(__file__).parents[2]
+SECURITY_MD = ROOT / "docs" / "security.md"
+ROLES_SQL = ROOT / "ledger" / "roles.sql"
+GROUPS = ("migrator", "producer", "service", "operator")
+_GROUP_NAME = re.compile(r"\bledgerq_(migrator|producer|service|operator)\b")
+
+
+def normalized(blocks: dict[str, str]) -> dict[str, str]:
+    return {name: " ".join(body.split()) for name, body in blocks.items()}
+
+
+def documented_blocks() -> dict[str, str]:
+    """The named SQL blocks shown in the "Database roles" section of security.md."""
+    page = SECURITY_MD.read_text()
+    start = page.index("\n## Database roles")
+    end = page.find("\n## ", start + 1)
+    section = page[start : end if end != -1 else len(page)]
+    fences = re.findall(r"```sql\n(.*?)```", section, flags=re.DOTALL)
+    return parse("\n".join(f for f in fences if "-- name:" in f))  # not the examples
+
+
+@dataclass(frozen=True)
+class Roles:
+    """A migrated throwaway database, the group roles, and one login user per group."""
+
+    suffix: str
+    database: str
+    admin_url: str  # the suite's own (super)user, on the throwaway database
+    urls: dict[str, str]  # group -> its login user's URL
+
+    def group(self, name: str) -> str:
+        return f"ledgerq_{name}_{self.suffix}"
+
+    def login(self, name: str) -> str:
+        return f"lqtest_{name}_{self.suffix}"
+
+    def script(self, sql_text: str) -> str:
+        """A block of roles.sql with this run's group role names."""
+        return _GROUP_NAME.sub(rf"ledgerq_\1_{self.suffix}", sql_text)
+
+    def settings(self, base: Settings, group: str) -> Settings:
+        return replace(base, database_url=self.urls[group])
+
+    def admin(self) -> psycopg.Connection[tuple[Any, ...]]:
+        return psycopg.connect(libpq_url(self.admin_url), autocommit=True)
+
+
+def refused(url: str, statement: str | sql.Composed) -> bool:
+    """Whether the server refuses ``statement`` to this login for lack of a privilege
+    (in a transaction that is rolled back, so an allowed write leaves nothing)."""
+    with psycopg.connect(libpq_url(url)) as conn:
+        try:
+            conn.execute(statement)
+        except psycopg.errors.InsufficientPrivilege:
+            return True
+        finally:
+            conn.rollback()
+    return False
+
+
+@pytest.fixture(scope="module")
+def roles(base_settings: Settings) -> Iterator[Roles]:
+    server = make_url(base_settings.database_url)
+    suffix = uuid.uuid4().hex[:8]
+    database = f"ledgerq_roles_{suffix}"
+    maintenance = libpq_url(server.set(database="postgres").render_as_string(False))
+    made = Roles(
+        suffix,
+        database,
+        server.set(database=database).render_as_string(hide_password=False),
+        {},
+    )
+    with psycopg.connect(maintenance, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT rolsuper OR (rolcreaterole AND rolcreatedb) FROM pg_roles "
+            "WHERE rolname = current_user"
+        ).fetchone()
+        if not (row and row[0]):
+            pytest.skip("the test database user cannot create roles and databases")
+        created: list[str] = []
+        try:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+            conn.execute(made.script(ROLES.create_roles.text))
+            created += [made.group(g) for g in GROUPS]
+            for group in GROUPS:
+                login, secret = made.login(group), uuid.uuid4().hex
+                conn.execute(
+                    sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} IN ROLE {}").format(
+                        sql.Identifier(login),
+                        sql.Literal(secret),
+                        sql.Identifier(made.group(group)),
+                    )
+                )
+                created.append(login)
+                made.urls[group] = (
+                    server.set(username=login, password=secret, database=database)
+                ).render_as_string(hide_password=False)
+            # What the migrator creates belongs to its group, whichever login ran it.
+            conn.execute(
+                sql.SQL("ALTER ROLE {} SET role = {}").format(
+                    sql.Identifier(made.login("migrator")), sql.Literal(made.group("migrator"))
+                )
+            )
+            with made.admin() as db:
+                db.execute(made.script(ROLES.grant_schema.text))
+                # The application's own table, which a handler writes through
+                # ctx.session: the application grants it to its worker's login.
+                db.execute(
+                    "CREATE TABLE role_effects (id bigserial PRIMARY KEY, task_id bigint NOT NULL)"
+                )
+                db.execute(
+                    sql.SQL(
+                        "GRANT INSERT ON role_effects TO {0}; "
+                        "GRANT USAGE ON SEQUENCE role_effects_id_seq TO {0}"
+                    ).format(sql.Identifier(made.login("service")))
+                )
+            migrated = ledgerq(
+                replace(base_settings, database_url=made.urls["migrator"]), "migrate"
+            )
+            assert migrated.returncode == 0, migrated.stderr
+            with psycopg.connect(libpq_url(made.urls["migrator"]), autocommit=True) as db:
+                db.execute(made.script(ROLES.grant_objects.text))
+            yield made
+        finally:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+            )
+            for role in reversed(created):
+                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def test_security_md_shows_the_statements_ledgerq_ships() -> None:
+    shipped = parse(ROLES_SQL.read_text())
+    assert set(shipped) == {"create_roles", "grant_schema", "grant_objects"}
+    assert normalized(documented_blocks()) == normalized(shipped)
+    assert normalized({n: getattr(ROLES, n).text for n in shipped}) == normalized(shipped)
+    assert VERSION_TABLE in shipped["grant_objects"]
+
+
+def test_the_migrator_group_owns_every_ledger_object(roles: Roles) -> None:
+    with roles.admin() as db:
+        owners = dict(
+            db.execute(
+                "SELECT c.relname, pg_get_userbyid(c.relowner) FROM pg_class c "
+                "WHERE c.relname LIKE 'ledgerq%' AND c.relkind IN ('r', 'S')"
+            ).fetchall()
+        )
+    assert set(owners) == {"ledgerq_tasks", "ledgerq_history", "ledgerq_task_id_seq", VERSION_TABLE}
+    assert set(owners.values()) == {roles.group("migrator")}
+
+
+async def test_a_producer_enqueues_in_its_own_transaction_and_can_do_nothing_else(
+    settings: Settings, roles: Roles
+) -> None:
+    producer = roles.settings(settings, "producer")
+    with psycopg.connect(libpq_url(roles.urls["service"]), autocommit=True) as listener:
+        listener.execute("LISTEN ledgerq_enqueued")
+        engine = sync_engine(producer, "test-producer", pool_size=1)
+        try:
+            with Session(engine) as session, session.begin():
+                one = enqueue(session, "roles.produce", {"n": 1}, business_key="k1", unique=True)
+                again = enqueue(session, "roles.produce", {"n": 2}, business_key="k1", unique=True)
+                batch = enqueue_many(session, [TaskSpec("roles.produce", {"n": n}) for n in (3, 4)])
+            with Session(engine) as session, session.begin():
+                enqueue(session, "roles.produce", {"n": 5})
+                session.rollback()
+        finally:
+            engine.dispose()
+        # The wake-up trigger fired with the producer's rights; the service hears it.
+        woken = [n.channel for n in listener.notifies(timeout=5, stop_after=1)]
+
+    assert again == one and len(set(batch)) == 2 and one not in batch
+    assert woken == ["ledgerq_enqueued"]
+    async with open_ledger(roles.settings(settings, "operator"), "test-operator") as ledger:
+        stats = await ledger.stats()
+    assert stats["by_kind"]["roles.produce"] == {"pending": 3}  # the rolled back one: never
+
+    url = roles.urls["producer"]
+    assert refused(url, "UPDATE ledgerq_tasks SET status = 'running'")
+    assert refused(url, "DELETE FROM ledgerq_tasks")
+    assert refused(url, "SELECT id FROM ledgerq_history")
+    assert refused(url, "SELECT payload FROM ledgerq_tasks")  # other tasks' payloads
+    for column in ("id", "epoch", "attempts", "lease_until", "worker", "started_at"):
+        insert = sql.SQL(
+            "INSERT INTO ledgerq_tasks (kind, status, {}) VALUES ('x', 'pending', DEFAULT)"
+        ).format(sql.Identifier(column))
+        assert refused(url, insert), column
+    assert not refused(url, "SELECT id FROM ledgerq_tasks WHERE dedupe_key = 'k1'")
+    assert not refused(url, "INSERT INTO ledgerq_tasks (kind, status) VALUES ('x', 'pending')")
+
+
+async def test_relay_worker_and_reconciler_run_tasks_end_to_end_as_the_service(
+    settings: Settings, roles: Roles
+) -> None:
+    producer, service = roles.settings(settings, "producer"), roles.settings(settings, "service")
+    registry = Registry()
+    ran: list[tuple[str, int]] = []
+
+    @registry.task("roles.write")
+    def write(payload: Any, ctx: TaskContext) -> None:
+        ctx.session.execute(text("INSERT INTO role_effects (task_id) VALUES (:id)"), {"id": ctx.id})
+        ran.append(("write", ctx.attempt))
+
+    @registry.task("roles.flaky")
+    async def flaky(payload: Any, ctx: AsyncTaskContext) -> None:
+        ran.append(("flaky", ctx.attempt))
+        if ctx.attempt == 1:
+            raise ValueError("the first attempt fails")
+
+    @registry.task("roles.doomed")
+    async def doomed(payload: Any, ctx: AsyncTaskContext) -> None:
+        raise ValueError(f"doomed on attempt {ctx.attempt}")
+
+    @registry.task("roles.late")
+    async def late(payload: Any, ctx: AsyncTaskContext) -> None:
+        ran.append(("late", ctx.id))
+
+    def produce(*specs: TaskSpec) -> list[int]:
+        engine = sync_engine(producer, "test-producer", pool_size=1)
+        try:
+            with Session(engine) as session, session.begin():
+                return enqueue_many(session, specs)
+        finally:
+            engine.dispose()
+
+    write_id, flaky_id, doomed_id = produce(
+        TaskSpec("roles.write"),
+        TaskSpec("roles.flaky", retry=[0.05]),
+        TaskSpec("roles.doomed", max_attempts=2, retry=[0.05]),
+    )
+    worker = WorkerConfig(concurrency=4, lease_s=30, heartbeat_s=5, grace_s=2)
+    async with Pipeline(service, registry, worker=worker) as pipe:
+        done = await pipe.settle([write_id, flaky_id, doomed_id], timeout=10)
+        assert done == {write_id: "succeeded", flaky_id: "succeeded", doomed_id: "dead"}
+
+        # Work for the reconciler: an overdue pending row (no relay published it),
+        # a published row whose message stalled, and a running row whose lease ran
+        # out (the last two injected by the suite's own user).
+        overdue, stalled, expired = produce(
+            TaskSpec("roles.late", run_at=datetime.now(UTC) - timedelta(hours=1)),
+            TaskSpec("roles.late", delay=3600),
+            TaskSpec("roles.late", delay=3600, max_attempts=1),
+        )
+        with roles.admin() as db:
+            db.execute(
+                "UPDATE ledgerq_tasks SET status = 'published', run_at = now(), "
+                "published_at = now() - interval '1 hour' WHERE id = %s",
+                (stalled,),
+            )
+            db.execute(
+                "UPDATE ledgerq_tasks SET status = 'running', epoch = epoch + 1, attempts = 1, "
+                "lease_until = now() - interval '1 second' WHERE id = %s",
+                (expired,),
+            )
+        async with open_reconciler(service, ReconcilerConfig(stall_s=60)) as reconciler:
+            counts = await reconciler.run_once()
+        assert counts.acted
+        assert (counts.overdue_published, counts.republished) == (1, 1)
+        assert (counts.expired, counts.dead) == (1, 1)
+        later = await pipe.settle([overdue, stalled, expired], timeout=10)
+        assert later == {overdue: "succeeded", stalled: "succeeded", expired: "dead"}
+
+        # The seam's remaining worker statements: heartbeat and checkpoint.
+        [seam_id] = produce(TaskSpec("roles.seam"))
+        [claimed] = await pipe.ledger.claim([(seam_id, 0)], "test-seam", 30)
+        assert await pipe.ledger.heartbeat([claimed.fence], 30) == {seam_id}
+        assert await pipe.ledger.save_checkpoint(claimed.fence, {"step": 1})
+        [finished] = await pipe.ledger.finish([Outcome.succeeded(claimed.fence)])
+        assert finished.status == "succeeded"
+
+    assert sorted(ran) == sorted(
+        [("write", 1), ("flaky", 1), ("flaky", 2), ("late", overdue), ("late", stalled)]
+    )
+    with roles.admin() as db:
+        effects = [r[0] for r in db.execute("SELECT task_id FROM role_effects")]
+        checkpoint = db.execute(
+            "SELECT checkpoint FROM ledgerq_history WHERE id = %s", (seam_id,)
+        ).fetchone()
+    assert effects == [write_id]
+    assert checkpoint == ({"step": 1},)
+
+    url = roles.urls["service"]
+    assert refused(url, "ALTER TABLE ledgerq_tasks ADD COLUMN spy text")
+    assert refused(url, "DROP TABLE ledgerq_history")
+    assert refused(url, "TRUNCATE ledgerq_tasks")
+    assert refused(url, "INSERT INTO ledgerq_tasks (kind, status) VALUES ('x', 'pending')")
+    what_a_task_is = ("kind", "payload", "queue", "priority", "max_attempts", "retry")
+    for column in (*what_a_task_is, "timeout_s", "business_key", "dedupe_key", "parent_id"):
+        update = sql.SQL("UPDATE ledgerq_tasks SET {0} = {0}").format(sql.Identifier(column))
+        assert refused(url, update), column
+    assert refused(url, "UPDATE ledgerq_history SET status = 'dead'")
+    assert refused(url, "DELETE FROM ledgerq_history")
+    assert refused(url, "SELECT payload FROM ledgerq_history")
+    assert not refused(url, "SELECT id, status FROM ledgerq_history")
+
+
+async def test_the_operator_reads_stats_and_show_from_the_cli_and_cannot_write(
+    settings: Settings, roles: Roles
+) -> None:
+    engine = sync_engine(roles.settings(settings, "producer"), "test-producer", pool_size=1)
+    try:
+        with Session(engine) as session, session.begin():
+            task_id = enqueue(session, "roles.inspect", {"who": "operator"})
+    finally:
+        engine.dispose()
+    operator = roles.settings(settings, "operator")
+
+    stats = ledgerq(operator, "stats", "--json")
+    shown = ledgerq(operator, "show", str(task_id), "--json")
+
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["by_kind"]["roles.inspect"] == {"pending": 1}
+    assert shown.returncode == 0, shown.stderr
+    task = json.loads(shown.stdout)
+    assert (task["id"], task["payload"], task["location"]) == (task_id, {"who": "operator"}, "live")
+
+    url = roles.urls["operator"]
+    assert refused(url, "INSERT INTO ledgerq_tasks (kind, status) VALUES ('x', 'pending')")
+    assert refused(url, "UPDATE ledgerq_tasks SET status = 'pending'")
+    assert refused(url, "DELETE FROM ledgerq_history")
+    assert refused(url, "SELECT nextval('ledgerq_task_id_seq')")
+    assert not refused(url, "SELECT count(*) FROM ledgerq_history")
