@@ -93,6 +93,12 @@ class SchemaMissingError(StorageError, SchemaError):
     a service that meets it stops (run `ledgerq migrate`)."""
 
 
+class PrivilegeMissingError(SchemaMissingError):
+    """The database login lacks a privilege the ledger needs (SQLSTATE 42501). Like a
+    missing schema, no retry can help: a service that meets it stops. The grants
+    each role needs are in docs/security.md, 'Database roles' (``grant_objects``)."""
+
+
 class TransientStorageError(StorageError):
     """The connection failed, not the data: the same operation may succeed if tried
     again (a dropped connection, a server restart, a terminated backend)."""

@@ -21,10 +21,17 @@ from sqlalchemy import Row, TextClause
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ledgerq.ledger.errors import SchemaMissingError, StorageError, TransientStorageError
+from ledgerq.ledger.errors import (
+    PrivilegeMissingError,
+    SchemaMissingError,
+    StorageError,
+    TransientStorageError,
+)
 
 #: SQLSTATEs of a statement that names a table or column the database lacks.
 UNDEFINED_OBJECT = frozenset({"42P01", "42703"})  # undefined_table, undefined_column
+INSUFFICIENT_PRIVILEGE = "42501"
+GRANTS = "grant the login its ledgerq role (docs/security.md, 'Database roles')"
 
 
 def first_line(exc: BaseException) -> str:
@@ -39,10 +46,13 @@ def translated() -> Iterator[None]:
         yield
     except sa_exc.DBAPIError as exc:
         reason = first_line(exc.orig if exc.orig is not None else exc)
-        if getattr(exc.orig, "sqlstate", None) in UNDEFINED_OBJECT:
+        sqlstate = getattr(exc.orig, "sqlstate", None)
+        if sqlstate in UNDEFINED_OBJECT:
             raise SchemaMissingError(
                 f"{reason}: the ledger schema is missing or outdated; run `ledgerq migrate`"
             ) from exc
+        if sqlstate == INSUFFICIENT_PRIVILEGE:
+            raise PrivilegeMissingError(f"{reason}: {GRANTS}") from exc
         if exc.connection_invalidated or isinstance(
             exc, sa_exc.OperationalError | sa_exc.InterfaceError
         ):

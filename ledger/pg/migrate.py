@@ -30,7 +30,7 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.errors import SchemaError, ServiceUnavailableError
 from ledgerq.ledger.masking import mask_url
 from ledgerq.ledger.migrations import VERSION_TABLE
-from ledgerq.ledger.pg.base import first_line
+from ledgerq.ledger.pg.base import GRANTS, first_line
 from ledgerq.ledger.pg.engines import connect_waiting
 
 #: Tables every ledgerq command relies on, besides the version table.
@@ -111,6 +111,8 @@ def _state(settings: Settings) -> tuple[str | None, list[str]]:
                 sql.SQL("SELECT version_num FROM {}").format(sql.Identifier(VERSION_TABLE))
             ).fetchone()
             return (str(version[0]) if version else None), missing
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise SchemaError(f"{first_line(exc)}: {GRANTS}") from exc
     except psycopg.Error as exc:
         raise ServiceUnavailableError("PostgreSQL", settings.database_url, first_line(exc)) from exc
 

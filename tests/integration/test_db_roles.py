@@ -363,3 +363,19 @@ async def test_the_operator_reads_stats_and_show_from_the_cli_and_cannot_write(
     assert refused(url, "DELETE FROM ledgerq_history")
     assert refused(url, "SELECT nextval('ledgerq_task_id_seq')")
     assert not refused(url, "SELECT count(*) FROM ledgerq_history")
+
+
+def test_a_login_without_its_grants_gets_one_line_and_exit_78_not_endless_retries(
+    settings: Settings, roles: Roles
+) -> None:
+    # The producer may not read the schema's version table: refused at start.
+    at_start = ledgerq(roles.settings(settings, "producer"), "relay")
+    # The operator may read it, but not lock rows: the relay's first batch is refused
+    # while running, and the relay stops instead of retrying forever.
+    running = ledgerq(roles.settings(settings, "operator"), "relay")
+
+    for result in (at_start, running):
+        assert result.returncode == 78, (result.returncode, result.stderr)
+        assert "permission denied" in result.stderr
+        assert "grant the login its ledgerq role" in result.stderr
+        assert "Traceback" not in result.stderr
