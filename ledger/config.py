@@ -14,16 +14,30 @@ Only PostgreSQL through psycopg 3 is supported: ``postgresql+psycopg://`` and
 ledgerq reads as psycopg 3). Any other driver is refused by name, never
 rewritten. ``LEDGERQ_AMQP_PREFIX`` prefixes every exchange and queue name, so
 two deployments (or two test runs) can share one broker without meeting.
+
+TLS to RabbitMQ is configured here once, for both AMQP clients (aio-pika in the
+relay and the worker, pika in the reconciler), which read different URL
+parameters: an ``amqps://`` URL, plus ``LEDGERQ_AMQP_CA_FILE`` (and optionally
+``LEDGERQ_AMQP_CERT_FILE`` / ``LEDGERQ_AMQP_KEY_FILE``).
+:meth:`Settings.amqp_ssl_context` builds the one :class:`ssl.SSLContext` both
+adapters get: it verifies the broker's certificate chain (against the CA file,
+else the system's CAs) and its host name, and there is no switch to turn that
+off. The files are read at start, so a missing or unreadable one is a
+:class:`ConfigError`; so are TLS parameters in the URL itself (each client
+rejects or ignores the other's), and TLS files with an ``amqp://`` URL.
+PostgreSQL's TLS stays in its URL, as libpq parameters (``?sslmode=verify-full
+&sslrootcert=/path/ca.pem``), which every connection ledgerq opens passes on.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -40,6 +54,12 @@ DATABASE_DRIVERS = ("postgresql+psycopg", "postgresql")
 AMQP_SCHEMES = ("amqp", "amqps")
 EVENT_LOOPS = ("uvloop", "asyncio")
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+#: TLS parameters of aio-pika's or pika's URL syntax: the other client refuses or
+#: ignores them, so ledgerq takes TLS files from the LEDGERQ_AMQP_*_FILE settings.
+AMQP_TLS_URL_PARAMETERS = (
+    *("cafile", "capath", "cadata", "certfile", "keyfile", "no_verify_ssl"),  # aio-pika
+    "ssl_options",  # pika
+)
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,25 @@ SETTINGS = (
         None,
         "idle_in_transaction_session_timeout of ledgerq's own connections (ms, 0: none)",
     ),
+    Setting(
+        "amqp_ca_file",
+        "LEDGERQ_AMQP_CA_FILE",
+        None,
+        "PEM file of the CAs RabbitMQ's TLS certificate must chain to (amqps://; "
+        "default: the system's CAs)",
+    ),
+    Setting(
+        "amqp_cert_file",
+        "LEDGERQ_AMQP_CERT_FILE",
+        None,
+        "PEM client certificate ledgerq presents to RabbitMQ over TLS (optional)",
+    ),
+    Setting(
+        "amqp_key_file",
+        "LEDGERQ_AMQP_KEY_FILE",
+        None,
+        "PEM private key (unencrypted) of LEDGERQ_AMQP_CERT_FILE, if not in that file",
+    ),
 )
 BY_FIELD = {s.field: s for s in SETTINGS}
 
@@ -114,6 +153,10 @@ class Settings:
     connect_wait_s: float = 10.0
     #: The event loop services run on (``uvloop`` or ``asyncio``).
     event_loop: str = "uvloop"
+    #: TLS to RabbitMQ (amqps:// only): the CA file, and a client certificate and key.
+    amqp_ca_file: str | None = None
+    amqp_cert_file: str | None = None
+    amqp_key_file: str | None = None
     #: Where each value came from: ``--flag``, ``ENV_VAR`` or ``default`` (from_env).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -124,6 +167,7 @@ class Settings:
             raise ConfigError("\n".join(problems))
         for name, value in values.items():  # normalised (postgresql:// -> +psycopg)
             object.__setattr__(self, name, value)
+        self._check_amqp_tls()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Settings:
@@ -148,6 +192,58 @@ class Settings:
         if problems:
             raise ConfigError("\n".join(problems))
         return cls(**values, sources=sources)
+
+    def amqp_ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of both AMQP clients: None for an ``amqp://`` URL; for
+        ``amqps://`` one that checks the broker's certificate chain (against
+        ``amqp_ca_file``, else the system's CAs) and that it names the URL's host,
+        and presents ``amqp_cert_file`` if set. A file that cannot be used is a
+        :class:`ConfigError` naming its setting (found at start: every Settings
+        builds one context to check)."""
+        if urlsplit(self.amqp_url).scheme != "amqps":
+            return None
+        try:
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.amqp_ca_file)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise ConfigError(
+                f"{self._label('amqp_ca_file')} holds no CA certificate ledgerq can load: "
+                f"{self.amqp_ca_file!r} ({_ssl_reason(exc)}; expected PEM)"
+            ) from None
+        if self.amqp_cert_file:
+            try:
+                context.load_cert_chain(self.amqp_cert_file, self.amqp_key_file, _no_passphrase)
+            except (OSError, ValueError) as exc:
+                files = ", ".join(repr(f) for f in (self.amqp_cert_file, self.amqp_key_file) if f)
+                raise ConfigError(
+                    f"{self._label('amqp_cert_file')} / {self._label('amqp_key_file')}: no "
+                    f"client certificate and matching key could be loaded from {files} "
+                    f"({_ssl_reason(exc)}; expected PEM)"
+                ) from None
+        return context
+
+    def _label(self, name: str) -> str:
+        """How a message names a setting: where its value came from, else its variable
+        (settings read from the environment) or its field (a Settings built directly)."""
+        source = self.sources.get(name)
+        if source and source != "default":
+            return source
+        return BY_FIELD[name].env if self.sources else f"Settings.{name}"
+
+    def _check_amqp_tls(self) -> None:
+        """TLS files that do not fit the URL, or cannot be loaded, are a ConfigError."""
+        if self.amqp_key_file and not self.amqp_cert_file:
+            raise ConfigError(
+                f"{self._label('amqp_key_file')} is set without "
+                f"{self._label('amqp_cert_file')} (the certificate it belongs to)"
+            )
+        tls_files = [f for f in ("amqp_ca_file", "amqp_cert_file") if getattr(self, f)]
+        if tls_files and urlsplit(self.amqp_url).scheme != "amqps":
+            raise ConfigError(
+                f"{self._label(tls_files[0])} is set but {self._label('amqp_url')} is not "
+                f"amqps:// ({mask_url(self.amqp_url)!r}): use amqps:// for TLS"
+            )
+        if tls_files:
+            self.amqp_ssl_context()
 
     def secret_urls(self) -> tuple[str, ...]:
         return tuple(getattr(self, s.field) for s in SETTINGS if s.secret)
@@ -207,7 +303,60 @@ def parse_amqp_url(value: object) -> str:
         host, parts = None, None
     if parts is None or parts.scheme not in AMQP_SCHEMES or not host:
         raise ValueError(f"(RabbitMQ) is not an AMQP URL: {mask_url(text)!r} ({expected})")
+    tls = sorted({k for k, _ in parse_qsl(parts.query) if k in AMQP_TLS_URL_PARAMETERS})
+    if tls:
+        raise ValueError(
+            f"(RabbitMQ) carries the TLS parameter(s) {', '.join(tls)} in its query: "
+            f"{mask_url(text)!r} (one AMQP client would refuse or ignore them; give files "
+            "with LEDGERQ_AMQP_CA_FILE, LEDGERQ_AMQP_CERT_FILE, LEDGERQ_AMQP_KEY_FILE)"
+        )
     return text
+
+
+def parse_tls_file(value: object) -> str | None:
+    """A readable file, or None (not set)."""
+    if value is None or value == "":
+        return None
+    path = str(value)
+    if not os.path.isfile(path):
+        raise ValueError(f"(a PEM file) does not exist or is not a file: {path!r}")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"(a PEM file) cannot be read by this user: {path!r}")
+    return path
+
+
+def amqp_certificate_problem(exc: BaseException) -> str | None:
+    """The line to show when ``exc`` (from either AMQP client) means the broker's TLS
+    certificate was not accepted; None for any other failure. Retrying cannot help."""
+    seen: set[int] = set()
+    pending: list[object] = [exc]
+    while pending:
+        current = pending.pop()
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError):
+            why = current.verify_message or current.reason or str(current)
+            return (
+                f"TLS: the broker's certificate was not accepted (certificate verify failed: "
+                f"{why}); "
+                f"{BY_FIELD['amqp_ca_file'].env} must name the CA that signed it, and the "
+                "URL's host must be a name the certificate holds (not retried)"
+            )
+        pending.extend([current.__cause__, current.__context__, *current.args])
+    return None
+
+
+def _no_passphrase() -> str:
+    raise ValueError("the private key is encrypted; ledgerq needs it unencrypted")
+
+
+def _ssl_reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return str(exc.reason)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def parse_prefix(value: object) -> str:
@@ -248,5 +397,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "event_loop": parse_event_loop,
     "statement_timeout_ms": _number(0, 86_400_000, "milliseconds", int),
     "idle_in_transaction_timeout_ms": _number(0, 86_400_000, "milliseconds", int),
+    "amqp_ca_file": parse_tls_file,
+    "amqp_cert_file": parse_tls_file,
+    "amqp_key_file": parse_tls_file,
 }
 assert set(_PARSERS) == set(BY_FIELD) == {f.name for f in fields(Settings)} - {"sources"}

@@ -95,7 +95,10 @@ async def open_relay(
 ) -> AsyncIterator[Relay]:
     check_schema(settings)
     connection = await connect(
-        settings.amqp_url, wait_s=settings.connect_wait_s, name="ledgerq-relay"
+        settings.amqp_url,
+        wait_s=settings.connect_wait_s,
+        name="ledgerq-relay",
+        ssl_context=settings.amqp_ssl_context(),
     )
     ledger = PgLedger(async_engine(settings, "ledgerq-relay", pool_size=2))
     await warn_if_no_autovacuum(ledger)
@@ -123,7 +126,10 @@ async def open_worker(
     config = config or WorkerConfig()
     check_schema(settings)
     connection = await connect(
-        settings.amqp_url, wait_s=settings.connect_wait_s, name=f"ledgerq-{config.worker_id}"
+        settings.amqp_url,
+        wait_s=settings.connect_wait_s,
+        name=f"ledgerq-{config.worker_id}",
+        ssl_context=settings.amqp_ssl_context(),
     )
     # The worker's own statements (claim, finish, heartbeat) never queue behind
     # handlers: they have a pool of their own. Handlers' sessions share db_pool
@@ -168,6 +174,7 @@ async def open_reconciler(
             Topology(settings.amqp_prefix),
             config.confirm_timeout,
             settings.connect_wait_s,
+            settings.amqp_ssl_context(),
         )
     except BaseException:
         await ledger.dispose()

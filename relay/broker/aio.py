@@ -12,12 +12,19 @@ that refuses the user or password is not tried again
 (:class:`CredentialsRefusedError` at once); a URL the client cannot use is a
 :class:`ConfigError` at once. A failed attempt's connection object is closed, so
 no reconnect loop of aio-pika's outlives it.
+
+TLS (``amqps://``) uses the ``ssl_context`` the caller gives (the composition
+root passes :meth:`Settings.amqp_ssl_context`, the same one the pika adapter
+gets), never TLS parameters of the URL. A broker certificate that context does
+not accept (unknown CA, wrong host name) is a :class:`ServiceUnavailableError`
+at once that says so: retrying cannot help.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import cast
 
@@ -41,6 +48,7 @@ from tenacity import (
 )
 from yarl import URL
 
+from ledgerq.ledger.config import amqp_certificate_problem
 from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceUnavailableError
 from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
 from ledgerq.ledger.model import DueTask
@@ -73,11 +81,13 @@ def _reason(exc: BaseException, url: str) -> str:
     return mask_text(text, secrets_of(url))
 
 
-async def _attempt(url: str, name: str, budget: float) -> AbstractRobustConnection:
+async def _attempt(
+    url: str, name: str, budget: float, ssl_context: ssl.SSLContext | None
+) -> AbstractRobustConnection:
     """One connect, given up after ``budget`` seconds; a failed one is closed."""
     try:
         connection = aio_pika.RobustConnection(
-            URL(url), client_properties={"connection_name": name}
+            URL(url), ssl_context=ssl_context, client_properties={"connection_name": name}
         )
     except (ValueError, TypeError) as exc:
         raise ConfigError(
@@ -86,8 +96,11 @@ async def _attempt(url: str, name: str, budget: float) -> AbstractRobustConnecti
         ) from exc
     try:
         await asyncio.wait_for(connection.connect(timeout=ATTEMPT_TIMEOUT_S), budget)
-    except BaseException:
+    except BaseException as exc:
         await _abandon(connection)
+        problem = amqp_certificate_problem(exc)
+        if problem is not None:  # not a connection error: never retried
+            raise ServiceUnavailableError("RabbitMQ", url, problem) from exc
         raise
     return connection
 
@@ -100,9 +113,14 @@ async def _abandon(connection: AbstractRobustConnection) -> None:
 
 
 async def connect(
-    url: str, *, wait_s: float = 10.0, name: str = "ledgerq"
+    url: str,
+    *,
+    wait_s: float = 10.0,
+    name: str = "ledgerq",
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AbstractRobustConnection:
-    """A robust connection within ``wait_s`` seconds (see the module docstring)."""
+    """A robust connection within ``wait_s`` seconds (see the module docstring);
+    ``ssl_context`` is the TLS context of an ``amqps://`` URL."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     try:
@@ -115,7 +133,7 @@ async def connect(
         ):
             with attempt:
                 budget = max(deadline - loop.time(), 0.0) + ATTEMPT_TIMEOUT_S
-                return await _attempt(url, name, budget)
+                return await _attempt(url, name, budget, ssl_context)
     except _REFUSALS as exc:
         raise CredentialsRefusedError("RabbitMQ", url, _reason(exc, url)) from exc
     except _CONNECTION_ERRORS as exc:

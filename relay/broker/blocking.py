@@ -11,6 +11,11 @@ The first connect keeps trying, every 0.5 s, for ``wait_s`` seconds (the
 reconciler passes ``LEDGERQ_CONNECT_WAIT_S``); a reconnect after a broker
 restart tries twice. A broker that refuses the user or password is never tried
 again: :class:`CredentialsRefusedError` at once.
+
+TLS (``amqps://``) uses the ``ssl_context`` the caller gives (the composition
+root passes :meth:`Settings.amqp_ssl_context`, the same one the aio-pika adapter
+gets), with the URL's host as the name the certificate must hold. A broker
+certificate it does not accept is a :class:`ServiceUnavailableError` at once.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +32,7 @@ from typing import Any
 import pika
 import pika.exceptions
 
+from ledgerq.ledger.config import amqp_certificate_problem
 from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceUnavailableError
 from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
 from ledgerq.ledger.model import DueTask
@@ -50,9 +57,15 @@ RETRY_EVERY_S = 0.5
 
 class BlockingPublisher:
     def __init__(
-        self, url: str, topology: Topology, timeout: float = 5.0, wait_s: float = 0.0
+        self,
+        url: str,
+        topology: Topology,
+        timeout: float = 5.0,
+        wait_s: float = 0.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._url = url
+        self._ssl_context = ssl_context
         self._topology = topology
         self._timeout = timeout
         self._connection: Any = None
@@ -74,6 +87,8 @@ class BlockingPublisher:
                 f"{mask_url(self._url)!r}: {self._reason(exc)}"
             ) from exc
         params.connection_attempts = 1
+        if self._ssl_context is not None:
+            params.ssl_options = pika.SSLOptions(self._ssl_context, params.host)
         # A confirm that does not come within the timeout fails the connection (pika
         # has no per-publish confirm timeout): the rest of the page waits.
         params.socket_timeout = self._timeout
@@ -90,6 +105,9 @@ class BlockingPublisher:
                 raise CredentialsRefusedError("RabbitMQ", self._url, self._reason(exc)) from exc
             except _CONNECTION_ERRORS as exc:
                 self.close()
+                problem = amqp_certificate_problem(exc)
+                if problem is not None:
+                    raise ServiceUnavailableError("RabbitMQ", self._url, problem) from exc
                 if attempt >= CONNECT_ATTEMPTS and time.monotonic() + RETRY_EVERY_S > deadline:
                     reason = self._reason(exc)
                     if wait_s:
@@ -177,15 +195,21 @@ class ThreadedPublisher:
 
     @classmethod
     async def open(
-        cls, url: str, topology: Topology, timeout: float = 10.0, wait_s: float = 0.0
+        cls,
+        url: str,
+        topology: Topology,
+        timeout: float = 10.0,
+        wait_s: float = 0.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> ThreadedPublisher:
         """Connect, trying for ``wait_s`` seconds (ServiceUnavailableError if RabbitMQ
-        does not answer). ``timeout`` bounds every socket operation, confirms included."""
+        does not answer). ``timeout`` bounds every socket operation, confirms included;
+        ``ssl_context`` is the TLS context of an ``amqps://`` URL."""
         thread = ThreadPoolExecutor(1, thread_name_prefix="ledgerq-pika")
         try:
             loop = asyncio.get_running_loop()
             publisher = await loop.run_in_executor(
-                thread, BlockingPublisher, url, topology, timeout, wait_s
+                thread, BlockingPublisher, url, topology, timeout, wait_s, ssl_context
             )
         except BaseException:
             thread.shutdown(wait=False)
