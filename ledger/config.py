@@ -44,6 +44,12 @@ from sqlalchemy.exc import ArgumentError
 
 from ledgerq.ledger.errors import ConfigError as ConfigError
 from ledgerq.ledger.masking import mask_url
+from ledgerq.ledger.tls import (
+    AMQP_TLS_URL_PARAMETERS,
+    TLSFileError,
+    amqp_context,
+    parse_tls_file,
+)
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/ledgerq"
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -54,12 +60,6 @@ DATABASE_DRIVERS = ("postgresql+psycopg", "postgresql")
 AMQP_SCHEMES = ("amqp", "amqps")
 EVENT_LOOPS = ("uvloop", "asyncio")
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-#: TLS parameters of aio-pika's or pika's URL syntax: the other client refuses or
-#: ignores them, so ledgerq takes TLS files from the LEDGERQ_AMQP_*_FILE settings.
-AMQP_TLS_URL_PARAMETERS = (
-    *("cafile", "capath", "cadata", "certfile", "keyfile", "no_verify_ssl"),  # aio-pika
-    "ssl_options",  # pika
-)
 
 
 @dataclass(frozen=True)
@@ -194,32 +194,16 @@ class Settings:
         return cls(**values, sources=sources)
 
     def amqp_ssl_context(self) -> ssl.SSLContext | None:
-        """The TLS context of both AMQP clients: None for an ``amqp://`` URL; for
-        ``amqps://`` one that checks the broker's certificate chain (against
-        ``amqp_ca_file``, else the system's CAs) and that it names the URL's host,
-        and presents ``amqp_cert_file`` if set. A file that cannot be used is a
-        :class:`ConfigError` naming its setting (found at start: every Settings
-        builds one context to check)."""
-        if urlsplit(self.amqp_url).scheme != "amqps":
-            return None
+        """The TLS context of both AMQP clients (see :func:`~ledgerq.ledger.tls.amqp_context`);
+        a file that cannot be used is a :class:`ConfigError` naming its setting (found at
+        start: every Settings builds one context to check)."""
         try:
-            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.amqp_ca_file)
-        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-            raise ConfigError(
-                f"{self._label('amqp_ca_file')} holds no CA certificate ledgerq can load: "
-                f"{self.amqp_ca_file!r} ({_ssl_reason(exc)}; expected PEM)"
-            ) from None
-        if self.amqp_cert_file:
-            try:
-                context.load_cert_chain(self.amqp_cert_file, self.amqp_key_file, _no_passphrase)
-            except (OSError, ValueError) as exc:
-                files = ", ".join(repr(f) for f in (self.amqp_cert_file, self.amqp_key_file) if f)
-                raise ConfigError(
-                    f"{self._label('amqp_cert_file')} / {self._label('amqp_key_file')}: no "
-                    f"client certificate and matching key could be loaded from {files} "
-                    f"({_ssl_reason(exc)}; expected PEM)"
-                ) from None
-        return context
+            return amqp_context(
+                self.amqp_url, self.amqp_ca_file, self.amqp_cert_file, self.amqp_key_file
+            )
+        except TLSFileError as exc:
+            names = " / ".join(self._label(f) for f in exc.fields)
+            raise ConfigError(str(exc).replace("{setting}", names)) from None
 
     def _label(self, name: str) -> str:
         """How a message names a setting: where its value came from, else its variable
@@ -311,52 +295,6 @@ def parse_amqp_url(value: object) -> str:
             "with LEDGERQ_AMQP_CA_FILE, LEDGERQ_AMQP_CERT_FILE, LEDGERQ_AMQP_KEY_FILE)"
         )
     return text
-
-
-def parse_tls_file(value: object) -> str | None:
-    """A readable file, or None (not set)."""
-    if value is None or value == "":
-        return None
-    path = str(value)
-    if not os.path.isfile(path):
-        raise ValueError(f"(a PEM file) does not exist or is not a file: {path!r}")
-    if not os.access(path, os.R_OK):
-        raise ValueError(f"(a PEM file) cannot be read by this user: {path!r}")
-    return path
-
-
-def amqp_certificate_problem(exc: BaseException) -> str | None:
-    """The line to show when ``exc`` (from either AMQP client) means the broker's TLS
-    certificate was not accepted; None for any other failure. Retrying cannot help."""
-    seen: set[int] = set()
-    pending: list[object] = [exc]
-    while pending:
-        current = pending.pop()
-        if not isinstance(current, BaseException) or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, ssl.SSLCertVerificationError):
-            why = current.verify_message or current.reason or str(current)
-            return (
-                f"TLS: the broker's certificate was not accepted (certificate verify failed: "
-                f"{why}); "
-                f"{BY_FIELD['amqp_ca_file'].env} must name the CA that signed it, and the "
-                "URL's host must be a name the certificate holds (not retried)"
-            )
-        pending.extend([current.__cause__, current.__context__, *current.args])
-    return None
-
-
-def _no_passphrase() -> str:
-    raise ValueError("the private key is encrypted; ledgerq needs it unencrypted")
-
-
-def _ssl_reason(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError) and exc.reason:
-        return str(exc.reason)
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def parse_prefix(value: object) -> str:

@@ -74,7 +74,8 @@ async def open_ledger(
 
 
 async def warn_if_no_autovacuum(ledger: InspectionLedger) -> None:
-    """Every service says at start when autovacuum will not clean the hot table:
+    """Every service says, once it has started (so a start that fails prints only
+    its one line), when autovacuum will not clean the hot table:
     without it each claim and finish leaves a dead tuple, and the table bloats
     (docs/performance.md § The hot table under churn)."""
     for reason in await ledger.autovacuum_off():
@@ -101,11 +102,12 @@ async def open_relay(
         ssl_context=settings.amqp_ssl_context(),
     )
     ledger = PgLedger(async_engine(settings, "ledgerq-relay", pool_size=2))
-    await warn_if_no_autovacuum(ledger)
     publisher = AioPublisher(connection, Topology(settings.amqp_prefix))
     relay_ledger: RelayLedger = _watched(ledger, watch)
     try:
-        yield Relay(relay_ledger, publisher, config or RelayConfig(), probe or probe_from_env())
+        relay = Relay(relay_ledger, publisher, config or RelayConfig(), probe or probe_from_env())
+        await warn_if_no_autovacuum(ledger)
+        yield relay
     finally:
         await publisher.close()
         await connection.close()
@@ -135,7 +137,6 @@ async def open_worker(
     # handlers: they have a pool of their own. Handlers' sessions share db_pool
     # connections (per kind of handler), so a worker's footprint is bounded.
     ledger = PgLedger(async_engine(settings, "ledgerq-worker", pool_size=4))
-    await warn_if_no_autovacuum(ledger)
     handlers_async = async_engine(settings, "ledgerq-worker-handlers", pool_size=config.db_pool)
     handlers_sync = sync_engine(settings, "ledgerq-worker-sync", pool_size=config.db_pool)
     worker_ledger: WorkerLedger = _watched(ledger, watch)
@@ -151,6 +152,7 @@ async def open_worker(
     )
     try:
         await worker.start()
+        await warn_if_no_autovacuum(ledger)
         yield worker
     finally:
         await worker.stop()
@@ -168,7 +170,6 @@ async def open_reconciler(
     check_schema(settings)
     ledger = PgLedger(async_engine(settings, "ledgerq-reconciler", pool_size=2))
     try:
-        await warn_if_no_autovacuum(ledger)
         publisher = await ThreadedPublisher.open(
             settings.amqp_url,
             Topology(settings.amqp_prefix),
@@ -180,7 +181,9 @@ async def open_reconciler(
         await ledger.dispose()
         raise
     try:
-        yield Reconciler(ledger, publisher, config, alert or default_alert())
+        reconciler = Reconciler(ledger, publisher, config, alert or default_alert())
+        await warn_if_no_autovacuum(ledger)
+        yield reconciler
     finally:
         await publisher.close()
         await ledger.dispose()

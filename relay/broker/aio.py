@@ -48,10 +48,10 @@ from tenacity import (
 )
 from yarl import URL
 
-from ledgerq.ledger.config import amqp_certificate_problem
 from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceUnavailableError
 from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
 from ledgerq.ledger.model import DueTask
+from ledgerq.ledger.tls import amqp_certificate_problem
 from ledgerq.relay.broker.base import BrokerConnectionError, OnDelivery, PublishOutcome
 from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
 

@@ -32,10 +32,10 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from ledgerq.ledger.config import amqp_certificate_problem
 from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceUnavailableError
 from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
 from ledgerq.ledger.model import DueTask
+from ledgerq.ledger.tls import amqp_certificate_problem
 from ledgerq.relay.broker.base import PublishOutcome
 from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
 
