@@ -38,7 +38,7 @@ from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg.engines import libpq_url, sync_engine
 from ledgerq.ledger.sql import ROLES, parse
 from ledgerq.relay.reconciler import ReconcilerConfig
-from tests.harness import Pipeline
+from tests.harness import Pipeline, enqueue_committed
 from tests.support import ledgerq
 
 ROOT = Path(__file__).parents[2]
@@ -259,12 +259,7 @@ async def test_relay_worker_and_reconciler_run_tasks_end_to_end_as_the_service(
         ran.append(("late", ctx.id))
 
     def produce(*specs: TaskSpec) -> list[int]:
-        engine = sync_engine(producer, "test-producer", pool_size=1)
-        try:
-            with Session(engine) as session, session.begin():
-                return enqueue_many(session, specs)
-        finally:
-            engine.dispose()
+        return enqueue_committed(producer, specs)  # as the producer's login
 
     write_id, flaky_id, doomed_id = produce(
         TaskSpec("roles.write"),
