@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
-from ledgerq.ledger.pg.migrate import alembic_config, current_revision, upgrade
+from ledgerq.ledger.pg.migrate import alembic_config, current_revision, head_revision, upgrade
 
 
 def test_upgrade_downgrade_upgrade(base_settings: Settings) -> None:
@@ -21,12 +21,21 @@ def test_upgrade_downgrade_upgrade(base_settings: Settings) -> None:
     with psycopg.connect(maintenance, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS ledgerq_test_migrations WITH (FORCE)"))
     upgrade(settings)  # creates the database too
-    assert current_revision(settings) == "0002"
+    assert current_revision(settings) == head_revision()
     command.downgrade(alembic_config(settings.database_url), "base")
     with psycopg.connect(libpq_url(settings.database_url)) as conn:
         left = conn.execute("SELECT to_regclass('ledgerq_tasks'), to_regclass('ledgerq_history')")
         assert left.fetchone() == (None, None)
     upgrade(settings)
-    assert current_revision(settings) == "0002"
+    assert current_revision(settings) == head_revision()
     with psycopg.connect(maintenance, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE ledgerq_test_migrations WITH (FORCE)"))
+
+
+def test_revisions_form_one_numbered_chain() -> None:
+    """Each migration revises the one before it: no branches to merge later."""
+    from ledgerq.ledger.pg.migrate import _scripts
+
+    chain = [s.revision for s in reversed(list(_scripts().walk_revisions()))]
+    assert chain == [f"{n:04d}" for n in range(1, len(chain) + 1)]
+    assert head_revision() == chain[-1]
