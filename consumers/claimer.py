@@ -9,6 +9,15 @@ losers (a row already finished, cancelled, or claimed by another worker) are
 acked at once, because the row moved on without them. If the claim itself fails
 (the database is away), the batch is requeued to the broker and the claimer
 backs off for a second.
+
+Suspects run alone. A message with ``"alone": true`` names a task whose last
+worker died with other tasks in flight (``relay/reconciler.py``). When one waits
+in the inbox, the claimer claims nothing new until every handler slot is free,
+then claims the suspect by itself, and nothing more until its slot is given
+back. Other deliveries wait in the inbox meanwhile, unclaimed (so no attempt is
+counted for them, and if the suspect kills the worker they are simply
+redelivered). If the suspect then kills the worker, it was the only running row
+of that worker, and the reconciler charges it.
 """
 
 from __future__ import annotations
@@ -26,17 +35,29 @@ log = logging.getLogger("ledgerq.worker")
 
 
 class Slots:
-    """Free handler slots; taking them is the claimer's, giving back the dispatcher's."""
+    """Free handler slots; taking them is the claimer's, giving back the dispatcher's.
+
+    ``alone`` is set while a suspect holds the one slot taken, and clears when
+    every slot is free again."""
 
     def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
         self.free = capacity
+        self.alone = False
         self.changed = asyncio.Event()
 
-    def take(self, n: int) -> None:
+    @property
+    def idle(self) -> bool:
+        return self.free >= self.capacity
+
+    def take(self, n: int, *, alone: bool = False) -> None:
         self.free -= n
+        self.alone = alone
 
     def give(self, n: int = 1) -> None:
         self.free += n
+        if self.idle:
+            self.alone = False
         self.changed.set()
 
 
@@ -60,6 +81,7 @@ class Claimer:
         self.lease_s = lease_s
         self.max_batch = max_batch
         self.inbox: deque[Arrival] = deque()
+        self._alone_waiting = 0
         self.claimed = 0
         self.skipped = 0
         self._stopping = False
@@ -67,15 +89,35 @@ class Claimer:
 
     def offer(self, arrival: Arrival) -> None:
         self.inbox.append(arrival)
+        self._alone_waiting += arrival.alone
         self.slots.changed.set()
+
+    def _next_batch(self) -> list[Arrival]:
+        """Take the next batch off the inbox and its slots, or nothing (see the
+        module docstring for suspects)."""
+        if self.slots.alone:
+            return []
+        if self._alone_waiting:
+            if not self.slots.idle:
+                return []
+            suspect = next(a for a in self.inbox if a.alone)
+            self.inbox.remove(suspect)
+            self._alone_waiting -= 1
+            self.slots.take(1, alone=True)
+            log.info("task %s is a suspect; running it alone", suspect.fence[0])
+            return [suspect]
+        take = min(self.slots.free, self.max_batch, len(self.inbox))
+        if take <= 0:
+            return []
+        self.slots.take(take)
+        return [self.inbox.popleft() for _ in range(take)]
 
     async def claim_once(self) -> int:
         """Claim one batch from the inbox (at most the free slots); return its size."""
-        take = min(self.slots.free, self.max_batch, len(self.inbox))
-        if take <= 0:
+        batch = self._next_batch()
+        take = len(batch)
+        if not take:
             return 0
-        batch = [self.inbox.popleft() for _ in range(take)]
-        self.slots.take(take)
         try:
             won = await self.ledger.claim([a.fence for a in batch], self.worker_id, self.lease_s)
         except Exception:
@@ -121,7 +163,8 @@ class Claimer:
             self.slots.changed.clear()
             while self.inbox and self.slots.free > 0 and not self._stopping:
                 try:
-                    await self.claim_once()
+                    if not await self.claim_once():
+                        break  # waiting for slots to free up around a suspect
                 except Exception:  # a bug of ours must not stop the claimer
                     log.exception("claim batch failed unexpectedly")
 

@@ -20,6 +20,8 @@ class Arrival:
 
     fence: Fence
     delivery: Delivery
+    #: The message asks for the task to run alone on this worker (a suspect).
+    alone: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,14 @@
 """Deliveries in: each one either names a task (an :class:`Arrival` for the
 claimer) or is rejected to the dead-letter queue, at once.
 
-A body that is not ``{"id": <int>, "epoch": <int>}`` can never be claimed;
+A body that is not ``{"id": <int>, "epoch": <int>}`` (with an optional
+``"alone": true`` for a suspect, see ``relay/reconciler.py``) can never be claimed;
 holding it would hold a prefetch slot forever (and, on a channel whose acks are
 coalesced, hold back the acks of every later delivery), so it is rejected (not
 requeued) and logged on one ERROR line with the reason and the first bytes of the
 body.
 
-Decoding never raises. A task message is tiny (``{"id":…,"epoch":…}``, under 60
+Decoding never raises. A task message is tiny (``{"id":…,"epoch":…}``, under 80
 bytes), so a body over :data:`MAX_BODY_BYTES` is refused before it is parsed; a
 body that is not UTF-8, not JSON, nested too deep for the decoder
 (``RecursionError``) or of the wrong shape is refused with its reason. Anything
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ledgerq.consumers.acker import Acker
 from ledgerq.consumers.handoff import Arrival
@@ -32,14 +34,30 @@ from ledgerq.relay.probes import Probe, no_probe
 log = logging.getLogger("ledgerq.worker")
 
 MAX_BIGINT = 2**63 - 1
-#: The largest body Intake will parse. The relay's bodies are under 60 bytes.
+#: The largest body Intake will parse. The relay's bodies are under 80 bytes.
 MAX_BODY_BYTES = 1024
 #: How much of a refused body the log line shows.
 LOGGED_BODY_BYTES = 120
 
 
+@dataclass(frozen=True, slots=True)
+class TaskMessage:
+    """What a task message says: the (id, epoch) it names, and whether the task is
+    a suspect to be run alone (``"alone": true``; any other value means no)."""
+
+    fence: Fence
+    alone: bool = False
+
+
 def decode_fence(body: bytes, max_bytes: int = MAX_BODY_BYTES) -> Fence | str:
     """``(id, epoch)`` from a message body, or the reason it names no task. Never raises."""
+    message = decode_message(body, max_bytes)
+    return message if isinstance(message, str) else message.fence
+
+
+def decode_message(body: bytes, max_bytes: int = MAX_BODY_BYTES) -> TaskMessage | str:
+    """A :class:`TaskMessage` from a message body, or the reason it names no task.
+    Never raises."""
     if len(body) > max_bytes:
         return f"body is {len(body)} bytes, over the {max_bytes}-byte limit of a task message"
     try:
@@ -59,7 +77,7 @@ def decode_fence(body: bytes, max_bytes: int = MAX_BODY_BYTES) -> Fence | str:
         return "body does not hold an integer 'id' and 'epoch'"
     if not (1 <= task_id <= MAX_BIGINT and 0 <= epoch <= MAX_BIGINT):
         return "body's 'id' or 'epoch' is out of range"
-    return task_id, epoch
+    return TaskMessage((task_id, epoch), data.get("alone") is True)
 
 
 def parse_fence(body: bytes) -> Fence | None:
@@ -100,12 +118,12 @@ class Intake:
             log.exception("could not take delivery %r in; the broker redelivers it", delivery)
             return
         try:
-            fence = decode_fence(delivery.body, self.max_body_bytes)
-            if isinstance(fence, str):
-                await self._reject(delivery, fence)
+            message = decode_message(delivery.body, self.max_body_bytes)
+            if isinstance(message, str):
+                await self._reject(delivery, message)
                 return
             self.probe("worker.after_receive")
-            self.deliver(Arrival(fence, delivery))
+            self.deliver(Arrival(message.fence, delivery, message.alone))
         except Exception as exc:  # a bug of ours: the delivery must still be settled
             log.exception("taking delivery %r in failed unexpectedly", delivery)
             await self._reject(delivery, f"worker error while taking it in: {exc!r}")

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -75,7 +76,11 @@ class WorkerConfig:
     #: so a task that always hangs still ends ``dead`` after its attempts.
     default_timeout_s: float | None = 1800.0
     max_batch: int = 500
-    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    #: Unique per process start (a restarted container often has the same host
+    #: name and pid 1): the reconciler counts a dead worker's tasks by this id.
+    worker_id: str = field(
+        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    )
 
     def __post_init__(self) -> None:
         if not self.queues:

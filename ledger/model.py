@@ -17,8 +17,10 @@ Fence = tuple[int, int]
 
 #: What the finish statement does with a running row: ``succeeded`` and ``dead``
 #: end it (moving it to history); ``retry`` sends it back to ``pending`` after
-#: ``delay`` seconds, or ends it ``dead`` when its attempts are spent.
-Verdict = Literal["succeeded", "retry", "dead"]
+#: ``delay`` seconds, or ends it ``dead`` when its attempts are spent;
+#: ``release`` sends it back to ``pending`` at once without charging the attempt
+#: and flags it ``suspect`` (its worker died with other tasks in flight).
+Verdict = Literal["succeeded", "retry", "dead", "release"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,8 @@ class DueTask:
     queue: str
     priority: int
     epoch: int
+    #: A suspect (see :class:`ExpiredLease`): its message asks to be run alone.
+    suspect: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +105,15 @@ class Finished:
 
 @dataclass(frozen=True, slots=True)
 class ExpiredLease:
-    """A running row whose worker stopped heartbeating."""
+    """A running row whose worker stopped heartbeating.
+
+    ``in_flight`` is how many running rows that worker left behind. Alone, the
+    task is the one that was running when its worker died: the attempt is
+    charged (retried after its backoff, or dead once spent). With others, any of
+    them may have killed the worker: each is released uncharged, as a suspect,
+    and a worker runs a suspect alone, so the next death is charged to the
+    culprit only.
+    """
 
     id: int
     epoch: int
@@ -109,13 +121,22 @@ class ExpiredLease:
     attempts: int
     retry: dict[str, Any] | None
     worker: str | None
+    in_flight: int = 1
 
     def outcome(self) -> Outcome:
+        fence = (self.id, self.epoch)
+        if self.in_flight > 1:
+            error = (
+                f"lease expired: worker {self.worker} stopped heartbeating with "
+                f"{self.in_flight} tasks in flight; attempt {self.attempts} not charged, "
+                "the task runs alone next"
+            )
+            return Outcome(fence[0], fence[1], "release", error)
         error = (
             f"lease expired: worker {self.worker} stopped heartbeating (attempt {self.attempts})"
         )
         delay = RetryPolicy.from_json(self.retry).delay_for(self.attempts)
-        return Outcome.failed((self.id, self.epoch), error, delay=delay)
+        return Outcome.failed(fence, error, delay=delay)
 
 
 @dataclass(frozen=True, slots=True)

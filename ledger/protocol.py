@@ -106,8 +106,16 @@ class ReconcilerLedger(Protocol):
         """Lock a page (ids > ``after``) of pending rows due for longer than ``stall_s``."""
         ...
 
-    def expired_batch(self, after: int, limit: int) -> AbstractAsyncContextManager[ExpiredBatch]:
-        """Lock a page (ids > ``after``) of running rows whose lease ran out."""
+    async def silent_workers(self) -> dict[str, int]:
+        """Workers all of whose running rows' leases ran out, with how many rows each left."""
+        ...
+
+    def expired_batch(
+        self, after: int, limit: int, silent: Mapping[str, int], settle_s: float
+    ) -> AbstractAsyncContextManager[ExpiredBatch]:
+        """Lock a page (ids > ``after``) of running rows whose lease ran out and whose
+        worker is in ``silent``, or whose lease ran out over ``settle_s`` ago; each
+        row's ``in_flight`` is its worker's count from ``silent`` (1 if absent)."""
         ...
 
 

@@ -44,7 +44,7 @@ SELECT id FROM ledgerq_tasks WHERE kind = :kind AND dedupe_key = :dedupe_key
 -- name: select_due
 -- The relay's claim. SKIP LOCKED: relays never wait for or collide with each
 -- other; the lock is held until the confirmed rows are marked published.
-SELECT id, kind, queue, priority, epoch
+SELECT id, kind, queue, priority, epoch, suspect
 FROM ledgerq_tasks
 WHERE status = 'pending' AND run_at <= now()
 ORDER BY priority DESC, run_at, id
@@ -108,7 +108,9 @@ SELECT id, status FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 -- name: finish
 -- How attempts ended, one verdict per row, fenced like every write after a
 -- claim: 'succeeded' and 'dead' move the row to history; 'retry' sends it back
--- to pending after its delay, or to history as dead once its attempts are spent.
+-- to pending after its delay, or to history as dead once its attempts are spent;
+-- 'release' (the reconciler's, for a worker that died with several tasks in
+-- flight) sends it back to pending at once, the attempt uncharged, as a suspect.
 -- transitions: running -> succeeded, running -> dead, running -> pending
 WITH m AS (
     SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]),
@@ -117,7 +119,8 @@ WITH m AS (
 ), ended AS (
     DELETE FROM ledgerq_tasks t USING m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
-      AND (m.verdict <> 'retry' OR t.attempts >= t.max_attempts)
+      AND (m.verdict IN ('succeeded', 'dead')
+           OR (m.verdict = 'retry' AND t.attempts >= t.max_attempts))
     RETURNING t.*, m.error AS new_error,
               CASE WHEN m.verdict = 'succeeded' THEN 'succeeded' ELSE 'dead' END AS ended_as
 ), buried AS (
@@ -125,21 +128,24 @@ WITH m AS (
                                  shard, run_at, status, attempts, max_attempts, retry, epoch,
                                  publishes, lease_until, heartbeat_at, worker, checkpoint,
                                  last_error, timeout_s, parent_id, created_at, published_at,
-                                 started_at, finished_at)
+                                 started_at, finished_at, suspect)
     SELECT id, kind, queue, payload, business_key, NULL, priority,
            shard, run_at, ended_as, attempts, max_attempts, retry, epoch,
            publishes, NULL, heartbeat_at, worker, checkpoint,
            COALESCE(new_error, last_error), timeout_s, parent_id, created_at, published_at,
-           started_at, now()
+           started_at, now(), suspect
     FROM ended
     RETURNING id, kind, attempts, status, last_error
 ), retried AS (
     UPDATE ledgerq_tasks t
     SET status = 'pending', run_at = now() + make_interval(secs => m.delay),
-        last_error = m.error, lease_until = NULL, worker = NULL
+        last_error = m.error, lease_until = NULL, worker = NULL,
+        attempts = CASE WHEN m.verdict = 'release' THEN GREATEST(t.attempts - 1, 0)
+                        ELSE t.attempts END,
+        suspect = t.suspect OR m.verdict = 'release'
     FROM m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
-      AND m.verdict = 'retry' AND t.attempts < t.max_attempts
+      AND ((m.verdict = 'retry' AND t.attempts < t.max_attempts) OR m.verdict = 'release')
     RETURNING t.id, t.kind, t.attempts, t.status, t.last_error
 )
 SELECT id, kind, attempts, status, last_error FROM buried
@@ -175,7 +181,7 @@ SELECT pg_advisory_unlock(hashtext('ledgerq.reconciler'))
 -- with a deep backlog or no consumer is not flooded with copies. Keyset
 -- pagination by id so a huge ledger is read a page at a time; the plain
 -- :min_stall_s bound lets the partial index on published_at narrow the scan.
-SELECT t.id, t.kind, t.queue, t.priority, t.epoch
+SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect
 FROM ledgerq_tasks t
 LEFT JOIN unnest(CAST(:queues AS text[]), CAST(:stalls AS float8[])) AS w(queue, stall_s)
        ON w.queue = t.queue
@@ -190,7 +196,7 @@ FOR UPDATE OF t SKIP LOCKED
 -- name: select_overdue
 -- Pending rows due for longer than the default stall window: the relay should
 -- have published them; the reconciler stands in for a relay that is down.
-SELECT id, kind, queue, priority, epoch
+SELECT id, kind, queue, priority, epoch, suspect
 FROM ledgerq_tasks
 WHERE status = 'pending' AND id > :after
   AND run_at < now() - make_interval(secs => :default_stall_s)
@@ -199,11 +205,31 @@ LIMIT :limit
 FOR UPDATE SKIP LOCKED
 
 
+-- name: silent_workers
+-- Workers every one of whose running rows has an expired lease, and how many
+-- rows each left behind. The reconciler reads this once per pass, before it
+-- pages through the expired rows, so a worker's count does not shrink as its
+-- rows are finished page by page. A worker heartbeats all its tasks at once, so
+-- their leases run out within about one heartbeat interval of each other; until
+-- the last has, the worker is not judged (see select_expired's :settle_s).
+SELECT worker, count(*) AS in_flight
+FROM ledgerq_tasks
+WHERE status = 'running' AND worker IS NOT NULL
+GROUP BY worker
+HAVING max(lease_until) < now()
+
 -- name: select_expired
--- Running rows whose lease ran out: their worker stopped heartbeating.
+-- Running rows whose lease ran out: their worker stopped heartbeating. A row is
+-- taken when its worker is one of :workers (all of its leases ran out, read by
+-- silent_workers at the start of the pass), or when its own lease ran out more
+-- than :settle_s ago whatever its worker's other rows say, so a worker that
+-- keeps heartbeating other tasks cannot hold an expired row forever. A row with
+-- no worker recorded (written by hand) is judged alone.
 SELECT id, epoch, kind, attempts, retry, worker
 FROM ledgerq_tasks
 WHERE status = 'running' AND lease_until < now() AND id > :after
+  AND (worker IS NULL OR worker = ANY(CAST(:workers AS text[]))
+       OR lease_until < now() - make_interval(secs => :settle_s))
 ORDER BY id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED

@@ -60,6 +60,7 @@ class LedgerQueries:
     release_reconciler_lock: TextClause
     select_stalled: TextClause
     select_overdue: TextClause
+    silent_workers: TextClause
     select_expired: TextClause
 
 

@@ -40,7 +40,8 @@ TRANSITIONS: dict[tuple[Status, Status], str] = {
         Status.RUNNING,
         Status.SUCCEEDED,
     ): "consumer (handler returned; same transaction as its writes)",
-    (Status.RUNNING, Status.PENDING): "consumer (retry with backoff) or reconciler (lease expired)",
+    (Status.RUNNING, Status.PENDING): "consumer (retry with backoff) or reconciler (lease "
+    "expired: charged if the task ran alone, else released uncharged as a suspect)",
     (Status.RUNNING, Status.DEAD): "consumer or reconciler (attempts spent)",
 }
 # Operator interventions (cancel, retry from history, reschedule) are not built

@@ -3,10 +3,30 @@
 One pass, under a PostgreSQL advisory lock so only one reconciler acts at a time:
 
 1. **Expired leases.** A ``running`` row whose lease ran out lost its worker (it
-   crashed, hung, or was cut off). That counts as a failed attempt: the row goes
-   back to ``pending`` with its backoff, or to ``dead`` once attempts are spent,
-   so a task that always hangs or kills its worker cannot loop forever. The
-   relay publishes the retry like any other due row.
+   crashed, hung, or was cut off). Who pays depends on what else that worker
+   had in flight (crash attribution):
+
+   - *alone*: the task was the only one running, so it is charged a failed
+     attempt: back to ``pending`` with its backoff, or ``dead`` once attempts
+     are spent, so a task that always kills its worker cannot loop forever;
+   - *with others*: any of them may be the culprit. Each is released: back to
+     ``pending`` at once, the attempt not charged, flagged ``suspect``. The
+     relay publishes a suspect with ``"alone": true`` in its message and a
+     worker claims it only when nothing else runs there, and runs nothing else
+     beside it (``consumers/claimer.py``). A suspect that kills its worker
+     again is then alone, and charged: a poison task still ends dead within
+     its attempts, and its neighbours lose nothing.
+
+   A worker heartbeats all its tasks together, so their leases run out within
+   about one heartbeat of each other. The pass first reads which workers have
+   *all* their leases expired (``silent_workers``) and how many rows each left,
+   and judges only those, so a worker's rows are counted together even when
+   they expire across passes or pages. A row whose lease expired over
+   ``settle_s`` ago is judged (and charged) anyway, so a worker that still
+   heartbeats other tasks cannot hold it forever. An external SIGKILL of a
+   worker running a suspect alone charges the suspect: the one case where a
+   task pays for a death it did not cause, and only while it is a suspect.
+   The relay publishes the retry like any other due row.
 2. **Stalled deliveries.** A ``published`` row nobody claimed within its queue's
    stall window may have lost its message (a broker that lost it, a queue that
    was purged). It is published again under the same epoch; if the first
@@ -58,6 +78,9 @@ class ReconcilerConfig:
     page_size: int = 500
     #: How long to wait for each re-publish's confirm (bounds pika's socket waits).
     confirm_timeout: float = 10.0
+    #: An expired lease is judged once all its worker's leases ran out, or once
+    #: it has been expired this long, whichever comes first.
+    settle_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.stall_s <= 0:
@@ -67,6 +90,8 @@ class ReconcilerConfig:
                 raise ValueError(f"stall window for queue {queue!r} must be positive")
         if not 1 <= self.page_size <= 10_000:
             raise ValueError(f"page_size must be 1..10000, got {self.page_size}")
+        if self.settle_s <= 0:
+            raise ValueError(f"settle_s must be positive, got {self.settle_s}")
 
 
 @dataclass
@@ -76,6 +101,7 @@ class ReconcileCounts:
     overdue_published: int = 0
     expired: int = 0
     dead: int = 0
+    released: int = 0
     unconfirmed: int = 0
     pages: int = 0
     elapsed_s: float = 0.0
@@ -91,7 +117,8 @@ class ReconcileCounts:
         return (
             f"reconcile: re-published {self.republished} stalled, published "
             f"{self.overdue_published} overdue, expired {self.expired} leases "
-            f"({self.dead} dead), {self.unconfirmed} unconfirmed, {self.pages} pages "
+            f"({self.dead} dead, {self.released} released as suspects), "
+            f"{self.unconfirmed} unconfirmed, {self.pages} pages "
             f"in {self.elapsed_s * 1000:.0f} ms"
         )
 
@@ -140,17 +167,23 @@ class Reconciler:
         await sender.close(ALERTS_WAIT_S)
 
     async def _expire(self, counts: ReconcileCounts, dead: list[Finished]) -> None:
-        after = 0
+        silent = await self.ledger.silent_workers()
+        after, cfg = 0, self.config
         while True:
-            async with self.ledger.expired_batch(after, self.config.page_size) as batch:
+            async with self.ledger.expired_batch(
+                after, cfg.page_size, silent, cfg.settle_s
+            ) as batch:
                 if not batch.rows:
                     return
                 counts.pages += 1
-                finished = await batch.finish([lease.outcome() for lease in batch.rows])
+                outcomes = {lease.id: lease.outcome() for lease in batch.rows}
+                finished = await batch.finish(list(outcomes.values()))
                 after = batch.rows[-1].id
             for row in finished:
                 counts.expired += 1
-                if row.status == "dead":
+                if outcomes[row.id].verdict == "release":
+                    counts.released += 1
+                elif row.status == "dead":
                     counts.dead += 1
                     dead.append(row)
 

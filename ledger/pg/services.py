@@ -74,7 +74,7 @@ class PgServices(PgBase):
         with translated():
             async with self.engine.begin() as conn:
                 rows = [
-                    DueTask(r.id, r.kind, r.queue, r.priority, r.epoch)
+                    DueTask(r.id, r.kind, r.queue, r.priority, r.epoch, r.suspect)
                     for r in await conn.execute(statement, params)
                 ]
                 yield PgPublishBatch(conn, rows)
@@ -165,15 +165,29 @@ class PgServices(PgBase):
         return bool(await self._rows(Q.save_checkpoint, params))
 
     # -- reconciler -----------------------------------------------------------------
+    async def silent_workers(self) -> dict[str, int]:
+        return {str(r.worker): int(r.in_flight) for r in await self._rows(Q.silent_workers, {})}
+
     @asynccontextmanager
-    async def expired_batch(self, after: int, limit: int) -> AsyncIterator[PgExpiredBatch]:
+    async def expired_batch(
+        self, after: int, limit: int, silent: Mapping[str, int], settle_s: float
+    ) -> AsyncIterator[PgExpiredBatch]:
+        params = {"after": after, "limit": limit, "workers": list(silent), "settle_s": settle_s}
         with translated():
             async with self.engine.begin() as conn:
-                rows = await conn.execute(Q.select_expired, {"after": after, "limit": limit})
+                rows = await conn.execute(Q.select_expired, params)
                 yield PgExpiredBatch(
                     conn,
                     [
-                        ExpiredLease(r.id, r.epoch, r.kind, r.attempts, r.retry, r.worker)
+                        ExpiredLease(
+                            r.id,
+                            r.epoch,
+                            r.kind,
+                            r.attempts,
+                            r.retry,
+                            r.worker,
+                            silent.get(r.worker, 1) if r.worker is not None else 1,
+                        )
                         for r in rows
                     ],
                 )

@@ -94,12 +94,16 @@ class Topology:
         return MessageSpec(
             exchange=self.exchange.name,
             routing_key=task.queue,
-            body=message_body(task.id, task.epoch),
+            body=message_body(task.id, task.epoch, alone=task.suspect),
             message_id=str(task.id),
             type=task.kind,
             priority=min(max(task.priority, 0), MAX_PRIORITY),
         )
 
 
-def message_body(task_id: int, epoch: int) -> bytes:
-    return json.dumps({"id": task_id, "epoch": epoch}, separators=(",", ":")).encode()
+def message_body(task_id: int, epoch: int, *, alone: bool = False) -> bytes:
+    """``{"id":…,"epoch":…}``, plus ``"alone":true`` for a suspect (run it alone)."""
+    body: dict[str, object] = {"id": task_id, "epoch": epoch}
+    if alone:
+        body["alone"] = True
+    return json.dumps(body, separators=(",", ":")).encode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 
 import pytest
@@ -38,10 +39,11 @@ async def test_worker_killed_at_a_crash_point_loses_nothing(
     verdict = await cluster.verify(ids, effects_expected=ids)
     assert verdict.terminal == {"succeeded": len(ids)}
     if point == "worker.mid_handler":
-        # The claimed task's lease expired; the reconciler made its retry.
+        # The claimed tasks' leases expired and the reconciler re-queued them: charged
+        # (a second attempt) if the dead worker ran one task, else released as suspects.
         assert sum(c.expired for c in cluster.reconciles) >= 1
-        attempts = [(await ledger.show(i))["attempts"] for i in ids]
-        assert any(a == 2 for a in attempts)
+        rows = [await ledger.show(i) for i in ids]
+        assert any(r["attempts"] == 2 or r["suspect"] for r in rows)
 
 
 async def test_relay_killed_between_publish_and_mark_loses_nothing(
@@ -72,6 +74,36 @@ async def test_poison_task_that_kills_its_worker_ends_dead_while_others_flow(
     verdict = await cluster.verify([poison, *ids], effects_expected=ids)
     assert verdict.terminal == {"succeeded": len(ids), "dead": 1}
     assert sum(len(m.exits) for m in cluster.members[1:]) >= 3  # it killed a worker each time
+
+
+async def test_a_task_that_kills_its_worker_is_found_without_charging_its_neighbours(
+    settings: Settings, ledger: PgLedger, make_cluster: MakeCluster
+) -> None:
+    """Healthy tasks that may not fail once share a worker with a killer. The first
+    death releases them all uncharged as suspects; each then runs alone, and only
+    the killer, dying alone, is charged until it is dead."""
+    cluster = await make_cluster(start=False, workers=1)
+    healthy = enqueue_committed(
+        settings,
+        [TaskSpec("fault.write", {"n": i, "sleep": 1.0}, max_attempts=1) for i in range(6)],
+    )
+    cluster.start()
+    await asyncio.sleep(0.5)  # the healthy tasks are in flight when the killer arrives
+    [killer] = enqueue_committed(
+        settings, [TaskSpec("fault.poison", {}, max_attempts=2, retry=[0.1])]
+    )
+    await cluster.settle([*healthy, killer], timeout=120)
+
+    dead = await ledger.show(killer)
+    assert (dead["status"], dead["attempts"], dead["suspect"]) == ("dead", 2, True)
+    assert "lease expired" in dead["last_error"]
+    verdict = await cluster.verify([*healthy, killer], effects_expected=healthy)
+    assert verdict.terminal == {"succeeded": 6, "dead": 1}
+    rows = [await ledger.show(i) for i in healthy]
+    assert [r["attempts"] for r in rows] == [1] * 6  # nobody else paid
+    assert sum(r["suspect"] for r in rows) >= 1  # they were in flight at the first death
+    assert sum(c.released for c in cluster.reconciles) >= 2
+    assert len(cluster.members[1].exits) >= 3  # one death with company, two alone
 
 
 async def test_open_producer_transaction_does_not_hide_later_commits(

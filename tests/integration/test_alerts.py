@@ -273,7 +273,8 @@ async def test_the_reconciler_alerts_after_its_locked_pass(
     settings: Settings, ledger: PgLedger, other_ledger: PgLedger
 ) -> None:
     ids = enqueue_committed(settings, [TaskSpec("t.r", {}, max_attempts=1) for _ in range(3)])
-    await ledger.claim([(i, 0) for i in ids], "gone:1", lease_s=0.05)
+    for i in ids:  # three workers, each dead with one task: each task is charged
+        await ledger.claim([(i, 0)], f"gone:{i}", lease_s=0.05)
     await asyncio.sleep(0.1)
     lock_free_during_alerts: list[bool] = []
 

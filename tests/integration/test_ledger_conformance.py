@@ -44,6 +44,7 @@ from ledgerq.ledger.pg.engines import libpq_url, sync_engine
 from ledgerq.ledger.pg.migrate import upgrade
 
 WORKER = "conformance-worker"
+SETTLE_S = 60.0
 LEASE_S = 30.0
 
 Enqueue = Callable[..., list[int]]
@@ -614,14 +615,14 @@ async def test_expired_batch_picks_running_rows_whose_lease_ran_out_and_finishes
     expired, alive, pending = enqueue(
         TaskSpec("conf.e", retry=[30.0]), TaskSpec("conf.e"), TaskSpec("conf.e")
     )
-    lapsed = await claim_one(pg, expired)
+    [lapsed] = await pg.claim([(expired, 0)], "w-2", LEASE_S)
     await claim_one(pg, alive)
     age(raw, "lease_until", [expired], 5)  # simulate the lease running out 5 s ago
     age(raw, "run_at", [pending], 600)
 
-    async with pg.expired_batch(0, 10) as batch:
+    async with pg.expired_batch(0, 10, await pg.silent_workers(), SETTLE_S) as batch:
         assert batch.rows == [
-            ExpiredLease(expired, 1, "conf.e", 1, {"kind": "schedule", "delays": [30.0]}, WORKER)
+            ExpiredLease(expired, 1, "conf.e", 1, {"kind": "schedule", "delays": [30.0]}, "w-2")
         ]
         finished = await batch.finish([r.outcome() for r in batch.rows])
 
@@ -629,7 +630,7 @@ async def test_expired_batch_picks_running_rows_whose_lease_ran_out_and_finishes
     row = await pg.show(expired)
     assert row["status"] == "pending" and "stopped heartbeating" in row["last_error"]
     assert await pg.heartbeat([lapsed.fence], LEASE_S) == set()  # the old worker lost it
-    async with pg.expired_batch(0, 10) as batch:
+    async with pg.expired_batch(0, 10, await pg.silent_workers(), SETTLE_S) as batch:
         assert batch.rows == []
 
 
@@ -640,10 +641,52 @@ async def test_expired_batch_pages_by_id_and_respects_its_limit(
     await pg.claim([(i, 0) for i in ids], WORKER, LEASE_S)
     age(raw, "lease_until", ids, 5)  # simulate the leases running out 5 s ago
 
-    async with pg.expired_batch(0, 2) as batch:
+    async with pg.expired_batch(0, 2, await pg.silent_workers(), SETTLE_S) as batch:
         assert [r.id for r in batch.rows] == ids[:2]
-    async with pg.expired_batch(ids[1], 2) as batch:
+    async with pg.expired_batch(ids[1], 2, await pg.silent_workers(), SETTLE_S) as batch:
         assert [r.id for r in batch.rows] == ids[2:]
+
+
+async def test_a_worker_that_left_several_leases_has_them_released_uncharged_as_suspects(
+    pg: PgLedger, enqueue: Enqueue, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    a, b, lone = enqueue("conf.e", "conf.e", "conf.e")
+    await pg.claim([(a, 0), (b, 0)], "w-many", LEASE_S)
+    await pg.claim([(lone, 0)], "w-one", LEASE_S)
+    age(raw, "lease_until", [a, b, lone], 5)
+
+    silent = await pg.silent_workers()
+    assert silent == {"w-many": 2, "w-one": 1}
+    async with pg.expired_batch(0, 10, silent, SETTLE_S) as batch:
+        assert [(r.id, r.in_flight) for r in batch.rows] == [(a, 2), (b, 2), (lone, 1)]
+        outcomes = [r.outcome() for r in batch.rows]
+        assert [o.verdict for o in outcomes] == ["release", "release", "retry"]
+        finished = await batch.finish(outcomes)
+    assert {f.id: f.status for f in finished} == {a: "pending", b: "pending", lone: "pending"}
+
+    rows = {i: await pg.show(i) for i in (a, b, lone)}
+    for released in (a, b):
+        assert (rows[released]["attempts"], rows[released]["suspect"]) == (0, True)
+        assert "not charged" in rows[released]["last_error"]
+    assert (rows[lone]["attempts"], rows[lone]["suspect"]) == (1, False)
+    async with pg.publish_batch(10) as due:
+        assert {(r.id, r.suspect) for r in due.rows} >= {(a, True), (b, True)}
+
+
+async def test_a_worker_is_judged_only_once_all_its_leases_ran_out(
+    pg: PgLedger, enqueue: Enqueue, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    early, late = enqueue("conf.e", "conf.e")
+    await pg.claim([(early, 0), (late, 0)], "w-skew", LEASE_S)
+    age(raw, "lease_until", [early], 5)  # claimed before the last heartbeat
+
+    assert await pg.silent_workers() == {}
+    async with pg.expired_batch(0, 10, {}, SETTLE_S) as batch:
+        assert batch.rows == []  # not judged yet: its worker may still be alive
+    age(raw, "lease_until", [early], SETTLE_S + 5)
+    async with pg.expired_batch(0, 10, {}, SETTLE_S) as batch:
+        # Expired for longer than the settle time: judged alone, whatever else runs.
+        assert [(r.id, r.in_flight) for r in batch.rows] == [(early, 1)]
 
 
 async def test_an_expired_batch_whose_block_raises_finishes_nothing(
@@ -654,7 +697,7 @@ async def test_an_expired_batch_whose_block_raises_finishes_nothing(
     age(raw, "lease_until", [task_id], 5)  # simulate the lease running out
 
     with pytest.raises(ZeroDivisionError):
-        async with pg.expired_batch(0, 10) as batch:
+        async with pg.expired_batch(0, 10, await pg.silent_workers(), SETTLE_S) as batch:
             await batch.finish([r.outcome() for r in batch.rows])
             _ = 1 / 0
 

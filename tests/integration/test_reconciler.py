@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pika
 import pytest
@@ -105,6 +105,23 @@ async def test_pages_through_rows_by_id(settings: Settings, make_reconciler: Rec
     assert _queue_depth(settings) == len(ids)
 
 
+async def test_a_worker_dead_with_several_tasks_costs_none_of_them_an_attempt(
+    settings: Settings, make_reconciler: Reconcilers, ledger: PgLedger
+) -> None:
+    ids = enqueue_committed(settings, [TaskSpec("t.r", {}, max_attempts=1) for _ in range(3)])
+    await ledger.claim([(i, 0) for i in ids], "gone:3", lease_s=0.1)
+    await asyncio.sleep(0.2)
+    alerts: list[Finished] = []
+    counts = await (await make_reconciler(alert=alerts.append)).run_once()
+    assert (counts.expired, counts.dead, counts.released) == (3, 0, 3)
+    assert alerts == []
+    for task_id in ids:
+        row = await ledger.show(task_id)
+        assert (row["status"], row["attempts"], row["suspect"]) == ("pending", 0, True)
+        assert datetime.fromisoformat(row["run_at"]) <= datetime.now(UTC)  # due at once
+    assert "3 tasks in flight; attempt 1 not charged" in row["last_error"]
+
+
 async def test_overdue_pending_rows_are_published_when_no_relay_runs(
     settings: Settings, make_reconciler: Reconcilers, ledger: PgLedger
 ) -> None:
@@ -126,14 +143,15 @@ async def test_expired_lease_counts_as_an_attempt_then_ends_dead(
             TaskSpec("t.r", {}, max_attempts=1),
         ],
     )
-    # A worker that claims, then dies.
-    await ledger.claim([(retried, 0), (buried, 0)], "gone:1", lease_s=0.1)
+    # Two workers, each running one task alone, then dying.
+    await ledger.claim([(retried, 0)], "gone:1", lease_s=0.1)
+    await ledger.claim([(buried, 0)], "gone:2", lease_s=0.1)
     await asyncio.sleep(0.2)
     alerts: list[Finished] = []
     counts = await (await make_reconciler(alert=alerts.append)).run_once()
-    assert (counts.expired, counts.dead) == (2, 1)
+    assert (counts.expired, counts.dead, counts.released) == (2, 1, 0)
     again = await ledger.show(retried)
-    assert (again["status"], again["attempts"]) == ("pending", 1)
+    assert (again["status"], again["attempts"], again["suspect"]) == ("pending", 1, False)
     assert "lease expired: worker gone:1" in again["last_error"]
     # Its backoff (60 s) applies.
     assert datetime.fromisoformat(again["run_at"]) > datetime.fromisoformat(again["started_at"])

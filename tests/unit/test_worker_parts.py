@@ -29,11 +29,12 @@ from ledgerq.consumers.execute import Abort, TaskRunner
 from ledgerq.consumers.finisher import Finisher
 from ledgerq.consumers.group import GroupCommitter
 from ledgerq.consumers.handoff import Arrival, Claimed, Committed, Ended
-from ledgerq.consumers.intake import Intake
+from ledgerq.consumers.intake import Intake, TaskMessage, decode_message
 from ledgerq.consumers.leases import Leases
 from ledgerq.consumers.registry import Handler, Registry
 from ledgerq.ledger.errors import StorageError, TransientStorageError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Outcome
+from ledgerq.relay.broker.topology import message_body
 from ledgerq.relay.probes import Point
 
 # -- the broker's side: a channel that settles tags, deliveries that record ----------
@@ -347,6 +348,43 @@ async def test_claimer_claims_only_as_many_deliveries_as_there_are_free_slots(
     assert [[c.task.id for c in batch] for batch in started] == [[1, 2]]
     assert await claimer.claim_once() == 0  # no free slot: no claim at all
     assert len(ledger.claims) == 1
+
+
+async def test_claimer_runs_a_suspect_alone_once_every_slot_is_free(
+    channel: FakeChannel,
+) -> None:
+    acker, slots, started = Acker(max_waiting=0), Slots(4), list[list[Claimed]]()
+    ledger = ClaimLedger(won=[claimed_task(n, 1) for n in (1, 2, 3)])
+    claimer = claimer_for(ledger, acker, slots, started)
+    first, _ = arrive(acker, channel, (1, 0))
+    suspect = Arrival((2, 0), channel.deliver(body(2, 0)), alone=True)
+    acker.received(suspect.delivery)
+    third, _ = arrive(acker, channel, (3, 0))
+    slots.take(1)  # a handler from before is still running
+    for arrival in (first, suspect, third):
+        claimer.offer(arrival)
+
+    # A suspect waits: nothing new is claimed beside the handler still running.
+    assert await claimer.claim_once() == 0
+    assert ledger.claims == []
+    slots.give()
+    assert await claimer.claim_once() == 1
+    assert ledger.claims == [([(2, 0)], "w-1", 30.0)]
+    assert slots.alone and slots.free == 3
+    # While it runs, nothing else is claimed, though three slots are free.
+    assert await claimer.claim_once() == 0
+    assert list(claimer.inbox) == [first, third]
+    slots.give()  # the suspect's handler ended
+    assert not slots.alone
+    assert await claimer.claim_once() == 2
+    assert ledger.claims[-1][0] == [(1, 0), (3, 0)]
+
+
+def test_a_suspects_message_asks_to_run_alone_and_others_do_not() -> None:
+    assert decode_message(message_body(5, 2, alone=True)) == TaskMessage((5, 2), alone=True)
+    assert decode_message(message_body(5, 2)) == TaskMessage((5, 2), alone=False)
+    assert decode_message(b'{"id": 5, "epoch": 2, "alone": "yes"}') == TaskMessage((5, 2))
+    assert len(message_body(2**62, 2**62, alone=True)) < 80  # see intake.MAX_BODY_BYTES
 
 
 async def test_claimer_matches_winners_by_id_and_previous_epoch_so_a_stale_duplicate_is_skipped(
