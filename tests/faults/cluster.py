@@ -53,6 +53,12 @@ WORKER_ARGS = (
     "5",
 )
 
+#: The summary of every combined run in this session, for the closing totals.
+COMBINED_RUNS: list[dict[str, Any]] = []
+
+#: What each role logs once it is serving (see :meth:`Cluster.ready`).
+READY = {"relay": b"relay running", "worker": b" consuming "}
+
 #: Called on every pass of :meth:`Cluster.settle` with the seconds since it began.
 Tick = Callable[[float], Awaitable[None]]
 
@@ -129,6 +135,20 @@ class Cluster:
             conn.execute(EFFECTS_DDL)
         for member in self.members:
             self._start(member)
+        return self
+
+    async def ready(self, timeout: float = 60.0) -> Cluster:
+        """Wait until every member's latest start says it is serving. On a loaded
+        machine a process can take seconds to boot, and the test's reconciler
+        (stall window 3 s) would otherwise stand in for a relay still starting."""
+        deadline = time.monotonic() + timeout
+        for member in self.members:
+            marker = READY[member.role.split("-")[0]]
+            path = self.log_dir / f"{member.role}.log"
+            while path.read_bytes().count(marker) < member.starts:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{member.role} not serving after {timeout:.0f}s")
+                await asyncio.sleep(0.1)
         return self
 
     def supervise(self) -> None:

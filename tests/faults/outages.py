@@ -2,32 +2,26 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 
 from ledgerq.ledger.config import Settings
 from tests.harness import db
+from tests.rabbit import RabbitNode
 
 
-def rabbitmqctl(*args: str) -> None:
-    tool = shutil.which("rabbitmqctl")
-    assert tool, "rabbitmqctl is needed for broker-restart tests"
-    subprocess.run([tool, *args], check=True, capture_output=True, timeout=120)
-
-
-def restart_broker(down_s: float = 2.0) -> None:
-    """stop_app / start_app: every connection drops, durable queues and persistent
-    messages survive."""
-    rabbitmqctl("stop_app")
+def restart_broker(node: RabbitNode, down_s: float = 2.0) -> None:
+    """stop_app / start_app on the fault suite's own node: every connection drops,
+    durable queues and persistent messages survive."""
+    node.ctl("stop_app")
     try:
         time.sleep(down_s)
     finally:
         # Never leave the broker stopped: retry start_app a few times.
         for attempt in range(3):
             try:
-                rabbitmqctl("start_app")
-                rabbitmqctl("await_startup")
+                node.ctl("start_app")
+                node.ctl("await_startup")
                 break
             except subprocess.SubprocessError:
                 if attempt == 2:
@@ -38,12 +32,13 @@ def restart_broker(down_s: float = 2.0) -> None:
 def kill_backends(settings: Settings, pattern: str = "ledgerq-%") -> int:
     """pg_terminate_backend on every connection of the services: the relay, the
     workers and the reconciler (which runs in the test process, built by the
-    composition root like the others); not the test's own (``ledgerq-test*``)."""
+    composition root like the others); not the test's own (``ledgerq-test*``),
+    and none on another database (another suite may be running beside this one)."""
     with db(settings) as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE application_name LIKE %s AND application_name NOT LIKE 'ledgerq-test%%' "
-            "AND pid <> pg_backend_pid()",
+            "AND datname = current_database() AND pid <> pg_backend_pid()",
             (pattern,),
         ).fetchall()
     return sum(1 for r in rows if r[0])

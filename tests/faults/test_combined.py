@@ -4,7 +4,10 @@ restart, killed database connections and a relay kill, then the total-queue chec
 The fault schedule is drawn from a seed (``LEDGERQ_FAULT_SEED``, else random) and
 printed with the result; faults fire at fractions of progress, not at times, so
 a seed replays the same schedule on a slow or a fast machine. The short run is
-part of the default suite; ``pytest --long`` runs the long one.
+part of the default suite; ``pytest --long`` (``./scripts/test.sh --long``)
+runs twenty more, on consecutive seeds from ``LEDGERQ_FAULT_SEED_BASE`` (else
+random), and the session ends with the totals of every combined run
+(``tests/faults/conftest.py``).
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from sqlalchemy.orm import Session
 from ledgerq import TaskSpec, enqueue
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg.engines import sync_engine
-from tests.faults.cluster import MakeCluster, check, terminal_count
+from tests.faults.cluster import COMBINED_RUNS, MakeCluster, check, terminal_count
 from tests.faults.outages import kill_backends, restart_broker
 from tests.harness import enqueue_committed
+from tests.rabbit import RabbitNode
 
 
 @dataclass
@@ -60,12 +64,14 @@ def rolled_back(settings: Settings, n: int) -> None:
 async def run_combined(
     settings: Settings,
     make_cluster: MakeCluster,
+    broker_node: RabbitNode,
+    *,
     tasks: int,
     workers: int,
     worker_kills: int,
     db_kills: int,
+    seed: int,
 ) -> None:
-    seed = int(os.environ.get("LEDGERQ_FAULT_SEED") or random.randrange(2**32))
     faults = schedule(random.Random(seed), workers, worker_kills, db_kills)
     print(f"\ncombined run: seed={seed} tasks={tasks} workers={workers}")
     for fault in faults:
@@ -98,7 +104,7 @@ async def run_combined(
             elif fault.kind == "db_kill":
                 kill_backends(settings)
             else:
-                await asyncio.to_thread(restart_broker)
+                await asyncio.to_thread(restart_broker, broker_node)
             fired.append(f"{fault.kind} {fault.target} at {done:.1%} ({elapsed:.1f}s)")
 
     await cluster.settle(ids, timeout=300, tick=tick)
@@ -115,22 +121,54 @@ async def run_combined(
             "passes": len(cluster.reconciles),
             "republished": sum(c.republished for c in cluster.reconciles),
             "expired": sum(c.expired for c in cluster.reconciles),
+            "released": sum(c.released for c in cluster.reconciles),
             "overdue_published": sum(c.overdue_published for c in cluster.reconciles),
         },
         "verdict": verdict.as_dict(),
     }
     print(json.dumps(summary, indent=2))
+    COMBINED_RUNS.append(summary)
     assert not pending, f"faults never fired: {pending}"
     assert not cluster.internal_errors(), cluster.internal_errors()
     assert verdict.ok, summary
     assert verdict.terminal == {"succeeded": len(ids)}
 
 
-async def test_combined_short(settings: Settings, make_cluster: MakeCluster) -> None:
-    await run_combined(settings, make_cluster, tasks=2000, workers=3, worker_kills=4, db_kills=3)
+def _seed(variable: str) -> int:
+    return int(os.environ.get(variable) or random.randrange(2**32))
+
+
+async def test_combined_short(
+    settings: Settings, make_cluster: MakeCluster, broker_node: RabbitNode
+) -> None:
+    await run_combined(
+        settings,
+        make_cluster,
+        broker_node,
+        tasks=2000,
+        workers=3,
+        worker_kills=4,
+        db_kills=3,
+        seed=_seed("LEDGERQ_FAULT_SEED"),
+    )
+
+
+LONG_BASE = _seed("LEDGERQ_FAULT_SEED_BASE")
 
 
 @pytest.mark.long
 @pytest.mark.timeout(900)
-async def test_combined_long(settings: Settings, make_cluster: MakeCluster) -> None:
-    await run_combined(settings, make_cluster, tasks=20000, workers=3, worker_kills=15, db_kills=8)
+@pytest.mark.parametrize("run", range(20), ids=lambda n: f"run{n + 1:02d}")
+async def test_combined_long(
+    settings: Settings, make_cluster: MakeCluster, broker_node: RabbitNode, run: int
+) -> None:
+    await run_combined(
+        settings,
+        make_cluster,
+        broker_node,
+        tasks=3000,
+        workers=3,
+        worker_kills=6,
+        db_kills=4,
+        seed=(LONG_BASE + run) % 2**32,
+    )

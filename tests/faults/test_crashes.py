@@ -49,11 +49,8 @@ async def test_worker_killed_at_a_crash_point_loses_nothing(
 async def test_relay_killed_between_publish_and_mark_loses_nothing(
     settings: Settings, make_cluster: MakeCluster
 ) -> None:
-    cluster = await make_cluster(
-        start=False, workers=2, relay_env={"LEDGERQ_CRASH_AT": "relay.after_publish"}
-    )
-    ids = enqueue_committed(settings, _work(200))
-    cluster.start()
+    cluster = await make_cluster(workers=2, relay_env={"LEDGERQ_CRASH_AT": "relay.after_publish"})
+    ids = enqueue_committed(settings, _work(200))  # one batch for the relay
     await cluster.settle(ids)
     assert cluster.members[0].exits[:1] == [-signal.SIGKILL]
     await cluster.verify(ids, effects_expected=ids)  # duplicates were published; none ran twice
@@ -82,13 +79,14 @@ async def test_a_task_that_kills_its_worker_is_found_without_charging_its_neighb
     """Healthy tasks that may not fail once share a worker with a killer. The first
     death releases them all uncharged as suspects; each then runs alone, and only
     the killer, dying alone, is charged until it is dead."""
-    cluster = await make_cluster(start=False, workers=1)
+    cluster = await make_cluster(workers=1)
     healthy = enqueue_committed(
         settings,
-        [TaskSpec("fault.write", {"n": i, "sleep": 1.0}, max_attempts=1) for i in range(6)],
+        [TaskSpec("fault.write", {"n": i, "sleep": 1.5}, max_attempts=1) for i in range(6)],
     )
-    cluster.start()
-    await asyncio.sleep(0.5)  # the healthy tasks are in flight when the killer arrives
+    async with asyncio.timeout(30):  # the healthy tasks are in flight when the killer comes
+        while (await ledger.stats())["by_status"].get("running", 0) < 6:
+            await asyncio.sleep(0.05)
     [killer] = enqueue_committed(
         settings, [TaskSpec("fault.poison", {}, max_attempts=2, retry=[0.1])]
     )

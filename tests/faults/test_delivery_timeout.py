@@ -15,7 +15,6 @@ duration, then restores both.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,34 +24,29 @@ from ledgerq import TaskSpec
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.faults.cluster import MakeCluster
-from tests.faults.outages import rabbitmqctl
 from tests.harness import enqueue_committed
-
-
-def _get_env(key: str) -> str:
-    out = subprocess.run(
-        ["rabbitmqctl", "eval", f"application:get_env(rabbit, {key})."],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
-    return out.strip().removeprefix("{ok,").removesuffix("}")
+from tests.rabbit import RabbitNode
 
 
 @pytest.fixture
-def short_consumer_timeout() -> Iterator[None]:
-    saved = {key: _get_env(key) for key in ("consumer_timeout", "channel_tick_interval")}
-    rabbitmqctl("eval", "application:set_env(rabbit, consumer_timeout, 2000).")
-    rabbitmqctl("eval", "application:set_env(rabbit, channel_tick_interval, 500).")
+def short_consumer_timeout(broker_node: RabbitNode) -> Iterator[None]:
+    """Lower the fault suite's own node's delivery timeout to 2 s, and restore it."""
+
+    def get_env(key: str) -> str:
+        out = broker_node.ctl("eval", f"application:get_env(rabbit, {key}).")
+        return out.strip().removeprefix("{ok,").removesuffix("}")
+
+    saved = {key: get_env(key) for key in ("consumer_timeout", "channel_tick_interval")}
+    broker_node.ctl("eval", "application:set_env(rabbit, consumer_timeout, 2000).")
+    broker_node.ctl("eval", "application:set_env(rabbit, channel_tick_interval, 500).")
     try:
         yield
     finally:
         for key, value in saved.items():
             if value.isdigit():
-                rabbitmqctl("eval", f"application:set_env(rabbit, {key}, {value}).")
+                broker_node.ctl("eval", f"application:set_env(rabbit, {key}, {value}).")
             else:
-                rabbitmqctl("eval", f"application:unset_env(rabbit, {key}).")
+                broker_node.ctl("eval", f"application:unset_env(rabbit, {key}).")
 
 
 async def test_long_task_past_the_delivery_timeout_runs_once(

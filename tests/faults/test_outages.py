@@ -9,6 +9,7 @@ from ledgerq.ledger.config import Settings
 from tests.faults.cluster import MakeCluster, terminal_count
 from tests.faults.outages import kill_backends, restart_broker
 from tests.harness import enqueue_committed
+from tests.rabbit import RabbitNode
 
 
 def _work(n: int, sleep: float) -> list[TaskSpec]:
@@ -16,7 +17,7 @@ def _work(n: int, sleep: float) -> list[TaskSpec]:
 
 
 async def test_broker_restart_with_tasks_in_flight(
-    settings: Settings, make_cluster: MakeCluster
+    settings: Settings, make_cluster: MakeCluster, broker_node: RabbitNode
 ) -> None:
     cluster = await make_cluster(workers=2)
     ids = enqueue_committed(settings, _work(400, sleep=0.02))
@@ -24,7 +25,7 @@ async def test_broker_restart_with_tasks_in_flight(
 
     async def tick(elapsed: float) -> None:
         if not restarted and await terminal_count(cluster.ledger, ids) > 60:
-            await asyncio.to_thread(restart_broker)
+            await asyncio.to_thread(restart_broker, broker_node)
             restarted.append(elapsed)
 
     await cluster.settle(ids, timeout=150, tick=tick)

@@ -18,9 +18,7 @@ CA stops a command with one line and exit 69; a missing CA file is exit 78.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -41,52 +39,24 @@ from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import upgrade
 from ledgerq.ledger.pg.notify import Wakeup
 from ledgerq.relay.reconciler import ReconcilerConfig
+from tests import rabbit
 from tests.harness import Pipeline, enqueue_committed
+from tests.rabbit import RabbitNode, as_user, chown, free_port
 from tests.support import ledgerq
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 #: In the database URL (the test cluster trusts everyone): it must never be printed.
 DB_PASSWORD = "Tls-pw-4417"
 EX_UNAVAILABLE, EX_CONFIG = 69, 78
 
-if not (PG_BIN / "initdb").exists() or not (RABBITMQ_BIN / "rabbitmq-server").exists():
+if not (PG_BIN / "initdb").exists() or not rabbit.available():
     pytest.skip("needs PostgreSQL 15 and RabbitMQ server binaries", allow_module_level=True)
 if shutil.which("openssl") is None:
     pytest.skip("needs the openssl command line", allow_module_level=True)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def as_user(user: str) -> list[str]:
-    """Run as ``user`` when we are root (PostgreSQL and RabbitMQ refuse root)."""
-    return ["runuser", "-u", user, "--"] if os.geteuid() == 0 else []
-
-
-def chown(path: Path, user: str) -> None:
-    if os.geteuid() == 0:
-        for item in [path, *path.rglob("*")]:
-            shutil.chown(item, user, user)
-
-
 def run(*args: str | Path, timeout: float = 60) -> None:
     subprocess.run([str(a) for a in args], check=True, capture_output=True, timeout=timeout)
-
-
-def wait_for_port(port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 @dataclass(frozen=True)
@@ -193,44 +163,21 @@ def tls_rabbitmq(workdir: Path, pki: Pki) -> Iterator[int]:
     """A second RabbitMQ node with a TLS listener and no plain one. Yields its port."""
     home = workdir / "rabbitmq"
     ca, cert, key = server_files(pki, home, "rabbitmq")
-    port, node = free_port(), f"lqtls{os.getpid()}@localhost"
-    (home / "rabbitmq.conf").write_text(
-        f"listeners.tcp = none\nlisteners.ssl.default = 127.0.0.1:{port}\n"
-        f"ssl_options.cacertfile = {ca}\nssl_options.certfile = {cert}\n"
-        f"ssl_options.keyfile = {key}\nssl_options.verify = verify_none\n"
-        "ssl_options.fail_if_no_peer_cert = false\nloopback_users = none\n"
+    port = free_port()
+    node = RabbitNode(
+        home,
+        port=port,
+        config=(
+            f"listeners.tcp = none\nlisteners.ssl.default = 127.0.0.1:{port}\n"
+            f"ssl_options.cacertfile = {ca}\nssl_options.certfile = {cert}\n"
+            f"ssl_options.keyfile = {key}\nssl_options.verify = verify_none\n"
+            "ssl_options.fail_if_no_peer_cert = false\nloopback_users = none\n"
+        ),
     )
-    (home / "enabled_plugins").write_text("[].\n")
-    (home / "rabbitmq-env.conf").write_text("")  # not the main node's /etc/rabbitmq one
-    chown(home, "rabbitmq")
-    env = {
-        "HOME": str(home),  # its own Erlang cookie
-        "RABBITMQ_CONF_ENV_FILE": str(home / "rabbitmq-env.conf"),
-        "RABBITMQ_NODENAME": node,
-        "RABBITMQ_NODE_PORT": str(free_port()),
-        "RABBITMQ_DIST_PORT": str(free_port()),
-        "RABBITMQ_MNESIA_BASE": str(home / "mnesia"),
-        "RABBITMQ_LOG_BASE": str(home / "log"),
-        "RABBITMQ_CONFIG_FILE": str(home / "rabbitmq.conf"),
-        "RABBITMQ_ENABLED_PLUGINS_FILE": str(home / "enabled_plugins"),
-        "RABBITMQ_PID_FILE": str(home / "pid"),
-        "ERL_EPMD_ADDRESS": "127.0.0.1",
-    }
-    command = [*as_user("rabbitmq"), "env", *(f"{k}={v}" for k, v in env.items())]
     try:
-        run(*command, RABBITMQ_BIN / "rabbitmq-server", "-detached")
-        wait_for_port(port, timeout=45)
-        yield port
+        yield node.start().port
     finally:
-        stopped = subprocess.run(
-            [*command, str(RABBITMQ_BIN / "rabbitmqctl"), "-n", node, "stop"],
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-        pid_file = home / "pid"
-        if stopped.returncode != 0 and pid_file.exists():  # the node we started, by its pid
-            os.kill(int(pid_file.read_text().strip()), 9)
+        node.stop()
 
 
 def database_url(port: int, root_cert: Path | str, sslmode: str = "verify-full") -> str:
