@@ -12,9 +12,10 @@ idle-in-transaction timeout, so a stuck client cannot hold locks or stop vacuum.
 trying for ``Settings.connect_wait_s`` while the server cannot be reached, and
 fails at once, without retrying, when the server answers "no": wrong user or
 password (:class:`CredentialsRefusedError`) or no such database
-(:class:`SchemaError`: run ``ledgerq migrate``, which creates it). libpq reports
-both without an SQLSTATE, so they are told apart by the server's (English)
-message.
+(:class:`SchemaError`: run ``ledgerq migrate``, which creates it), or the
+server's TLS certificate is not accepted (wrong CA or host name: a
+:class:`ServiceUnavailableError` at once, as for RabbitMQ). libpq reports all
+three without an SQLSTATE, so they are told apart by the (English) message.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ _REFUSED = re.compile(
     r"|authentication failed|permission denied for database"
 )
 _NO_DATABASE = re.compile(r'database "(?P<name>.*)" does not exist')
+#: libpq's words for a server certificate it did not accept (wrong CA, wrong host
+#: name): retrying cannot help, so the command stops at once, as for RabbitMQ.
+_CERTIFICATE = re.compile(r"certificate verify failed|does not match host name")
 #: Seconds between attempts while PostgreSQL cannot be reached.
 RETRY_EVERY_S = 0.5
 
@@ -125,9 +129,10 @@ def connect_waiting(
             refusal = _refusal(exc, target)
             if refusal is not None:
                 raise refusal from exc
-            if time.monotonic() + RETRY_EVERY_S > deadline:
+            untrusted = _CERTIFICATE.search(str(exc)) is not None
+            if untrusted or time.monotonic() + RETRY_EVERY_S > deadline:
                 reason = mask_text(first_line(exc), secrets_of(target))
-                if settings.connect_wait_s:
+                if settings.connect_wait_s and not untrusted:
                     reason += f" (tried for {settings.connect_wait_s:g} s)"
                 raise ServiceUnavailableError("PostgreSQL", target, reason) from exc
         time.sleep(RETRY_EVERY_S)

@@ -35,7 +35,7 @@ from ledgerq import AsyncTaskContext, Registry, TaskSpec
 from ledgerq.compose import open_reconciler, open_relay
 from ledgerq.ledger.config import ConfigError, Settings
 from ledgerq.ledger.errors import ServiceUnavailableError
-from ledgerq.ledger.pg.engines import libpq_url
+from ledgerq.ledger.pg.engines import connect_waiting, libpq_url
 from ledgerq.ledger.pg.migrate import upgrade
 from ledgerq.ledger.pg.notify import Wakeup
 from ledgerq.relay.reconciler import ReconcilerConfig
@@ -330,12 +330,17 @@ def test_database_certificate_from_another_ca_is_refused_with_one_line(
     tls_settings: Settings, tls_postgres: int, pki: Pki
 ) -> None:
     wrong = replace(tls_settings, database_url=database_url(tls_postgres, pki.other_ca))
-    result = ledgerq(wrong, "stats")
+    started = time.monotonic()
+    with pytest.raises(ServiceUnavailableError, match="certificate verify failed"):
+        connect_waiting(replace(wrong, connect_wait_s=30.0))
+    assert time.monotonic() - started < 10  # refused at once, not retried for 30 s
+    result = ledgerq(wrong, "stats", LEDGERQ_CONNECT_WAIT_S="30")
     assert result.returncode == EX_UNAVAILABLE
     line = one_line(result)
     assert line.startswith("ledgerq: cannot reach PostgreSQL at postgresql+psycopg://postgres:***@")
     assert "certificate verify failed" in line
     assert f"sslrootcert={pki.other_ca}" in line  # the TLS parameters are shown, not lost
+    assert "(tried for" not in line
     assert DB_PASSWORD not in result.stderr + result.stdout
     good = ledgerq(tls_settings, "stats", "--json")
     assert good.returncode == 0, good.stderr
