@@ -138,7 +138,8 @@ class InspectionLedger(Protocol):
     async def timings(self, ids: Iterable[int]) -> list[TaskTiming]: ...
 
     async def truncate(self) -> None:
-        """Delete every task, live and finished (tests, demo and benchmark only)."""
+        """Delete every task, live and finished, and every permanent key (tests, demo
+        and benchmark only)."""
         ...
 
     async def seed_history(self, rows: int) -> None:
