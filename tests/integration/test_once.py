@@ -132,8 +132,8 @@ def test_a_refused_once_enqueue_leaves_the_transaction_usable(engine: Engine) ->
 async def test_aenqueue_and_a_raw_psycopg_connection_share_the_key(settings: Settings) -> None:
     engine = async_engine(settings, "test-once-async", pool_size=1)
     try:
-        async with engine.begin() as conn:
-            first = await aenqueue(conn, "points.give", business_key="mixed", once=True)
+        async with engine.begin() as session:
+            first = await aenqueue(session, "points.give", business_key="mixed", once=True)
     finally:
         await engine.dispose()
     with psycopg.connect(libpq_url(settings.database_url)) as conn, conn.transaction():

@@ -152,7 +152,7 @@ def test_the_migration_upgrades_a_ledger_with_history_in_place(base_settings: Se
         upgrade(settings)
         with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
             after = conn.execute("SELECT * FROM ledgerq_history ORDER BY id").fetchall()
-            placed = dict(
+            placed: dict[str, int] = dict(
                 conn.execute(
                     "SELECT tableoid::regclass::text, count(*) FROM ledgerq_history GROUP BY 1"
                 ).fetchall()
