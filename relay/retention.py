@@ -113,8 +113,9 @@ class RetentionCounts:
         return self.dropped_rows + self.deleted_rows
 
     def count_removed(self, status: str, n: int, progress: Progress) -> None:
-        self.by_status[status] = self.by_status.get(status, 0) + n
-        progress(n)
+        if n:
+            self.by_status[status] = self.by_status.get(status, 0) + n
+            progress(n)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -135,12 +135,12 @@ def purge(
         return
     data = asyncio.run(_purge(settings, age, chosen, dry_run, yes, as_json))
 
-    def render(console: Console) -> None:
+    def render(_: Console) -> None:
         by = ", ".join(f"{s} {n}" for s, n in data["matched"].items()) or "no status"
         if dry_run:
-            console.print(f"dry run: would remove {data['total']} finished tasks ({by})")
+            click.echo(f"dry run: would remove {data['total']} finished tasks ({by})")
             return
-        console.print(
+        click.echo(
             f"removed {data['removed']} finished tasks ({by}): {data['dropped']} day "
             f"partitions dropped holding {data['dropped_rows']}, {data['deleted_rows']} "
             f"deleted in batches, in {data['elapsed_s']:.2f} s"
