@@ -27,6 +27,7 @@ from sqlalchemy.engine import make_url
 
 from ledgerq import TaskSpec
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.errors import StorageError
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
@@ -343,3 +344,15 @@ async def test_purge_asks_on_a_terminal_and_does_nothing_unless_told_yes(
     code, output = purge_answering("y\n")
     assert code == 0 and "removed 2 finished tasks" in output
     assert where(raw) == {}
+
+
+async def test_the_partition_functions_refuse_anything_but_a_terminal_status(
+    ledger: PgLedger,
+) -> None:
+    today = (await ledger.database_now()).astimezone(UTC).date()
+    for status in ("running", "succeeded; DROP TABLE ledgerq_tasks", ""):
+        with pytest.raises(StorageError, match="not a terminal status"):
+            await ledger.add_history_day(status, today)
+        with pytest.raises(StorageError, match="not a terminal status"):
+            await ledger.purge_history_batch(status, datetime.now(UTC), 10)
+    assert (await ledger.stats())["total"] == 0
