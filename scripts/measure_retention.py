@@ -19,8 +19,14 @@ Parts (``--part``, default all):
   Runs on the code before partitioning too (then without partitions).
 - ``dedupe``: enqueue cost per task, one task per transaction and in batches of
   1,000: no key, ``unique=True`` and ``once=True`` (distinct keys).
+- ``finish``: the hot path's statement alone: ``--tasks`` tasks enqueued and
+  claimed, then finished ``succeeded`` 100 per ``finish`` (the worker's batch);
+  median milliseconds per statement. Runs on the code before partitioning too.
+- ``migrate``: a ledger at revision 0003 with ``--rows`` finished tasks in its
+  (unpartitioned) history, upgraded to head in place; seconds (runs once).
 
-Every step goes through the storage seam or ``enqueue``; nothing here is SQL.
+Every step on the ledger goes through the storage seam or ``enqueue``; the only
+SQL here drops the throwaway database before ``migrate`` rebuilds it.
 """
 
 from __future__ import annotations
@@ -34,21 +40,28 @@ from collections.abc import Callable
 from datetime import UTC, timedelta
 from typing import Any
 
+import psycopg
+from psycopg import sql
 from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from ledgerq import TaskSpec, enqueue, enqueue_many
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import async_engine, sync_engine
+from ledgerq.ledger.pg.engines import async_engine, libpq_url, sync_engine
 from ledgerq.ledger.pg.migrate import upgrade
 
 KEPT_DAYS = {"succeeded": 8, "dead": 91, "cancelled": 31}
 
 
-def median_of(repeat: int, measure: Callable[[], float]) -> dict[str, Any]:
-    runs = [measure() for _ in range(repeat)]
+def summary(runs: list[float]) -> dict[str, Any]:
     return {"runs": [round(r, 4) for r in runs], "median": round(statistics.median(runs), 4)}
+
+
+def median_of(repeat: int, measure: Callable[[], float]) -> dict[str, Any]:
+    return summary([measure() for _ in range(repeat)])
 
 
 async def purge(ledger: PgLedger, rows: int, repeat: int) -> dict[str, Any]:
@@ -82,8 +95,8 @@ async def purge(ledger: PgLedger, rows: int, repeat: int) -> dict[str, Any]:
     await ledger.add_history_day("succeeded", today)
     return {
         "rows": rows,
-        "drop_day_s": {"runs": drops, "median": statistics.median(drops)},
-        "delete_batches_s": {"runs": deletes, "median": statistics.median(deletes)},
+        "drop_day_s": summary(drops),
+        "delete_batches_s": summary(deletes),
     }
 
 
@@ -147,23 +160,65 @@ def dedupe(engine: Engine, repeat: int, single: int = 3000, batch: int = 20_000)
     return result
 
 
+async def finish(ledger: PgLedger, engine: Engine, tasks: int, repeat: int) -> dict[str, Any]:
+    async def once() -> list[float]:
+        await ledger.truncate()
+        with Session(engine) as session, session.begin():
+            ids = enqueue_many(session, [TaskSpec("measure.finish") for _ in range(tasks)])
+        timings = []
+        for at in range(0, len(ids), 100):
+            claimed = await ledger.claim([(i, 0) for i in ids[at : at + 100]], "measure", 60.0)
+            started = time.perf_counter()
+            done = await ledger.finish([Outcome.succeeded(c.fence) for c in claimed])
+            timings.append(time.perf_counter() - started)
+            assert len(done) == len(claimed) == len(ids[at : at + 100])
+        return timings
+
+    runs = [statistics.median(await once()) * 1000 for _ in range(repeat)]
+    await ledger.truncate()
+    return {"tasks": tasks, "finish_100_ms": summary(runs)}
+
+
+async def migrate(settings: Settings, rows: int) -> dict[str, Any]:
+    url = make_url(settings.database_url)
+    maintenance = libpq_url(url.set(database="postgres").render_as_string(hide_password=False))
+    with psycopg.connect(maintenance, autocommit=True) as conn:
+        name = sql.Identifier(url.database or "")
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+    upgrade(settings, "0003")
+    ledger = PgLedger(async_engine(settings, "ledgerq-measure", pool_size=1))
+    try:
+        await ledger.seed_history(rows)
+    finally:
+        await ledger.dispose()
+    started = time.perf_counter()
+    upgrade(settings)
+    return {"history_rows": rows, "upgrade_s": round(time.perf_counter() - started, 3)}
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--part", choices=["all", "purge", "lookups", "dedupe"], default="all")
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parts = ["all", "purge", "lookups", "dedupe", "migrate", "finish"]
+    parser.add_argument("--part", choices=parts, default="all")
     args = parser.parse_args()
     settings = Settings(database_url=args.database_url, statement_timeout_ms=0)
+    result: dict[str, Any] = {}
+    if args.part in ("all", "migrate"):
+        result["migrate"] = await migrate(settings, args.rows)
     upgrade(settings)
     ledger = PgLedger(async_engine(settings, "ledgerq-measure", pool_size=1))
     engine = sync_engine(settings, "ledgerq-measure", pool_size=1)
-    result: dict[str, Any] = {}
     try:
         if args.part in ("all", "purge"):
             result["purge"] = await purge(ledger, args.rows, args.repeat)
         if args.part in ("all", "lookups"):
             result["lookups"] = await lookups(ledger, args.rows)
+        if args.part in ("all", "finish"):
+            result["finish"] = await finish(ledger, engine, args.tasks, args.repeat)
         if args.part in ("all", "dedupe"):
             await ledger.truncate()
             result["dedupe"] = await asyncio.to_thread(dedupe, engine, args.repeat)
