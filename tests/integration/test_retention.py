@@ -130,6 +130,16 @@ async def test_a_finish_time_outside_every_day_goes_to_the_default_partition(
     assert (await ledger.stats())["by_status"] == {"succeeded": 1, "cancelled": 1}
 
 
+def indexes(settings: Settings) -> set[str]:
+    """The indexes of ``ledgerq_history`` itself (not those of its partitions)."""
+    with psycopg.connect(libpq_url(settings.database_url)) as conn:
+        rows = conn.execute(
+            "SELECT indexrelid::regclass::text FROM pg_index "
+            "WHERE indrelid = 'ledgerq_history'::regclass"
+        ).fetchall()
+    return {str(name) for (name,) in rows}
+
+
 def test_the_migration_upgrades_a_ledger_with_history_in_place(base_settings: Settings) -> None:
     url = make_url(base_settings.database_url)
     name = f"{url.database}_retention_upgrade"
@@ -149,6 +159,8 @@ def test_the_migration_upgrades_a_ledger_with_history_in_place(base_settings: Se
                 "timestamptz '2026-01-10 12:00+00' - make_interval(days => g % 3) "
                 "FROM generate_series(1, 300) AS g"
             )
+            # An index a later migration might have added: it moves with the table.
+            conn.execute("CREATE INDEX ledgerq_history_extra ON ledgerq_history (kind, created_at)")
             before = conn.execute("SELECT * FROM ledgerq_history ORDER BY id").fetchall()
         upgrade(settings)
         with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
@@ -173,10 +185,18 @@ def test_the_migration_upgrades_a_ledger_with_history_in_place(base_settings: Se
         history = [c[2:] for c in columns if c[0] == "ledgerq_history"]
         tasks = [c[2:] for c in columns if c[0] == "ledgerq_tasks"]
         assert history == tasks  # same names, types and NOT NULL, in the same order
+        assert indexes(settings) == {
+            "ledgerq_history_id", "ledgerq_history_finished", "ledgerq_history_status_kind",
+            "ledgerq_history_business_key", "ledgerq_history_parent", "ledgerq_history_extra",
+        }  # fmt: skip
 
         command.downgrade(alembic_config(settings.database_url), "0003")
         with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
             assert conn.execute("SELECT * FROM ledgerq_history ORDER BY id").fetchall() == before
+        assert indexes(settings) == {
+            "ledgerq_history_pk", "ledgerq_history_finished", "ledgerq_history_status_kind",
+            "ledgerq_history_business_key", "ledgerq_history_parent", "ledgerq_history_extra",
+        }  # fmt: skip
     finally:
         with psycopg.connect(maintenance, autocommit=True) as conn:
             conn.execute(drop)
