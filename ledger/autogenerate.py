@@ -19,6 +19,11 @@ covered the day it is added. Everything belonging to one of those tables
 (its columns, indexes and constraints) is left out with it; every other name is
 the application's and is compared as usual. Names are matched whatever the
 schema, since ledgerq's tables live in the connection's default schema.
+
+History's day partitions are created at run time (by the reconciler's retention
+pass, see ``relay/retention.py``), so no migration names them: a table named
+``<table>_pYYYYMMDD`` after one of ledgerq's tables is ledgerq's too, and so is
+everything belonging to it.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ _CREATED = re.compile(
     r"(?:\"?[A-Za-z_][A-Za-z0-9_]*\"?\.)?\"?([A-Za-z_][A-Za-z0-9_]*)",
     re.IGNORECASE,
 )
+#: A day partition of one of ledgerq's tables: ``ledgerq_history_dead_p20261123``.
+_DAY_PARTITION = re.compile(r"(?P<parent>[A-Za-z_][A-Za-z0-9_]*)_p[0-9]{8}")
 
 
 def _rendered_migrations() -> str:
@@ -71,8 +78,17 @@ def is_ledgerq_name(name: str | None, type_: str, table_name: str | None = None)
     if type_ == "schema":
         return False
     if type_ == "table":
-        return name in schema["table"]
-    return table_name in schema["table"] or name in schema["index"]
+        return _is_ledgerq_table(name, schema)
+    return _is_ledgerq_table(table_name, schema) or name in schema["index"]
+
+
+def _is_ledgerq_table(name: str | None, schema: Mapping[str, frozenset[str]]) -> bool:
+    if name is None:
+        return False
+    partition = _DAY_PARTITION.fullmatch(name)
+    return name in schema["table"] or (
+        partition is not None and partition["parent"] in schema["table"]
+    )
 
 
 def include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:

@@ -137,6 +137,15 @@ SETTINGS = (
         None,
         "PEM private key (unencrypted) of LEDGERQ_AMQP_CERT_FILE, if not in that file",
     ),
+    *(
+        Setting(
+            f"retention_{status}_days",
+            f"LEDGERQ_RETENTION_{status.upper()}_DAYS",
+            None,
+            f"days a {status} task is kept in history before the reconciler purges it (0: forever)",
+        )
+        for status in ("succeeded", "dead", "cancelled")
+    ),
 )
 BY_FIELD = {s.field: s for s in SETTINGS}
 
@@ -157,6 +166,10 @@ class Settings:
     amqp_ca_file: str | None = None
     amqp_cert_file: str | None = None
     amqp_key_file: str | None = None
+    #: Retention per terminal status, in days (0: kept forever); see relay/retention.py.
+    retention_succeeded_days: float = 7.0
+    retention_dead_days: float = 90.0
+    retention_cancelled_days: float = 30.0
     #: Where each value came from: ``--flag``, ``ENV_VAR`` or ``default`` (from_env).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -338,5 +351,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "amqp_ca_file": parse_tls_file,
     "amqp_cert_file": parse_tls_file,
     "amqp_key_file": parse_tls_file,
+    "retention_succeeded_days": _number(0, 36_500, "days", float),
+    "retention_dead_days": _number(0, 36_500, "days", float),
+    "retention_cancelled_days": _number(0, 36_500, "days", float),
 }
 assert set(_PARSERS) == set(BY_FIELD) == {f.name for f in fields(Settings)} - {"sources"}

@@ -45,7 +45,8 @@ SELECT id, EXTRACT(EPOCH FROM created_at)::float8 AS created,
 FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 
 -- name: truncate
-TRUNCATE ledgerq_tasks, ledgerq_history
+-- Every task, and every permanent de-duplication key with them.
+TRUNCATE ledgerq_tasks, ledgerq_history, ledgerq_unique_keys
 
 -- name: clear_finished
 -- Finished rows go; synthetic ones (ids <= 0) stay.

@@ -8,6 +8,7 @@ never see a row object of the database driver.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 from typing import Any, Literal
 
 from ledgerq.ledger.retry import RetryPolicy
@@ -148,3 +149,12 @@ class TaskTiming:
     published: float | None
     started: float | None
     finished: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryDay:
+    """One day partition of history: the tasks of ``status`` that finished on ``day``
+    (UTC)."""
+
+    status: str
+    day: date

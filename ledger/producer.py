@@ -6,6 +6,17 @@ own Session or Connection (SQLAlchemy, or a raw psycopg 3 one: see
 caller's business transaction commits, and never if it rolls back. Everything is
 validated before the INSERT, so bad input raises
 :class:`~ledgerq.ledger.errors.InvalidTaskError` and writes nothing.
+
+De-duplication by ``business_key`` comes in two strengths. ``unique=True``: one
+*live* task per (kind, key), through a partial unique index on the hot table;
+once it finishes, the key is free again. ``once=True``: the key is *permanent*
+(``ledgerq_unique_keys``, primary key (kind, key)), taken in the caller's
+transaction with the new task's id, so a second enqueue of that kind and key
+never creates a task, even years after the first finished or was purged.
+Either way a duplicate inserts nothing and returns the id of the task holding
+the key. Producers racing on one key agree through the index or the primary
+key (the second waits for the first to commit or roll back), never through a
+check-then-insert.
 """
 
 from __future__ import annotations
@@ -15,6 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
+
+from sqlalchemy import TextClause
 
 from ledgerq.ledger import validation as v
 from ledgerq.ledger.errors import InvalidTaskError, LedgerqError
@@ -39,6 +52,7 @@ class TaskSpec:
     queue: str = "default"
     business_key: str | None = None
     unique: bool = False
+    once: bool = False
     run_at: datetime | None = None
     delay: float | timedelta | None = None
     priority: int = 0
@@ -74,6 +88,9 @@ class TaskSpec:
         business_key = v.check_business_key(self.business_key)
         if v.check_flag(self.unique, "unique") and business_key is None:
             raise InvalidTaskError("unique=True needs a business_key to de-duplicate on")
+        once = v.check_flag(self.once, "once")
+        if once and business_key is None:
+            raise InvalidTaskError("once=True needs a business_key to de-duplicate on")
         run_at, delay_s = v.resolve_due(self.run_at, self.delay)
         policy = v.check_retry(self.retry)
         return {
@@ -81,7 +98,9 @@ class TaskSpec:
             "queue": v.check_name(self.queue, "queue"),
             "payload": v.encode_payload({} if self.payload is None else self.payload),
             "business_key": business_key,
-            "dedupe_key": business_key if self.unique else None,
+            # once=True: the permanent key (ledgerq_unique_keys) covers live duplicates too.
+            "dedupe_key": business_key if self.unique and not once else None,
+            "once": once,
             "priority": v.check_priority(self.priority),
             "shard": v.check_int_option(self.shard, "shard", maximum=v.MAX_SHARD),
             "run_at": run_at,
@@ -121,8 +140,26 @@ def _chunks(specs: Iterable[TaskSpec]) -> Iterable[list[TaskSpec]]:
         yield chunk
 
 
-def _dedupe(params: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": params["kind"], "dedupe_key": params["dedupe_key"]}
+def _lookup(params: dict[str, Any]) -> tuple[TextClause, TextClause, dict[str, Any]]:
+    """The INSERT for one task, the SELECT that finds the duplicate it met, and that
+    SELECT's parameters: the permanent key (once=True) or the live one (unique=True)."""
+    if params["once"]:
+        key = {"kind": params["kind"], "business_key": params["business_key"]}
+        return Q.insert_task_once, Q.once_task_id, key
+    return (
+        Q.insert_task,
+        Q.live_id_by_dedupe_key,
+        {
+            "kind": params["kind"],
+            "dedupe_key": params["dedupe_key"],
+        },
+    )
+
+
+def _batch_statement(chunk: Sequence[TaskSpec]) -> TextClause:
+    """``insert_tasks``, or ``insert_tasks_once`` when a spec of the chunk has once=True
+    (so batches without permanent keys pay nothing for them)."""
+    return Q.insert_tasks_once if any(spec.once for spec in chunk) else Q.insert_tasks
 
 
 # A live duplicate can finish between the INSERT that met it and the SELECT that
@@ -132,8 +169,8 @@ _UNIQUE_TRIES = 5
 
 def _unique_race_lost(params: dict[str, Any]) -> LedgerqError:
     return LedgerqError(
-        f"could not enqueue {params['kind']!r} with business_key {params['dedupe_key']!r}: "
-        "its live duplicate kept finishing between insert and lookup"
+        f"could not enqueue {params['kind']!r} with business_key {params['business_key']!r}: "
+        "its duplicate kept disappearing between insert and lookup"
     )
 
 
@@ -141,12 +178,15 @@ def enqueue(executor: Executor, kind: str, payload: Any = None, **options: Any) 
     """Insert one task in ``executor``'s transaction and return its id.
 
     With ``unique=True`` and a ``business_key``, a live task of the same kind and
-    key is reused: its id is returned and nothing is inserted.
+    key is reused: its id is returned and nothing is inserted. With ``once=True``,
+    the key is permanent: the id of the task that first took it is returned (even
+    if that task finished long ago) and nothing is inserted.
     """
     run = runner(executor, "enqueue")
     params = TaskSpec(kind, payload, **options).params()
+    insert, lookup, key = _lookup(params)
     for _ in range(_UNIQUE_TRIES):
-        rows = run(Q.insert_task, params) or run(Q.live_id_by_dedupe_key, _dedupe(params))
+        rows = run(insert, params) or run(lookup, key)
         if rows:
             return int(rows[0][0])
     raise _unique_race_lost(params)
@@ -155,12 +195,15 @@ def enqueue(executor: Executor, kind: str, payload: Any = None, **options: Any) 
 def enqueue_many(executor: Executor, specs: Iterable[TaskSpec]) -> list[int]:
     """Insert many tasks, one statement per 5,000; return the new ids in input order.
 
-    Tasks skipped as live duplicates (``unique=True``) are left out of the result.
+    Tasks skipped as duplicates (``unique=True`` or ``once=True``) are left out of the
+    result.
     """
     run = runner(executor, "enqueue_many")
     ids: list[int] = []
     for chunk in _chunks(specs):
-        ids.extend(int(r[0]) for r in run(Q.insert_tasks, {"rows": _rows_document(chunk)}))
+        document = _rows_document(chunk)  # validates every spec first
+        rows = run(_batch_statement(chunk), {"rows": document})
+        ids.extend(int(r[0]) for r in rows)
     return ids
 
 
@@ -168,9 +211,9 @@ async def aenqueue(executor: AsyncExecutor, kind: str, payload: Any = None, **op
     """:func:`enqueue` on an async executor (see :mod:`ledgerq.ledger.executors`)."""
     run = async_runner(executor, "aenqueue")
     params = TaskSpec(kind, payload, **options).params()
+    insert, lookup, key = _lookup(params)
     for _ in range(_UNIQUE_TRIES):
-        rows = await run(Q.insert_task, params)
-        rows = rows or await run(Q.live_id_by_dedupe_key, _dedupe(params))
+        rows = await run(insert, params) or await run(lookup, key)
         if rows:
             return int(rows[0][0])
     raise _unique_race_lost(params)
@@ -181,5 +224,7 @@ async def aenqueue_many(executor: AsyncExecutor, specs: Iterable[TaskSpec]) -> l
     run = async_runner(executor, "aenqueue_many")
     ids: list[int] = []
     for chunk in _chunks(specs):
-        ids.extend(int(r[0]) for r in await run(Q.insert_tasks, {"rows": _rows_document(chunk)}))
+        document = _rows_document(chunk)  # validates every spec first
+        rows = await run(_batch_statement(chunk), {"rows": document})
+        ids.extend(int(r[0]) for r in rows)
     return ids

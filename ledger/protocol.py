@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import date, datetime
 from typing import Any, Protocol
 
 from ledgerq.ledger.model import (
@@ -31,6 +32,7 @@ from ledgerq.ledger.model import (
     ExpiredLease,
     Fence,
     Finished,
+    HistoryDay,
     Outcome,
     TaskTiming,
 )
@@ -144,7 +146,8 @@ class InspectionLedger(Protocol):
     async def timings(self, ids: Iterable[int]) -> list[TaskTiming]: ...
 
     async def truncate(self) -> None:
-        """Delete every task, live and finished (tests, demo and benchmark only)."""
+        """Delete every task, live and finished, and every permanent key (tests, demo
+        and benchmark only)."""
         ...
 
     async def seed_history(self, rows: int) -> None:
@@ -156,7 +159,41 @@ class InspectionLedger(Protocol):
         ...
 
 
-class Ledger(RelayLedger, WorkerLedger, ReconcilerLedger, InspectionLedger, Protocol):
+class RetentionLedger(Protocol):
+    """History's day partitions and the purge of finished tasks (``retention.sql``).
+    Nothing here touches a live task."""
+
+    async def database_now(self) -> datetime:
+        """The database's clock: every cutoff is taken from it."""
+        ...
+
+    async def history_days(self) -> list[HistoryDay]:
+        """The day partitions that exist, by status then day."""
+        ...
+
+    async def add_history_day(self, status: str, day: date) -> int | None:
+        """Create one day's partition; the rows it took from the default partition,
+        or None if it existed."""
+        ...
+
+    async def drop_history_day(self, status: str, day: date) -> int | None:
+        """Drop one day's partition; the rows it held, or None if it did not exist.
+        :class:`~ledgerq.ledger.errors.TransientStorageError` if its lock was not
+        granted within 2 s."""
+        ...
+
+    async def purge_history_batch(self, status: str, before: datetime, limit: int) -> int:
+        """Delete at most ``limit`` tasks of ``status`` finished before ``before``."""
+        ...
+
+    async def count_purgeable(self, befores: Mapping[str, datetime]) -> dict[str, int]:
+        """For each status, how many of its tasks finished before its cutoff."""
+        ...
+
+
+class Ledger(
+    RelayLedger, WorkerLedger, ReconcilerLedger, InspectionLedger, RetentionLedger, Protocol
+):
     """The whole seam."""
 
     async def dispose(self) -> None:

@@ -41,6 +41,61 @@ RETURNING id
 -- name: live_id_by_dedupe_key
 SELECT id FROM ledgerq_tasks WHERE kind = :kind AND dedupe_key = :dedupe_key
 
+-- name: insert_task_once
+-- A task under a permanent key (once=True): the key is taken first, with the
+-- new task's id, in the producer's transaction. A key already held, even by a
+-- task that finished long ago or was purged, inserts nothing; a producer racing
+-- on the same key waits on the primary key until the other one commits (then
+-- inserts nothing) or rolls back (then inserts).
+WITH claimed AS (
+    INSERT INTO ledgerq_unique_keys (kind, key, task_id)
+    VALUES (:kind, :business_key, nextval('ledgerq_task_id_seq'))
+    ON CONFLICT (kind, key) DO NOTHING
+    RETURNING task_id
+)
+INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
+                           run_at, status, max_attempts, retry, timeout_s, parent_id)
+SELECT claimed.task_id, :kind, :queue, CAST(:payload AS jsonb), :business_key, NULL, :priority,
+       :shard, COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
+       'pending', :max_attempts, CAST(:retry AS jsonb), :timeout_s, :parent_id
+FROM claimed
+RETURNING id
+
+-- name: insert_tasks_once
+-- insert_tasks for a batch holding once=True rows: each row gets its id first,
+-- the permanent keys are taken with those ids, and a once row whose key was
+-- already held (or taken by an earlier row of the batch) is left out.
+WITH r AS (
+    SELECT r.*, nextval('ledgerq_task_id_seq') AS new_id
+    FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
+             AS (kind text, queue text, payload jsonb, business_key text, dedupe_key text,
+                 priority smallint, shard smallint, run_at timestamptz, delay_s float8,
+                 max_attempts integer, retry jsonb, timeout_s double precision,
+                 parent_id bigint, once boolean)) WITH ORDINALITY
+         AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, delay_s,
+              max_attempts, retry, timeout_s, parent_id, once, n)
+    ORDER BY r.n
+), claimed AS (
+    INSERT INTO ledgerq_unique_keys (kind, key, task_id)
+    SELECT kind, business_key, new_id FROM r WHERE once ORDER BY n
+    ON CONFLICT (kind, key) DO NOTHING
+    RETURNING task_id
+)
+INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
+                           run_at, status, max_attempts, retry, timeout_s, parent_id)
+SELECT r.new_id, r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority, r.shard,
+       COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
+       r.retry, r.timeout_s, r.parent_id
+FROM r
+WHERE NOT r.once OR r.new_id IN (SELECT task_id FROM claimed)
+ORDER BY r.n
+ON CONFLICT (kind, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+RETURNING id
+
+-- name: once_task_id
+-- The task that holds a permanent key (it may have finished, or been purged).
+SELECT task_id FROM ledgerq_unique_keys WHERE kind = :kind AND key = :business_key
+
 -- name: select_due
 -- The relay's claim. SKIP LOCKED: relays never wait for or collide with each
 -- other; the lock is held until the confirmed rows are marked published.

@@ -30,11 +30,16 @@ GRANT USAGE ON SCHEMA public TO ledgerq_producer, ledgerq_service, ledgerq_opera
 -- live_id_by_dedupe_key read id, kind and dedupe_key. The wake-up trigger
 -- runs with the producer's rights and calls only pg_notify, which every role
 -- may call.
-GRANT INSERT (kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, status,
-              max_attempts, retry, timeout_s, parent_id)
+GRANT INSERT (id, kind, queue, payload, business_key, dedupe_key, priority, shard, run_at,
+              status, max_attempts, retry, timeout_s, parent_id)
     ON ledgerq_tasks TO ledgerq_producer;
 GRANT SELECT (id, kind, dedupe_key) ON ledgerq_tasks TO ledgerq_producer;
 GRANT USAGE ON SEQUENCE ledgerq_task_id_seq TO ledgerq_producer;
+-- once=True (insert_task_once, insert_tasks_once): the permanent key is taken
+-- with a nextval id, which the task row then carries, and looked up on a
+-- duplicate.
+GRANT INSERT (kind, key, task_id), SELECT (kind, key, task_id)
+    ON ledgerq_unique_keys TO ledgerq_producer;
 -- Relay, worker and reconciler: every column of a live row is read (finish
 -- moves whole rows, RETURNING t.*); only the columns the claim, heartbeat,
 -- checkpoint, publication and finish statements set can be updated (and
@@ -50,6 +55,14 @@ GRANT INSERT ON ledgerq_history TO ledgerq_service;
 GRANT SELECT (id, kind, attempts, status, last_error) ON ledgerq_history TO ledgerq_service;
 -- Operator: `ledgerq stats` and `ledgerq show` read both tables whole.
 GRANT SELECT ON ledgerq_tasks, ledgerq_history TO ledgerq_operator;
+-- Retention (the reconciler's pass) and `ledgerq purge`: history's day
+-- partitions are created, dropped and purged only through these functions,
+-- which run as the migrator (SECURITY DEFINER); neither role may DELETE from
+-- history or own a table.
+GRANT EXECUTE ON FUNCTION ledgerq_history_add_day(text, date),
+                          ledgerq_history_drop_day(text, date),
+                          ledgerq_history_purge(text, timestamptz, integer)
+    TO ledgerq_service, ledgerq_operator;
 -- Every command but `migrate` and the producer's enqueue checks the schema's
 -- revision at start.
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service, ledgerq_operator;

@@ -49,6 +49,9 @@ class LedgerQueries:
     insert_task: TextClause
     insert_tasks: TextClause
     live_id_by_dedupe_key: TextClause
+    insert_task_once: TextClause
+    insert_tasks_once: TextClause
+    once_task_id: TextClause
     select_due: TextClause
     mark_published: TextClause
     claim: TextClause
@@ -84,6 +87,18 @@ class InspectionQueries:
 
 
 @dataclass(frozen=True)
+class RetentionQueries:
+    """``retention.sql``: history's day partitions and the purge of finished rows."""
+
+    database_now: TextClause
+    history_days: TextClause
+    add_history_day: TextClause
+    drop_history_day: TextClause
+    purge_history_batch: TextClause
+    count_purgeable: TextClause
+
+
+@dataclass(frozen=True)
 class RoleGrants:
     """``roles.sql``: the least-privilege roles (docs/security.md, "Database roles").
     Each block is a script of several statements with no parameters, for psql or for
@@ -96,4 +111,5 @@ class RoleGrants:
 
 Q: LedgerQueries = load(LedgerQueries, "ledgerq.ledger", "queries.sql")
 IQ: InspectionQueries = load(InspectionQueries, "ledgerq.ledger", "inspection.sql")
+RQ: RetentionQueries = load(RetentionQueries, "ledgerq.ledger", "retention.sql")
 ROLES: RoleGrants = load(RoleGrants, "ledgerq.ledger", "roles.sql")

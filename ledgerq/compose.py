@@ -43,6 +43,7 @@ from ledgerq.relay.broker.blocking import ThreadedPublisher
 from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.probes import Probe
 from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
+from ledgerq.relay.retention import Retention, RetentionConfig
 from ledgerq.relay.service import Relay, RelayConfig
 from ledgerq.runtime import SchemaWatch, WatchedLedger, on_stop_signal
 
@@ -162,6 +163,17 @@ async def open_worker(
         handlers_sync.dispose()
 
 
+def retention_config(settings: Settings) -> RetentionConfig:
+    """Retention per terminal status, from ``LEDGERQ_RETENTION_<STATUS>_DAYS``."""
+    return RetentionConfig.from_days(
+        {
+            "succeeded": settings.retention_succeeded_days,
+            "dead": settings.retention_dead_days,
+            "cancelled": settings.retention_cancelled_days,
+        }
+    )
+
+
 @asynccontextmanager
 async def open_reconciler(
     settings: Settings, config: ReconcilerConfig | None = None, *, alert: AlertHook | None = None
@@ -181,7 +193,8 @@ async def open_reconciler(
         await ledger.dispose()
         raise
     try:
-        reconciler = Reconciler(ledger, publisher, config, alert or default_alert())
+        retention = Retention(ledger, retention_config(settings))
+        reconciler = Reconciler(ledger, publisher, config, alert or default_alert(), retention)
         await warn_if_no_autovacuum(ledger)
         yield reconciler
     finally:

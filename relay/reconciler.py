@@ -38,6 +38,13 @@ Tasks that end ``dead`` in step 1 are alerted after the pass, once the lock is
 released, so a slow alert hook never holds the lock; ``run_once`` returns when
 the alerts are sent or have met their deadlines (``elapsed_s`` is the locked pass).
 
+4. **Retention** (when the reconciler has a :class:`~ledgerq.relay.retention.Retention`),
+   also after the lock is released, and only by the reconciler that held it:
+   history's upcoming day partitions are created and expired ones dropped
+   (:meth:`Retention.run_once <ledgerq.relay.retention.Retention.run_once>`; it
+   is safe to run twice at once). A drop that waited too long for its lock, or
+   a lost connection, is logged and tried again next pass.
+
 Each step pages through rows by id (keyset pagination) and holds each page's
 rows locked (``FOR UPDATE SKIP LOCKED``) while it acts on them: expired leases
 are finished in the page's transaction, stalled and overdue rows are published
@@ -58,9 +65,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ledgerq.ledger.alerts import AlertHook, AlertSender, log_alert
+from ledgerq.ledger.errors import TransientStorageError
 from ledgerq.ledger.model import Finished
 from ledgerq.ledger.protocol import PublishBatch, ReconcilerLedger
 from ledgerq.relay.broker.base import Publisher, PublishOutcome
+from ledgerq.relay.retention import Retention, RetentionCounts
 
 log = logging.getLogger("ledgerq.reconciler")
 
@@ -105,10 +114,12 @@ class ReconcileCounts:
     unconfirmed: int = 0
     pages: int = 0
     elapsed_s: float = 0.0
+    retention: RetentionCounts | None = None
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["elapsed_s"] = round(self.elapsed_s, 4)
+        data["retention"] = None if self.retention is None else self.retention.as_dict()
         return data
 
     def line(self) -> str:
@@ -120,7 +131,7 @@ class ReconcileCounts:
             f"({self.dead} dead, {self.released} released as suspects), "
             f"{self.unconfirmed} unconfirmed, {self.pages} pages "
             f"in {self.elapsed_s * 1000:.0f} ms"
-        )
+        ) + ("" if self.retention is None else "; " + self.retention.line())
 
 
 PageSource = Callable[[int], AbstractAsyncContextManager[PublishBatch]]
@@ -132,6 +143,7 @@ class Reconciler:
     publisher: Publisher
     config: ReconcilerConfig = field(default_factory=ReconcilerConfig)
     alert: AlertHook = log_alert
+    retention: Retention | None = None
 
     async def run_once(self) -> ReconcileCounts:
         started = time.perf_counter()
@@ -154,7 +166,17 @@ class Reconciler:
             )
         counts.elapsed_s = time.perf_counter() - started
         await self._send_alerts(dead)
+        counts.retention = await self._keep_history_small()
         return counts
+
+    async def _keep_history_small(self) -> RetentionCounts | None:
+        if self.retention is None:
+            return None
+        try:
+            return await self.retention.run_once()
+        except TransientStorageError as exc:
+            log.warning("retention pass failed (%s); tried again next pass", exc)
+            return None
 
     async def _send_alerts(self, dead: list[Finished]) -> None:
         """After the pass, outside the lock: each alert within its deadline, a few at

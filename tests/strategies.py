@@ -84,6 +84,7 @@ _options = st.fixed_dictionaries(
             st.none() | st.text(min_size=1, max_size=20), any_text | st.integers()
         ),
         "unique": mostly(st.booleans(), st.integers(0, 1) | st.none()),
+        "once": mostly(st.booleans(), st.integers(0, 1) | st.none()),
         "run_at": mostly(st.none() | aware, st.datetimes()),
         "delay": seconds,
         "timeout": seconds,

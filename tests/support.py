@@ -28,6 +28,7 @@ def ledgerq(settings: Settings, *args: str, **extra: str) -> subprocess.Complete
     return subprocess.run(
         [sys.executable, "-m", "ledgerq", *args],
         env=ledgerq_env(settings, **extra),
+        stdin=subprocess.DEVNULL,  # never a terminal: a command that would ask refuses
         capture_output=True,
         text=True,
         timeout=60,

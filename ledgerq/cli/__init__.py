@@ -7,9 +7,10 @@ from ledgerq.cli.config import config
 from ledgerq.cli.demo import demo
 from ledgerq.cli.group import cli, run_cli
 from ledgerq.cli.inspect import migrate, show, stats
+from ledgerq.cli.purge import purge
 from ledgerq.cli.services import reconcile, relay, worker
 
-for command in (migrate, stats, show, relay, worker, reconcile, demo, bench, config):
+for command in (migrate, stats, show, purge, relay, worker, reconcile, demo, bench, config):
     cli.add_command(command)
 
 

@@ -185,7 +185,8 @@ def reconcile(
     page_size: int,
     as_json: bool,
 ) -> None:
-    """Re-publish stalled deliveries and expire dead leases (for a cron job)."""
+    """Re-publish stalled deliveries, expire dead leases and keep history within its
+    retention (for a cron job)."""
     try:
         config = ReconcilerConfig(stall_s, _parse_queue_stalls(queue_stall), page_size)
     except ValueError as exc:

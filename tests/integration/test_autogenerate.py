@@ -10,6 +10,7 @@ tables; with it, nothing of ledgerq's is proposed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,7 @@ from alembic.script import Script
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from ledgerq.ledger.autogenerate import ledgerq_schema
+from ledgerq.ledger.autogenerate import is_ledgerq_name, ledgerq_schema
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import upgrade
@@ -67,7 +68,11 @@ with engine.connect() as connection:
 engine.dispose()
 """
 
-LEDGERQ_TABLES = {"ledgerq_tasks", "ledgerq_history", "ledgerq_alembic_version"}
+LEDGERQ_TABLES = {
+    "ledgerq_tasks", "ledgerq_history", "ledgerq_unique_keys", "ledgerq_alembic_version"
+}  # fmt: skip
+#: A day partition of history the migration or the retention pass created.
+DAY_PARTITION = re.compile(r"ledgerq_history_(succeeded|dead|cancelled)_p[0-9]{8}")
 
 
 @pytest.fixture
@@ -123,14 +128,16 @@ def autogenerate(config: Config, hook: str | None, keep: bool = False) -> set[tu
 
 
 def relations(settings: Settings) -> dict[str, set[str]]:
-    """Tables, indexes and sequences in the database's public schema, by kind."""
-    kinds = {"r": "table", "i": "index", "S": "sequence"}
+    """Tables (partitioned or not, partitions too), indexes (those of partitions left
+    out: each belongs to a partitioned index) and sequences in the public schema."""
+    kinds = {"r": "table", "p": "table", "i": "index", "I": "index", "S": "sequence"}
     found: dict[str, set[str]] = {kind: set() for kind in kinds.values()}
     with psycopg.connect(libpq_url(settings.database_url)) as conn:
         rows: list[Any] = conn.execute(
             "SELECT c.relname, c.relkind::text FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i', 'S')"
+            "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'i', 'I', 'S') "
+            "AND NOT (c.relkind IN ('i', 'I') AND c.relispartition)"
         ).fetchall()
     for name, relkind in rows:
         found[kinds[relkind]].add(name)
@@ -144,11 +151,16 @@ def test_the_helper_knows_every_relation_ledgerqs_migrations_create(
     # come from rendering the migrations offline, so both must agree.
     in_database = relations(app_database)
     schema = ledgerq_schema()
-    assert in_database["table"] == schema["table"] >= LEDGERQ_TABLES
+    # History's day partitions are named by no migration (the retention pass makes
+    # them at run time); the helper knows them by their parent's name.
+    days = in_database["table"] - schema["table"]
+    assert days and all(DAY_PARTITION.fullmatch(t) for t in days)
+    assert all(is_ledgerq_name(t, "table") for t in days)
+    assert in_database["table"] - days == schema["table"] >= LEDGERQ_TABLES
     # Primary keys are indexes named inside CREATE TABLE (Alembic names its own).
     assert schema["index"] < in_database["index"]
     assert in_database["index"] - schema["index"] == {
-        "ledgerq_tasks_pk", "ledgerq_history_pk", "ledgerq_alembic_version_pkc"
+        "ledgerq_tasks_pk", "ledgerq_unique_keys_pk", "ledgerq_alembic_version_pkc"
     }  # fmt: skip
     assert in_database["sequence"] == schema["sequence"] == {"ledgerq_task_id_seq"}
 
@@ -157,9 +169,15 @@ def test_the_helper_knows_every_relation_ledgerqs_migrations_create(
 def test_autogenerate_ignores_ledgerqs_tables_only_with_the_helper(
     app_alembic: Config, app_database: Settings, hook: str
 ) -> None:
-    # Without the helper, autogenerate proposes to drop every ledgerq table.
+    # A day partition made at run time, as the retention pass makes them.
+    with psycopg.connect(libpq_url(app_database.database_url), autocommit=True) as conn:
+        conn.execute("SELECT ledgerq_history_add_day('dead', '2020-01-01')")
+    # Without the helper, autogenerate proposes to drop every ledgerq table, history's
+    # partitions included.
     without = autogenerate(app_alembic, hook=None)
-    assert {table for op, table in without if op == "DropTableOp"} == LEDGERQ_TABLES
+    dropped = {table for op, table in without if op == "DropTableOp"}
+    assert dropped >= LEDGERQ_TABLES | {"ledgerq_history_dead_p20200101"}
+    assert all(is_ledgerq_name(table, "table") for table in dropped)
     assert ("CreateTableOp", "shop_invoices") in without
 
     # With it: the application's own table, and nothing of ledgerq's.
@@ -172,5 +190,5 @@ def test_autogenerate_ignores_ledgerqs_tables_only_with_the_helper(
     assert {"shop_invoices", "shop_alembic_version"} < relations(app_database)["table"]
     assert autogenerate(app_alembic, hook=hook) == set()
     after = autogenerate(app_alembic, hook=None)
-    assert {table for op, table in after if op == "DropTableOp"} == LEDGERQ_TABLES
-    assert {table for _, table in after} == LEDGERQ_TABLES  # (their indexes are dropped too)
+    assert {table for op, table in after if op == "DropTableOp"} == dropped
+    assert {table for _, table in after} == dropped  # (their indexes are dropped too)

@@ -185,11 +185,33 @@ def test_the_migrator_group_owns_every_ledger_object(roles: Roles) -> None:
         owners = dict(
             db.execute(
                 "SELECT c.relname, pg_get_userbyid(c.relowner) FROM pg_class c "
-                "WHERE c.relname LIKE 'ledgerq%' AND c.relkind IN ('r', 'S')"
+                "WHERE c.relname LIKE 'ledgerq%' AND c.relkind IN ('r', 'p', 'S') "
+                "AND NOT c.relispartition"
             ).fetchall()
         )
-    assert set(owners) == {"ledgerq_tasks", "ledgerq_history", "ledgerq_task_id_seq", VERSION_TABLE}
-    assert set(owners.values()) == {roles.group("migrator")}
+        # History's partitions (those of the migration and the retention pass's) and
+        # the functions that make and drop them.
+        partitions = dict(
+            db.execute(
+                "SELECT c.relname, pg_get_userbyid(c.relowner) FROM pg_class c "
+                "WHERE c.relname LIKE 'ledgerq_history_%' AND c.relispartition "
+                "AND c.relkind IN ('r', 'p')"
+            ).fetchall()
+        )
+        functions = dict(
+            db.execute(
+                "SELECT p.proname, pg_get_userbyid(p.proowner) FROM pg_proc p "
+                "WHERE p.proname LIKE 'ledgerq_history_%'"
+            ).fetchall()
+        )
+    assert set(owners) == {
+        "ledgerq_tasks", "ledgerq_history", "ledgerq_unique_keys", "ledgerq_task_id_seq",
+        VERSION_TABLE,
+    }  # fmt: skip
+    assert {"ledgerq_history_dead", "ledgerq_history_dead_default"} < set(partitions)
+    assert len(functions) == 4
+    owning = {*owners.values(), *partitions.values(), *functions.values()}
+    assert owning == {roles.group("migrator")}
 
 
 async def test_a_producer_enqueues_in_its_own_transaction_and_can_do_nothing_else(
@@ -207,29 +229,39 @@ async def test_a_producer_enqueues_in_its_own_transaction_and_can_do_nothing_els
             with Session(engine) as session, session.begin():
                 enqueue(session, "roles.produce", {"n": 5})
                 session.rollback()
+            with Session(engine) as session, session.begin():  # a permanent key
+                first = enqueue(session, "roles.once", business_key="p1", once=True)
+            with Session(engine) as session, session.begin():
+                assert enqueue(session, "roles.once", business_key="p1", once=True) == first
         finally:
             engine.dispose()
         # The wake-up trigger fired with the producer's rights; the service hears it.
         woken = [n.channel for n in listener.notifies(timeout=5, stop_after=1)]
 
     assert again == one and len(set(batch)) == 2 and one not in batch
-    assert woken == ["ledgerq_enqueued"]
+    assert set(woken) == {"ledgerq_enqueued"}
     async with open_ledger(roles.settings(settings, "operator"), "test-operator") as ledger:
         stats = await ledger.stats()
     assert stats["by_kind"]["roles.produce"] == {"pending": 3}  # the rolled back one: never
+    assert stats["by_kind"]["roles.once"] == {"pending": 1}
 
     url = roles.urls["producer"]
     assert refused(url, "UPDATE ledgerq_tasks SET status = 'running'")
     assert refused(url, "DELETE FROM ledgerq_tasks")
     assert refused(url, "SELECT id FROM ledgerq_history")
     assert refused(url, "SELECT payload FROM ledgerq_tasks")  # other tasks' payloads
-    for column in ("id", "epoch", "attempts", "lease_until", "worker", "started_at"):
+    # (id is granted since once=True: the permanent key is taken with a nextval id that
+    # the task row then carries, see insert_task_once.)
+    for column in ("epoch", "attempts", "lease_until", "worker", "started_at"):
         insert = sql.SQL(
             "INSERT INTO ledgerq_tasks (kind, status, {}) VALUES ('x', 'pending', DEFAULT)"
         ).format(sql.Identifier(column))
         assert refused(url, insert), column
     assert not refused(url, "SELECT id FROM ledgerq_tasks WHERE dedupe_key = 'k1'")
     assert not refused(url, "INSERT INTO ledgerq_tasks (kind, status) VALUES ('x', 'pending')")
+    assert refused(url, "DELETE FROM ledgerq_unique_keys")
+    assert refused(url, "UPDATE ledgerq_unique_keys SET task_id = 1")
+    assert refused(url, "SELECT ledgerq_history_purge('dead', now(), 10)")
 
 
 async def test_relay_worker_and_reconciler_run_tasks_end_to_end_as_the_service(
@@ -351,6 +383,10 @@ async def test_the_operator_reads_stats_and_show_from_the_cli_and_cannot_write(
     assert shown.returncode == 0, shown.stderr
     task = json.loads(shown.stdout)
     assert (task["id"], task["payload"], task["location"]) == (task_id, {"who": "operator"}, "live")
+
+    purged = ledgerq(operator, "purge", "--older-than", "1d", "--yes", "--json")
+    assert purged.returncode == 0, purged.stderr
+    assert json.loads(purged.stdout)["removed"] == 0
 
     url = roles.urls["operator"]
     assert refused(url, "INSERT INTO ledgerq_tasks (kind, status) VALUES ('x', 'pending')")

@@ -405,7 +405,7 @@ def test_the_statements_that_change_status_are_the_ones_expected() -> None:
     changing = sorted(name for name, d in DERIVED.items() if d.pairs)
     assert changing == ["claim", "finish", "mark_published"]
     creating = sorted(name for name, d in DERIVED.items() if d.creates)
-    assert creating == ["insert_task", "insert_tasks"]
+    assert creating == ["insert_task", "insert_task_once", "insert_tasks", "insert_tasks_once"]
 
 
 def test_only_creation_writes_a_status_without_a_transition_annotation() -> None:

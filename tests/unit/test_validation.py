@@ -43,6 +43,7 @@ def test_a_good_spec_gives_insert_parameters() -> None:
         ({"priority": 10}, "priority must be an integer from 0 to 9"),
         ({"queue": "a b"}, "queue"),
         ({"unique": True}, "needs a business_key"),
+        ({"once": True}, "once=True needs a business_key"),
         ({"run_at": datetime(2030, 1, 1)}, "timezone-aware"),
         ({"run_at": datetime.now(UTC), "delay": 1}, "not both"),
         ({"timeout": -5}, "timeout"),
@@ -103,6 +104,7 @@ def nested(depth: int) -> Any:
         ({"retry": [10**400]}, "retry"),
         ({"retry": [1.0] * 1001}, "at most 1000 entries"),
         ({"unique": "yes", "business_key": "k"}, "unique must be True or False"),
+        ({"once": 1, "business_key": "k"}, "once must be True or False"),
         ({"parent_id": 2**63}, "parent_id"),
         ({"shard": 2**15}, "shard"),
     ],
@@ -130,3 +132,14 @@ def test_a_payload_that_postgresql_would_print_too_large_is_refused() -> None:
     # 1e-300 is 6 bytes of JSON, but PostgreSQL prints it with 300 zeros.
     with pytest.raises(PayloadTooLargeError, match="as PostgreSQL prints it"):
         TaskSpec("ok.kind", [1e-300] * 5000)
+
+
+def test_a_permanent_key_is_not_also_a_live_one() -> None:
+    # once=True: ledgerq_unique_keys covers live duplicates too, so the row carries no
+    # dedupe_key (a live unique=True task of that key never blocks it, nor it them).
+    params = TaskSpec("points.give", business_key="order-7", once=True, unique=True).params()
+    assert (params["once"], params["dedupe_key"], params["business_key"]) == (
+        True,
+        None,
+        "order-7",
+    )
