@@ -21,16 +21,19 @@ producer's, the terminal status in a handler's) are not here: see
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+from ledgerq.ledger.actions import Action, Report
+from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.model import (
     ClaimedTask,
     DueTask,
     ExpiredLease,
     Fence,
     Finished,
+    Held,
     Outcome,
     TaskTiming,
 )
@@ -80,8 +83,9 @@ class WorkerLedger(FinishingLedger, Protocol):
         """The status of each id now (live or history); unknown ids are absent."""
         ...
 
-    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> set[int]:
-        """Extend the leases still held; the ids whose fence still holds."""
+    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> Held:
+        """Extend the leases still held; the ids whose fence still holds, and
+        (``Held.cancelling``) those of them an operator asked to stop."""
         ...
 
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
@@ -148,7 +152,44 @@ class InspectionLedger(Protocol):
         ...
 
 
-class Ledger(RelayLedger, WorkerLedger, ReconcilerLedger, InspectionLedger, Protocol):
+class OperationsLedger(Protocol):
+    """The operator's side (``operations.sql``; ``ledgerq tasks ...``). The same
+    operations inside a transaction the caller owns are :mod:`ledgerq.ledger.operations`."""
+
+    async def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
+        """Live and finished tasks matching ``selection``, newest first (keyset paging)."""
+        ...
+
+    async def find(
+        self, task_id: int | None = None, *, business_key: str | None = None
+    ) -> dict[str, Any]:
+        """One task (by id, or the newest with ``business_key``): every column, plus
+        ``location``, ``attempt_log`` and ``audit`` (the actions that touched it)."""
+        ...
+
+    async def audit(self, limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
+        """The newest audit records (ids below ``before``)."""
+        ...
+
+    async def act(
+        self,
+        action: Action,
+        selection: TaskFilter,
+        *,
+        actor: str,
+        reason: str | None = None,
+        dry_run: bool = False,
+        batch_size: int = 500,
+        progress: Callable[[Report], None] | None = None,
+    ) -> Report:
+        """Apply ``action`` in batches of ``batch_size``, each its own transaction of
+        fenced compare-and-sets plus its audit lines; ``progress`` after each."""
+        ...
+
+
+class Ledger(
+    RelayLedger, WorkerLedger, ReconcilerLedger, InspectionLedger, OperationsLedger, Protocol
+):
     """The whole seam."""
 
     async def dispose(self) -> None:

@@ -83,6 +83,23 @@ class InspectionQueries:
 
 
 @dataclass(frozen=True)
+class OperationsQueries:
+    """``operations.sql``: the operator's listing, actions and audit trail."""
+
+    list_tasks: TextClause
+    cancel_queued: TextClause
+    request_cancel: TextClause
+    retry_history: TextClause
+    reschedule: TextClause
+    set_max_attempts: TextClause
+    set_priority: TextClause
+    insert_audit: TextClause
+    record_audit_batch: TextClause
+    list_audit: TextClause
+    task_audit: TextClause
+
+
+@dataclass(frozen=True)
 class RoleGrants:
     """``roles.sql``: the least-privilege roles (docs/security.md, "Database roles").
     Each block is a script of several statements with no parameters, for psql or for
@@ -95,4 +112,5 @@ class RoleGrants:
 
 Q: LedgerQueries = load(LedgerQueries, "ledgerq.ledger", "queries.sql")
 IQ: InspectionQueries = load(InspectionQueries, "ledgerq.ledger", "inspection.sql")
+OQ: OperationsQueries = load(OperationsQueries, "ledgerq.ledger", "operations.sql")
 ROLES: RoleGrants = load(RoleGrants, "ledgerq.ledger", "roles.sql")

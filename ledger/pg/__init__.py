@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ledgerq.ledger.pg.inspection import PgInspection
+from ledgerq.ledger.pg.operations import PgOperations
 from ledgerq.ledger.pg.services import PgServices
 
 if TYPE_CHECKING:
     from ledgerq.ledger.protocol import Ledger
 
 
-class PgLedger(PgServices, PgInspection):
+class PgLedger(PgServices, PgInspection, PgOperations):
     """:class:`~ledgerq.ledger.protocol.Ledger` on PostgreSQL, over one async engine."""
 
 

@@ -301,7 +301,7 @@ async def test_relay_worker_and_reconciler_run_tasks_end_to_end_as_the_service(
         # The seam's remaining worker statements: heartbeat and checkpoint.
         [seam_id] = produce(TaskSpec("roles.seam"))
         [claimed] = await pipe.ledger.claim([(seam_id, 0)], "test-seam", 30)
-        assert await pipe.ledger.heartbeat([claimed.fence], 30) == {seam_id}
+        assert await pipe.ledger.heartbeat([claimed.fence], 30) == frozenset({seam_id})
         assert await pipe.ledger.save_checkpoint(claimed.fence, {"step": 1})
         [finished] = await pipe.ledger.finish([Outcome.succeeded(claimed.fence)])
         assert finished.status == "succeeded"
