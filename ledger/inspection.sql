@@ -45,7 +45,7 @@ SELECT id, EXTRACT(EPOCH FROM created_at)::float8 AS created,
 FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 
 -- name: truncate
-TRUNCATE ledgerq_tasks, ledgerq_history
+TRUNCATE ledgerq_tasks, ledgerq_history, ledgerq_audit_tasks, ledgerq_audit
 
 -- name: clear_finished
 -- Finished rows go; synthetic ones (ids <= 0) stay.

@@ -44,7 +44,7 @@ GRANT USAGE ON SEQUENCE ledgerq_task_id_seq TO ledgerq_producer;
 -- no grant.
 GRANT SELECT, DELETE ON ledgerq_tasks TO ledgerq_service;
 GRANT UPDATE (status, epoch, attempts, publishes, run_at, published_at, started_at,
-              heartbeat_at, lease_until, worker, checkpoint, last_error)
+              heartbeat_at, lease_until, worker, checkpoint, last_error, attempt_log)
     ON ledgerq_tasks TO ledgerq_service;
 GRANT INSERT ON ledgerq_history TO ledgerq_service;
 GRANT SELECT (id, kind, attempts, status, last_error) ON ledgerq_history TO ledgerq_service;

@@ -333,6 +333,17 @@ def _is(pattern: str, sql: str) -> bool:
     return re.match(pattern, sql, re.IGNORECASE) is not None
 
 
+def _inserted_live(
+    part: Segment, history: dict[str | None, Segment], what: str, derived: Derived
+) -> None:
+    """A live row inserted: created as pending, or revived from history."""
+    revived = _revived(part, history, what)
+    if revived is None:
+        derived.creates |= _created(part, what)
+    else:
+        derived.pairs |= revived
+
+
 def derive(name: str, sql: str) -> Derived:
     """The transitions ``sql`` makes (raises Underivable if it cannot tell)."""
     parts = segments(sql)
@@ -345,11 +356,7 @@ def derive(name: str, sql: str) -> Derived:
         if _is(r"UPDATE\s+ledgerq_tasks\b", part.sql):
             derived.pairs |= _update(part, what)
         elif _is(r"INSERT\s+INTO\s+ledgerq_tasks\b", part.sql):
-            revived = _revived(part, history, what)
-            if revived is None:
-                derived.creates |= _created(part, what)
-            else:
-                derived.pairs |= revived
+            _inserted_live(part, history, what, derived)
         elif _is(r"INSERT\s+INTO\s+ledgerq_history\b", part.sql):
             moved = _buried(part, deletes, what)
             if moved is None:
