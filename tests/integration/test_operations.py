@@ -130,7 +130,7 @@ async def test_a_handler_may_raise_cancelled_and_a_sync_one_sees_the_request_too
 async def test_retry_of_a_dead_task_runs_it_again_as_the_same_task_with_fresh_attempts(
     settings: Settings,
 ) -> None:
-    registry, fixed = Registry(), []
+    registry, fixed = Registry(), list[bool]()
 
     @registry.task("ops.flaky")
     async def flaky(payload: Any, ctx: AsyncTaskContext) -> dict[str, int]:
