@@ -147,6 +147,11 @@ class InspectionLedger(Protocol):
         """Add ``rows`` synthetic finished tasks (negative ids), then settle the table."""
         ...
 
+    async def seed_varied_history(self, rows: int, chunk: int = 200_000) -> None:
+        """Add ``rows`` synthetic finished tasks of mixed status, kind and queue
+        (for measuring ``ledgerq tasks list`` on a large history)."""
+        ...
+
     async def clear_finished(self) -> None:
         """Delete the real finished tasks, keep the synthetic ones, settle the table."""
         ...

@@ -14,6 +14,7 @@ CREATE ROLE ledgerq_migrator NOLOGIN;
 CREATE ROLE ledgerq_producer NOLOGIN;
 CREATE ROLE ledgerq_service NOLOGIN;
 CREATE ROLE ledgerq_operator NOLOGIN;
+CREATE ROLE ledgerq_admin NOLOGIN IN ROLE ledgerq_operator;
 
 -- name: grant_schema
 -- Once per database, before the first `ledgerq migrate`, by the database's
@@ -48,8 +49,25 @@ GRANT UPDATE (status, epoch, attempts, publishes, run_at, published_at, started_
     ON ledgerq_tasks TO ledgerq_service;
 GRANT INSERT ON ledgerq_history TO ledgerq_service;
 GRANT SELECT (id, kind, attempts, status, last_error) ON ledgerq_history TO ledgerq_service;
--- Operator: `ledgerq stats` and `ledgerq show` read both tables whole.
-GRANT SELECT ON ledgerq_tasks, ledgerq_history TO ledgerq_operator;
+-- Operator: `ledgerq stats`, `show`, `tasks list` and `tasks audit` read the
+-- tables whole.
+GRANT SELECT ON ledgerq_tasks, ledgerq_history, ledgerq_audit, ledgerq_audit_tasks
+    TO ledgerq_operator;
+-- Admin (a member of the operator group, so it reads what the operator reads):
+-- `ledgerq tasks cancel | retry | reschedule | set-attempts | set-priority`
+-- (operations.sql): cancel_queued moves rows to history, retry_history moves
+-- them back (with their own id: no sequence), the others set these columns;
+-- each batch adds its audit lines.
+GRANT DELETE ON ledgerq_tasks, ledgerq_history TO ledgerq_admin;
+GRANT INSERT ON ledgerq_history, ledgerq_audit_tasks TO ledgerq_admin;
+GRANT INSERT (id, kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, status,
+              attempts, max_attempts, retry, epoch, publishes, checkpoint, last_error, timeout_s,
+              parent_id, created_at, attempt_log)
+    ON ledgerq_tasks TO ledgerq_admin;
+GRANT UPDATE (status, run_at, epoch, published_at, publishes, max_attempts, priority,
+              cancel_requested_at)
+    ON ledgerq_tasks TO ledgerq_admin;
+GRANT INSERT, UPDATE (matched, changed, skipped, finished_at) ON ledgerq_audit TO ledgerq_admin;
 -- Every command but `migrate` and the producer's enqueue checks the schema's
 -- revision at start.
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service, ledgerq_operator;

@@ -78,6 +78,8 @@ class InspectionQueries:
     truncate: TextClause
     clear_finished: TextClause
     seed_history: TextClause
+    seed_varied_history: TextClause
+    lowest_synthetic_id: TextClause
     vacuum_history: TextClause
     checkpoint: TextClause
 

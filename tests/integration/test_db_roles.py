@@ -44,8 +44,8 @@ from tests.support import ledgerq
 ROOT = Path(__file__).parents[2]
 SECURITY_MD = ROOT / "docs" / "security.md"
 ROLES_SQL = ROOT / "ledger" / "roles.sql"
-GROUPS = ("migrator", "producer", "service", "operator")
-_GROUP_NAME = re.compile(r"\bledgerq_(migrator|producer|service|operator)\b")
+GROUPS = ("migrator", "producer", "service", "operator", "admin")
+_GROUP_NAME = re.compile(r"\bledgerq_(migrator|producer|service|operator|admin)\b")
 
 
 def normalized(blocks: dict[str, str]) -> dict[str, str]:
@@ -188,7 +188,10 @@ def test_the_migrator_group_owns_every_ledger_object(roles: Roles) -> None:
                 "WHERE c.relname LIKE 'ledgerq%' AND c.relkind IN ('r', 'S')"
             ).fetchall()
         )
-    assert set(owners) == {"ledgerq_tasks", "ledgerq_history", "ledgerq_task_id_seq", VERSION_TABLE}
+    assert set(owners) == {
+        "ledgerq_tasks", "ledgerq_history", "ledgerq_task_id_seq", VERSION_TABLE,
+        "ledgerq_audit", "ledgerq_audit_id_seq", "ledgerq_audit_tasks",
+    }  # fmt: skip
     assert set(owners.values()) == {roles.group("migrator")}
 
 
@@ -374,3 +377,39 @@ def test_a_login_without_its_grants_gets_one_line_and_exit_78_not_endless_retrie
         assert "permission denied" in result.stderr
         assert "grant the login its ledgerq role" in result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_the_admin_acts_and_is_audited_while_the_operator_only_lists(
+    settings: Settings, roles: Roles
+) -> None:
+    engine = sync_engine(roles.settings(settings, "producer"), "test-producer", pool_size=1)
+    try:
+        with Session(engine) as session, session.begin():
+            task_id = enqueue(session, "roles.act", {"who": "admin"}, delay=600)
+    finally:
+        engine.dispose()
+    operator, admin = roles.settings(settings, "operator"), roles.settings(settings, "admin")
+
+    listed = ledgerq(operator, "tasks", "list", "--kind", "roles.act", "--json")
+    refused_cancel = ledgerq(operator, "tasks", "cancel", str(task_id))
+    actions = [
+        ledgerq(admin, "tasks", *args, str(task_id), "--json")
+        for args in (
+            ("reschedule", "--in", "1h"),
+            ("set-attempts", "--to", "3"),
+            ("set-priority", "--to", "2"),
+            ("cancel",),
+            ("retry",),
+        )
+    ]
+    audit = ledgerq(operator, "tasks", "audit", "--json")
+
+    assert listed.returncode == 0 and json.loads(listed.stdout)[0]["id"] == task_id
+    assert refused_cancel.returncode == 78 and "permission denied" in refused_cancel.stderr
+    for done in actions:
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["changed"] == 1
+    assert audit.returncode == 0
+    assert [a["action"] for a in json.loads(audit.stdout)] == [
+        "retry", "cancel", "set-priority", "set-attempts", "reschedule"
+    ]  # fmt: skip
