@@ -123,6 +123,16 @@ def show(settings: Settings, task_id: int | None, key: str | None, as_json: bool
     emit(data, as_json, lambda console: render_task(console, data))
 
 
+def attempt_cells(entry: dict[str, Any]) -> list[Text]:
+    """One attempt's row: times to the millisecond, the error's last line (the
+    exception itself; --json keeps the whole traceback)."""
+    error = str(entry.get("error") or "").strip().splitlines()
+    values = {**entry, "error": error[-1] if error else None}
+    for name in ("started_at", "ended_at"):
+        values[name] = str(values.get(name) or "").replace("T", " ")[:23]
+    return [Text(shown(values.get(name))) for name in ATTEMPT_FIELDS]
+
+
 def render_task(console: Console, data: dict[str, Any]) -> None:
     table = Table(title=f"task {data['id']}", show_header=False)
     table.add_column("field", style="bold")
@@ -134,7 +144,7 @@ def render_task(console: Console, data: dict[str, Any]) -> None:
     for name in ATTEMPT_FIELDS:
         attempts.add_column(name, overflow="fold")
     for entry in data["attempt_log"]:
-        attempts.add_row(*(Text(shown(entry.get(name))) for name in ATTEMPT_FIELDS))
+        attempts.add_row(*attempt_cells(entry))
     console.print(attempts if data["attempt_log"] else "attempts: none ended yet")
     audit = Table(title="audit")
     for name in AUDIT_FIELDS:

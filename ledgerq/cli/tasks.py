@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -66,8 +67,15 @@ def tasks() -> None:
 
 
 def _short(value: Any, width: int = 60) -> str:
-    text = "" if value is None else str(value).strip().splitlines()[-1] if value else ""
+    """The last line of a (multi-line) value, cut to ``width``."""
+    lines = str(value or "").strip().splitlines()
+    text = lines[-1] if lines else ""
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _when(value: str | None) -> str:
+    """An ISO time as ``MM-DD HH:MM:SS`` (UTC, as the database returns it)."""
+    return "" if not value else value[5:10] + " " + value[11:19]
 
 
 @tasks.command("list")
@@ -85,17 +93,21 @@ def list_command(settings: Settings, /, as_json: bool, **criteria: Any) -> None:
     rows = asyncio.run(run())
 
     def render(console: Console) -> None:
-        table = Table(title=f"{len(rows)} tasks, newest first")
-        for name in ("id", "status", "kind", "queue", "attempts", "run_at", "finished_at"):
-            table.add_column(name, justify="right" if name in ("id", "attempts") else "left")
-        table.add_column("business_key")
-        table.add_column("last_error", overflow="fold")
+        if not rows:
+            console.print("no tasks match")
+            return
+        table = Table(title=f"{len(rows)} tasks, newest first", box=box.SIMPLE_HEAD)
+        widest_id = max(2, *(len(str(r["id"])) for r in rows))
+        for name, width in (("id", widest_id), ("status", 9), ("kind", 8), ("queue", 5)):
+            table.add_column(name, no_wrap=True, min_width=width)
+        for name, width in (("tries", 5), ("run_at (UTC)", 14), ("key", 3)):
+            table.add_column(name, no_wrap=True, min_width=width)
+        table.add_column("last error", overflow="ellipsis", no_wrap=True, ratio=1)
         for r in rows:
             table.add_row(
-                str(r["id"]), r["status"], r["kind"], r["queue"],
-                f"{r['attempts']}/{r['max_attempts']}", _short(r["run_at"], 19),
-                _short(r["finished_at"], 19), Text(r["business_key"] or ""),
-                Text(_short(r["last_error"])),
+                str(r["id"]), r["status"], Text(r["kind"]), Text(r["queue"]),
+                f"{r['attempts']}/{r['max_attempts']}", _when(r["run_at"]),
+                Text(r["business_key"] or ""), Text(_short(r["last_error"], 40)),
             )  # fmt: skip
         console.print(table)
         if len(rows) == (selection.limit or DEFAULT_LIMIT):
@@ -235,14 +247,14 @@ def audit(settings: Settings, limit: int, before: int | None, as_json: bool) -> 
     rows = asyncio.run(run())
 
     def render(console: Console) -> None:
-        table = Table(title=f"{len(rows)} audit records, newest first")
+        table = Table(title=f"{len(rows)} audit records, newest first", box=box.SIMPLE_HEAD)
         for name in ("id", "at", "actor", "action", "selection", "reason"):
             table.add_column(name, overflow="fold")
         for name in ("matched", "changed", "skipped"):
             table.add_column(name, justify="right")
         for r in rows:
             table.add_row(
-                str(r["id"]), _short(r["at"], 19), Text(r["actor"]), r["action"],
+                str(r["id"]), _when(r["at"]), Text(r["actor"]), r["action"],
                 Text(_selection_text(r["selection"], r["options"])), Text(r["reason"] or ""),
                 str(r["matched"]), str(r["changed"]), str(r["skipped"]),
             )  # fmt: skip
