@@ -68,6 +68,7 @@ GRANT UPDATE (status, run_at, epoch, published_at, publishes, max_attempts, prio
               cancel_requested_at)
     ON ledgerq_tasks TO ledgerq_admin;
 GRANT INSERT, UPDATE (matched, changed, skipped, finished_at) ON ledgerq_audit TO ledgerq_admin;
+GRANT USAGE ON SEQUENCE ledgerq_audit_id_seq TO ledgerq_admin;
 -- Every command but `migrate` and the producer's enqueue checks the schema's
 -- revision at start.
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service, ledgerq_operator;

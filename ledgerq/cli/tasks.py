@@ -248,7 +248,9 @@ def audit(settings: Settings, limit: int, before: int | None, as_json: bool) -> 
 
     def render(console: Console) -> None:
         table = Table(title=f"{len(rows)} audit records, newest first", box=box.SIMPLE_HEAD)
-        for name in ("id", "at", "actor", "action", "selection", "reason"):
+        for name in ("id", "at", "actor", "action"):
+            table.add_column(name, no_wrap=True)
+        for name in ("selection", "reason"):
             table.add_column(name, overflow="fold")
         for name in ("matched", "changed", "skipped"):
             table.add_column(name, justify="right")
@@ -264,5 +266,9 @@ def audit(settings: Settings, limit: int, before: int | None, as_json: bool) -> 
 
 
 def _selection_text(selection: dict[str, Any], options: dict[str, Any]) -> str:
-    parts = [f"{k}={v}" for k, v in {**selection, **options}.items()]
+    """``statuses=dead,cancelled kind=x`` (lists joined by commas)."""
+    parts = []
+    for key, value in {**selection, **options}.items():
+        shown = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+        parts.append(f"{key}={shown}")
     return " ".join(parts)

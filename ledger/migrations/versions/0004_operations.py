@@ -44,9 +44,10 @@ _UPGRADE = [
     "ADD COLUMN cancel_requested_at timestamptz",
     "ALTER TABLE ledgerq_history ADD COLUMN result jsonb, ADD COLUMN attempt_log jsonb, "
     "ADD COLUMN cancel_requested_at timestamptz",
+    "CREATE SEQUENCE ledgerq_audit_id_seq",
     """
     CREATE TABLE ledgerq_audit (
-        id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id        bigint      NOT NULL DEFAULT nextval('ledgerq_audit_id_seq'),
         at        timestamptz NOT NULL DEFAULT now(),
         actor     text        NOT NULL,
         action    text        NOT NULL,
@@ -56,9 +57,11 @@ _UPGRADE = [
         matched   integer     NOT NULL DEFAULT 0,
         changed   integer     NOT NULL DEFAULT 0,
         skipped   integer     NOT NULL DEFAULT 0,
-        finished_at timestamptz
+        finished_at timestamptz,
+        CONSTRAINT ledgerq_audit_pk PRIMARY KEY (id)
     )
     """,
+    "ALTER SEQUENCE ledgerq_audit_id_seq OWNED BY ledgerq_audit.id",
     """
     CREATE TABLE ledgerq_audit_tasks (
         audit_id bigint NOT NULL REFERENCES ledgerq_audit (id) ON DELETE CASCADE,
