@@ -7,13 +7,14 @@
 
 -- name: list_tasks
 -- Live and finished tasks together, newest (highest id) first, ids below
--- :before (keyset paging). History is read one status at a time (a LATERAL per
--- status, each an index scan on (status, id), (status, kind, id) or
--- (status, queue, id) that stops after :limit rows), then merged; the hot table
--- is small and scanned by its primary key. Unset criteria are NULL and fold away
--- when the statement is planned with its values. The error filter is a
--- substring test on the rows the other criteria reach (no index).
-WITH want AS (SELECT unnest(CAST(:statuses AS text[])) AS status)
+-- :before (keyset paging). Each history status is its own branch, with the
+-- status a constant: the planner sees how common it is and picks the index
+-- ((status, id), (status, kind, id), (status, queue, id), business_key,
+-- created_at, or the primary key for a common status), each branch stops after
+-- :limit rows, and a status not asked for is a one-time filter that skips its
+-- branch. The hot table is small and read by its primary key. Unset criteria
+-- are NULL and fold away when the statement is planned with its values. The
+-- error filter is a substring test on the rows the other criteria reach.
 SELECT id, kind, queue, status, attempts, max_attempts, business_key, run_at, created_at,
        finished_at, last_error, priority, epoch, result, location
 FROM (
@@ -21,7 +22,8 @@ FROM (
             t.run_at, t.created_at, t.finished_at, t.last_error, t.priority, t.epoch, t.result,
             'live' AS location
      FROM ledgerq_tasks t
-     WHERE t.status = ANY(CAST(:statuses AS text[])) AND t.id < :before
+     WHERE t.status = ANY(CAST(:statuses AS text[]))
+       AND t.id < :before
        AND (CAST(:kind AS text) IS NULL OR t.kind = :kind)
        AND (CAST(:queue AS text) IS NULL OR t.queue = :queue)
        AND (CAST(:business_key AS text) IS NULL OR t.business_key = :business_key)
@@ -32,21 +34,53 @@ FROM (
      ORDER BY t.id DESC
      LIMIT :limit)
     UNION ALL
-    (SELECT h.* FROM want CROSS JOIN LATERAL (
-        SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
-               h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch,
-               h.result, 'history' AS location
-        FROM ledgerq_history h
-        WHERE h.status = want.status AND h.id < :before
-          AND (CAST(:kind AS text) IS NULL OR h.kind = :kind)
-          AND (CAST(:queue AS text) IS NULL OR h.queue = :queue)
-          AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
-          AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
-          AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
-          AND (CAST(:error AS text) IS NULL OR strpos(lower(h.last_error), lower(:error)) > 0)
-          AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
-        ORDER BY h.id DESC
-        LIMIT :limit) h)
+    (SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
+            h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch, h.result,
+            'history' AS location
+     FROM ledgerq_history h
+     WHERE 'succeeded' = ANY(CAST(:statuses AS text[])) AND h.status = 'succeeded'
+       AND h.id < :before
+       AND (CAST(:kind AS text) IS NULL OR h.kind = :kind)
+       AND (CAST(:queue AS text) IS NULL OR h.queue = :queue)
+       AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
+       AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
+       AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
+       AND (CAST(:error AS text) IS NULL OR strpos(lower(h.last_error), lower(:error)) > 0)
+       AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
+     ORDER BY h.id DESC
+     LIMIT :limit)
+    UNION ALL
+    (SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
+            h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch, h.result,
+            'history' AS location
+     FROM ledgerq_history h
+     WHERE 'dead' = ANY(CAST(:statuses AS text[])) AND h.status = 'dead'
+       AND h.id < :before
+       AND (CAST(:kind AS text) IS NULL OR h.kind = :kind)
+       AND (CAST(:queue AS text) IS NULL OR h.queue = :queue)
+       AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
+       AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
+       AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
+       AND (CAST(:error AS text) IS NULL OR strpos(lower(h.last_error), lower(:error)) > 0)
+       AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
+     ORDER BY h.id DESC
+     LIMIT :limit)
+    UNION ALL
+    (SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
+            h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch, h.result,
+            'history' AS location
+     FROM ledgerq_history h
+     WHERE 'cancelled' = ANY(CAST(:statuses AS text[])) AND h.status = 'cancelled'
+       AND h.id < :before
+       AND (CAST(:kind AS text) IS NULL OR h.kind = :kind)
+       AND (CAST(:queue AS text) IS NULL OR h.queue = :queue)
+       AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
+       AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
+       AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
+       AND (CAST(:error AS text) IS NULL OR strpos(lower(h.last_error), lower(:error)) > 0)
+       AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
+     ORDER BY h.id DESC
+     LIMIT :limit)
 ) found
 ORDER BY id DESC
 LIMIT :limit

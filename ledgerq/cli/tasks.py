@@ -150,9 +150,10 @@ def _act(settings: Settings, action: Action, options: dict[str, Any]) -> None:
             if dry_run:
                 return counted
             _confirm(action, counted.matched, yes)
-            if as_json or counted.matched <= 1:
+            console = Console(stderr=True)
+            if as_json or counted.matched <= 1 or not console.is_terminal:
                 return await ledger.act(action, selection, actor=actor, reason=reason)
-            with progress_bar(Console(stderr=True), transient=True) as bar:
+            with progress_bar(console, transient=True) as bar:
                 job = bar.add_task(action.name, total=counted.matched)
 
                 def advance(report: Report) -> None:
@@ -251,14 +252,13 @@ def audit(settings: Settings, limit: int, before: int | None, as_json: bool) -> 
         for name in ("id", "at", "actor", "action"):
             table.add_column(name, no_wrap=True)
         for name in ("selection", "reason"):
-            table.add_column(name, overflow="fold")
-        for name in ("matched", "changed", "skipped"):
-            table.add_column(name, justify="right")
+            table.add_column(name, overflow="fold", min_width=14)
+        table.add_column("m/c/s", no_wrap=True)
         for r in rows:
             table.add_row(
                 str(r["id"]), _when(r["at"]), Text(r["actor"]), r["action"],
                 Text(_selection_text(r["selection"], r["options"])), Text(r["reason"] or ""),
-                str(r["matched"]), str(r["changed"]), str(r["skipped"]),
+                f"{r['matched']}/{r['changed']}/{r['skipped']}",
             )  # fmt: skip
         console.print(table)
 

@@ -33,6 +33,7 @@ from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.operations import adrive
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import sync_engine
+from ledgerq.ledger.sql import OQ
 from tests.harness import Pipeline, enqueue_committed
 
 FAST = WorkerConfig(concurrency=8, lease_s=5, heartbeat_s=0.2, grace_s=5)
@@ -168,7 +169,7 @@ async def test_a_task_that_moves_on_between_listing_and_acting_is_skipped_not_ov
     async def run(statement: Any, params: Any) -> Any:
         nonlocal listed
         async with ledger.engine.connect() as conn:
-            if statement.text.startswith("WITH want") and not listed:
+            if statement is OQ.list_tasks and not listed:
                 listed = True
                 rows = (await conn.execute(statement, params)).all()
                 await conn.commit()
