@@ -1,6 +1,6 @@
 -- Least-privilege roles for ledgerq, derived statement by statement from
--- queries.sql, inspection.sql (stats_live, stats_history, show_task) and the
--- migrations. Four group roles (NOLOGIN); give each login user the group of
+-- queries.sql, operations.sql, inspection.sql (stats_live, stats_history,
+-- show_task) and the migrations. Five group roles (NOLOGIN); give each login user the group of
 -- the process it runs (docs/security.md, "Database roles", says how and why).
 -- ledger/sql.py loads the blocks by name (each is a script of several
 -- statements, for psql or one call without parameters);
