@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from ledgerq import (
@@ -22,7 +23,9 @@ from ledgerq import (
     TaskContext,
     TaskFilter,
     TaskSpec,
+    aact,
     act,
+    alist_tasks,
     list_tasks,
 )
 from ledgerq.compose import open_worker
@@ -32,7 +35,7 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.operations import adrive
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import sync_engine
+from ledgerq.ledger.pg.engines import async_engine, sync_engine
 from ledgerq.ledger.sql import OQ
 from tests.harness import Pipeline, enqueue_committed
 
@@ -112,7 +115,7 @@ async def test_cancel_of_a_running_task_ends_it_cancelled_and_the_handler_sees_t
     assert "cancelled by an operator's request" in attempt["error"]
 
 
-async def test_a_handler_may_raise_cancelled_and_a_sync_one_sees_the_request_too(
+async def test_a_sync_handler_may_raise_cancelled_on_its_own(
     settings: Settings,
 ) -> None:
     registry = Registry()
@@ -329,3 +332,19 @@ def test_the_api_runs_inside_the_callers_transaction(settings: Settings) -> None
             assert row["status"] == "cancelled"
     finally:
         engine.dispose()
+
+
+async def test_the_async_api_runs_inside_the_callers_transaction(settings: Settings) -> None:
+    [task_id] = enqueue_committed(settings, [TaskSpec("ops.atx")])
+    engine = async_engine(settings, "ops-test", pool_size=1)
+    try:
+        async with AsyncSession(engine) as session:
+            report = await aact(session, CANCEL, TaskFilter(ids=(task_id,)), actor="app")
+            [inside] = await alist_tasks(session, TaskFilter(ids=(task_id,)))
+            await session.rollback()
+        async with AsyncSession(engine) as session:
+            [after] = await alist_tasks(session, TaskFilter(ids=(task_id,)))
+    finally:
+        await engine.dispose()
+    assert report.changed == 1 and inside["status"] == "cancelled"
+    assert after["status"] == "pending"  # rolled back with the caller's transaction
