@@ -14,7 +14,8 @@
 -- :limit rows, and a status not asked for is a one-time filter that skips its
 -- branch. The hot table is small and read by its primary key. Unset criteria
 -- are NULL and fold away when the statement is planned with its values. The
--- error filter is a substring test on the rows the other criteria reach.
+-- error filter reads only rows that have an error (the partial index
+-- (status, id) WHERE last_error IS NOT NULL) and tests the substring there.
 SELECT id, kind, queue, status, attempts, max_attempts, business_key, run_at, created_at,
        finished_at, last_error, priority, epoch, result, location
 FROM (
@@ -45,7 +46,8 @@ FROM (
        AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
        AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
        AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
-       AND (CAST(:error AS text) IS NULL OR strpos(lower(h.last_error), lower(:error)) > 0)
+       AND (CAST(:error AS text) IS NULL
+            OR (h.last_error IS NOT NULL AND strpos(lower(h.last_error), lower(:error)) > 0))
        AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
      ORDER BY h.id DESC
      LIMIT :limit)
@@ -61,7 +63,8 @@ FROM (
        AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
        AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
        AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
-       AND (CAST(:error AS text) IS NULL OR strpos(lower(h.last_error), lower(:error)) > 0)
+       AND (CAST(:error AS text) IS NULL
+            OR (h.last_error IS NOT NULL AND strpos(lower(h.last_error), lower(:error)) > 0))
        AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
      ORDER BY h.id DESC
      LIMIT :limit)
@@ -77,7 +80,8 @@ FROM (
        AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
        AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
        AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
-       AND (CAST(:error AS text) IS NULL OR strpos(lower(h.last_error), lower(:error)) > 0)
+       AND (CAST(:error AS text) IS NULL
+            OR (h.last_error IS NOT NULL AND strpos(lower(h.last_error), lower(:error)) > 0))
        AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
      ORDER BY h.id DESC
      LIMIT :limit)

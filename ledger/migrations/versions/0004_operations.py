@@ -20,7 +20,8 @@ History indexes (docs/reference.md, "Which index serves which filter"): the list
 reads each status newest first, so ``(status, id)`` serves ``--status`` and the
 ordering, ``(status, kind, id)`` ``--kind`` (and replaces ``(status, kind)``, its
 prefix, for ``stats``), ``(status, queue, id)`` ``--queue``, ``(created_at)``
-``--since``/``--until``; ``--key`` uses the business-key index of 0001. The hot
+``--since``/``--until``, ``(status, id) WHERE last_error IS NOT NULL`` ``--error``
+(only failed tasks enter it); ``--key`` uses the business-key index of 0001. The hot
 table gets none: it is small, and every index there slows every claim.
 
 New columns have no default (NULL): no table rewrite.
@@ -76,9 +77,12 @@ _UPGRADE = [
     "DROP INDEX ledgerq_history_status_kind",
     "CREATE INDEX ledgerq_history_status_queue_id ON ledgerq_history (status, queue, id)",
     "CREATE INDEX ledgerq_history_created ON ledgerq_history (created_at)",
+    """CREATE INDEX ledgerq_history_errors ON ledgerq_history (status, id)
+       WHERE last_error IS NOT NULL""",
 ]
 
 _DOWNGRADE = [
+    "DROP INDEX ledgerq_history_errors",
     "DROP INDEX ledgerq_history_created",
     "DROP INDEX ledgerq_history_status_queue_id",
     "CREATE INDEX ledgerq_history_status_kind ON ledgerq_history (status, kind)",
