@@ -147,7 +147,9 @@ def _retry_route(status: str, run_at: datetime, now: datetime) -> Step | str:
 @dataclass
 class Report:
     """What an action did (or, in a dry run, would do): ``matched`` tasks, of which
-    ``changed`` were changed and ``skipped`` were not, ``reasons`` counting why."""
+    ``changed`` were changed and ``skipped`` were not, ``reasons`` counting why.
+    ``asked_to_stop``: of the changed, the running tasks a cancel asked to stop
+    (they end ``cancelled`` when their handler returns)."""
 
     action: str
     dry_run: bool = False
@@ -156,6 +158,7 @@ class Report:
     skipped: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     audit_id: int | None = None
+    asked_to_stop: int = 0
 
     def skip(self, why: str, n: int = 1) -> None:
         self.skipped += n
@@ -169,6 +172,7 @@ class Report:
             "reasons": dict(sorted(self.reasons.items())),
             "dry_run": self.dry_run,
             "audit_id": self.audit_id,
+            "asked_to_stop": self.asked_to_stop,
         }
 
 
@@ -200,6 +204,8 @@ def _batch(
         for row in rows:
             outcome[row["id"]] = "changed" if row["id"] in won else MOVED_ON
         report.changed += len(won)
+        if statement is OQ.request_cancel:
+            report.asked_to_stop += len(won)
         if len(rows) > len(won):
             report.skip(MOVED_ON, len(rows) - len(won))
     return outcome

@@ -120,6 +120,11 @@ def _report_lines(report: Report) -> list[str]:
     verb = "would change" if report.dry_run else "changed"
     head = f"{report.action}: matched {report.matched}, {verb} {report.changed}, "
     lines = [head + f"skipped {report.skipped}" + (" (dry run)" if report.dry_run else "")]
+    if report.asked_to_stop:
+        lines.append(
+            f"  {report.asked_to_stop} running: asked to stop (ctx.cancel_requested); "
+            "they end cancelled when their handler returns"
+        )
     lines += [f"  skipped {n}: {why}" for why, n in sorted(report.reasons.items())]
     if report.audit_id is not None:
         lines.append(f"  audit record {report.audit_id}")

@@ -107,7 +107,7 @@ async def test_cancel_of_a_running_task_ends_it_cancelled_and_the_handler_sees_t
         took = time.monotonic() - asked_at
         task = await pipe.ledger.find(task_id)
 
-    assert (report.changed, done) == (1, {task_id: "cancelled"})
+    assert (report.changed, report.asked_to_stop, done) == (1, 1, {task_id: "cancelled"})
     assert seen == [True] and took < 3 * FAST.heartbeat_s + 2
     assert task["attempts"] == 1 and task["cancel_requested_at"] is not None
     [attempt] = task["attempt_log"]
@@ -240,7 +240,8 @@ async def test_a_dry_run_changes_nothing_and_writes_no_audit(
     report = await ledger.act(CANCEL, TaskFilter(kind="ops.dry"), actor="ops", dry_run=True)
 
     assert report.to_json() | {"reasons": {}} == {
-        "matched": 3, "changed": 3, "skipped": 0, "reasons": {}, "dry_run": True, "audit_id": None
+        "matched": 3, "changed": 3, "skipped": 0, "reasons": {}, "dry_run": True,
+        "audit_id": None, "asked_to_stop": 0,
     }  # fmt: skip
     assert set((await ledger.whereabouts(ids)).values()) == {"pending"}
     assert await ledger.audit() == []
