@@ -106,9 +106,12 @@ async def test_cancel_of_a_running_task_ends_it_cancelled_and_the_handler_sees_t
         done = await pipe.settle([task_id])
         took = time.monotonic() - asked_at
         task = await pipe.ledger.find(task_id)
+        await wait_for(lambda: _true(pipe.worker.counts.cancelled == 1))
+        counts = pipe.worker.counts
 
     assert (report.changed, report.asked_to_stop, done) == (1, 1, {task_id: "cancelled"})
     assert seen == [True] and took < 3 * FAST.heartbeat_s + 2
+    assert (counts.cancelled, counts.retried, counts.succeeded) == (1, 0, 0)
     assert task["attempts"] == 1 and task["cancel_requested_at"] is not None
     [attempt] = task["attempt_log"]
     assert attempt["outcome"] == "cancelled" and attempt["worker"] == FAST.worker_id
