@@ -152,6 +152,8 @@ class Claimer:
             status = where.get(task_id)
             if status is None:
                 log.warning("delivery names task %s, which is not in the ledger; acked", task_id)
+            elif status == "cancelled":
+                log.info("task %s was cancelled; its delivery is acked and skipped", task_id)
             else:
                 log.debug("task %s (epoch %s) is %s; stale delivery acked", task_id, epoch, status)
         self.skipped += len(losers)

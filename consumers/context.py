@@ -5,6 +5,11 @@ the task's terminal status: the worker commits the handler's writes and
 ``succeeded`` together, or neither. A handler that never touches it costs no
 transaction of its own; its status is written with other such tasks' in one
 statement (kinds marked ``group_commit`` share one: see consumers.group).
+
+``ctx.cancel_requested`` turns true within one heartbeat of an operator's
+``ledgerq tasks cancel`` (the heartbeat statement reads it back); the worker
+flags it from its heartbeat task while the handler runs, and reads it once more
+when the handler returns.
 """
 
 from __future__ import annotations
@@ -27,6 +32,17 @@ class _Context:
     #: when the attempt timed out:
     #: a long handler may check it and stop early; its writes would not commit anyway.
     lost: bool = False
+    #: Set by the heartbeat when an operator asked this task to stop
+    #: (``ledgerq tasks cancel``); read it through :attr:`cancel_requested`.
+    _cancel_requested: bool = field(default=False, repr=False)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once an operator asked this task to stop (within one heartbeat of
+        the request). The handler may return early or raise
+        :class:`~ledgerq.Cancelled`; either way the task ends ``cancelled`` and
+        the writes through ``ctx.session`` are rolled back."""
+        return self._cancel_requested
 
     @property
     def id(self) -> int:

@@ -7,6 +7,9 @@ The result is one of:
   and both rolled back (``won=False``). Nothing is left to write; ack.
 * ``Outcome.succeeded`` - the handler succeeded without the session; the
   finisher writes ``succeeded`` with other tasks' outcomes, then acks.
+* ``Outcome.cancelled`` - an operator asked the task to stop and the handler
+  returned, raised or timed out (or it raised :class:`Cancelled`); the session
+  was rolled back (see :mod:`.results`);
 * ``Outcome.failed`` - the handler raised or timed out, or no handler exists;
   the session (if any) was rolled back and the finisher records a retry or
   ``dead``. A task whose payload the claim refused to load (larger than
@@ -26,6 +29,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -33,6 +37,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
 from ledgerq.consumers.handoff import Committed, Result
 from ledgerq.consumers.registry import Handler, Registry
+from ledgerq.consumers.results import (
+    CANCELLED_ON_REQUEST,
+    Cancelled,
+    ResultNotJSONError,
+    encode_result,
+)
 from ledgerq.ledger.errors import LedgerqError
 from ledgerq.ledger.model import ClaimedTask, Outcome
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
@@ -76,13 +86,21 @@ def handler_timeout(task: ClaimedTask, handler: Handler, default: float | None) 
     return min(limits) if limits else default
 
 
+def _returned(value: Any, ctx: HandlerContext) -> str | None:
+    """The result to store, or raise: Cancelled if a cancel was requested meanwhile,
+    ResultNotJSONError if the value cannot be stored."""
+    if ctx.cancel_requested:
+        raise Cancelled(CANCELLED_ON_REQUEST)
+    return encode_result(value)
+
+
 def _run_sync(handler: Handler, ctx: TaskContext) -> Result:
     """In a pool thread: run the handler, then commit its session with the status."""
     try:
-        handler.fn(ctx.task.payload, ctx)
+        result = _returned(handler.fn(ctx.task.payload, ctx), ctx)
         if ctx._session is None:
-            return Outcome.succeeded(ctx.task.fence)
-        won = not ctx.lost and succeed_within(ctx._session, ctx.task.fence)
+            return Outcome.succeeded(ctx.task.fence, result)
+        won = not ctx.lost and succeed_within(ctx._session, ctx.task.fence, result)
         if won:
             ctx._session.commit()
         else:
@@ -95,11 +113,11 @@ def _run_sync(handler: Handler, ctx: TaskContext) -> Result:
 
 async def _run_async(handler: Handler, ctx: AsyncTaskContext) -> Result:
     try:
-        await handler.fn(ctx.task.payload, ctx)
+        result = _returned(await handler.fn(ctx.task.payload, ctx), ctx)
         session = ctx._session
         if session is None:
-            return Outcome.succeeded(ctx.task.fence)
-        won = bool(await asucceed_within(session, [ctx.task.fence]))
+            return Outcome.succeeded(ctx.task.fence, result)
+        won = bool(await asucceed_within(session, [ctx.task.fence], [result]))
         if won:
             await session.commit()
         else:
@@ -157,9 +175,9 @@ class TaskRunner:
             async with asyncio.timeout(timeout):
                 return await _run_async(handler, ctx)
         except TimeoutError:
-            return self._timed_out(task, timeout)
+            return self._timed_out(task, timeout, ctx)
         except Exception as exc:
-            return self._failed(task, exc)
+            return self._failed(task, exc, ctx)
 
     async def _run_sync(
         self, task: ClaimedTask, handler: Handler, release: Callable[[], None]
@@ -182,15 +200,23 @@ class TaskRunner:
         except TimeoutError:
             ctx.lost = True  # the thread may look; its writes will not commit
             future.add_done_callback(_log_late_exception)
-            return self._timed_out(task, timeout)
+            return self._timed_out(task, timeout, ctx)
         except Exception as exc:
-            return self._failed(task, exc)
+            return self._failed(task, exc, ctx)
 
-    def _timed_out(self, task: ClaimedTask, timeout: float | None) -> Outcome:
+    def _timed_out(self, task: ClaimedTask, timeout: float | None, ctx: HandlerContext) -> Outcome:
         log.warning("task %s (%s) timed out after %ss", task.id, task.kind, timeout)
+        if ctx.cancel_requested:
+            return Outcome.cancelled(task.fence, f"{CANCELLED_ON_REQUEST}; timed out")
         return failure(task, f"timed out after {timeout} s")
 
-    def _failed(self, task: ClaimedTask, exc: Exception) -> Outcome:
+    def _failed(self, task: ClaimedTask, exc: Exception, ctx: HandlerContext) -> Outcome:
+        if isinstance(exc, Cancelled) or ctx.cancel_requested:
+            log.info("task %s (%s) cancelled: %s", task.id, task.kind, exc)
+            return Outcome.cancelled(task.fence, describe(exc))
+        if isinstance(exc, ResultNotJSONError):
+            log.error("task %s (%s): %s", task.id, task.kind, exc)
+            return failure(task, str(exc), final=True)
         if isinstance(exc, Abort):
             return failure(task, describe(exc), final=True)
         log.info("task %s (%s) attempt %d failed: %r", task.id, task.kind, task.attempts, exc)

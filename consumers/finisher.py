@@ -53,7 +53,7 @@ class Finisher:
         self.grace_s = grace_s
         self.alert = alert
         self.probe = probe
-        self.succeeded = self.retried = self.dead = 0
+        self.succeeded = self.retried = self.dead = self.cancelled = 0
         self._outbox: list[Ended] = []
         self._wake = asyncio.Event()
         self._closing = False
@@ -109,6 +109,8 @@ class Finisher:
             elif row.status == "dead":
                 self.dead += 1
                 self._alert_later(row)
+            elif row.status == "cancelled":
+                self.cancelled += 1
             else:
                 self.retried += 1
 

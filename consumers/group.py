@@ -6,7 +6,8 @@ fenced ``finish`` marks them all ``succeeded`` and one COMMIT makes the
 handlers' writes and the statuses durable together. One commit (one WAL flush)
 serves the whole batch instead of one per task.
 
-If anything goes wrong - a handler raises or times out, or any fence was lost -
+If anything goes wrong - a handler raises or times out, returns a value that is
+not JSON (see :mod:`.results`), or any fence was lost -
 the whole transaction rolls back and every task of the batch runs again on its
 own, in its own transaction, through the ordinary path; that path records the
 failure, the retry or the lost fence exactly as it would have. A handler's
@@ -31,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from ledgerq.consumers.context import AsyncTaskContext
 from ledgerq.consumers.execute import handler_timeout
 from ledgerq.consumers.registry import Handler
+from ledgerq.consumers.results import encode_result
 from ledgerq.ledger.model import ClaimedTask
 from ledgerq.ledger.within import asucceed_within
 
@@ -47,12 +49,13 @@ class GroupCommitter:
         """Run and commit the whole batch; False (nothing committed) if any part failed."""
         async with AsyncSession(self.engine) as session:
             try:
+                results: list[str | None] = []
                 for task, handler in batch:
                     ctx = AsyncTaskContext(task, self.worker, _session=session)
                     timeout = handler_timeout(task, handler, self.default_timeout_s)
                     async with asyncio.timeout(timeout):
-                        await handler.fn(task.payload, ctx)
-                won = await asucceed_within(session, [t.fence for t, _ in batch])
+                        results.append(encode_result(await handler.fn(task.payload, ctx)))
+                won = await asucceed_within(session, [t.fence for t, _ in batch], results)
                 if len(won) != len(batch):
                     log.info(
                         "group of %d: %d fences lost; running each on its own",

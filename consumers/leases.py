@@ -5,7 +5,9 @@ given back). Every ``heartbeat_s`` one fenced statement extends the leases of
 all of them. A task whose fence no longer holds was rescued by the reconciler
 (its lease expired, perhaps while this process was stalled): its context is
 flagged ``lost``, so a long handler can stop early, and its writes will not
-commit whatever it does, because the commit is fenced too.
+commit whatever it does, because the commit is fenced too. The same statement
+says which tasks an operator asked to stop: their context's
+``cancel_requested`` turns true.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ class Leases:
         held = await self.ledger.heartbeat(snapshot, self.lease_s)
         lost = 0
         for fence, ctx in snapshot.items():
+            if fence[0] in held.cancelling and ctx is not None and not ctx.cancel_requested:
+                log.info("task %s: an operator asked it to stop (ctx.cancel_requested)", fence[0])
+                ctx._cancel_requested = True
             if fence[0] not in held and fence in self._running:
                 lost += 1
                 log.warning(

@@ -114,6 +114,8 @@ class WorkerCounts:
     retried: int
     dead: int
     rejected: int
+    #: Ended ``cancelled`` (an operator's request, or the handler raised Cancelled).
+    cancelled: int = 0
 
 
 class Worker:
@@ -180,6 +182,7 @@ class Worker:
             retried=self.finisher.retried,
             dead=self.finisher.dead,
             rejected=self.intake.rejected,
+            cancelled=self.finisher.cancelled,
         )
 
     @property

@@ -13,7 +13,7 @@ application's autogenerate proposes to drop them. Pass :func:`include_name` (or
 
 The names are derived, never listed by hand: ledgerq's own migrations are
 rendered as SQL once, offline (no database), and every table, index and
-sequence they create is ledgerq's, together with ledgerq's version table
+sequence they create (and do not drop again) is ledgerq's, together with ledgerq's version table
 (:data:`ledgerq.ledger.migrations.VERSION_TABLE`). A migration added later is
 covered the day it is added. Everything belonging to one of those tables
 (its columns, indexes and constraints) is left out with it; every other name is
@@ -42,7 +42,7 @@ from alembic.script import ScriptDirectory
 from ledgerq.ledger.migrations import VERSION_TABLE
 
 _CREATED = re.compile(
-    r"\bCREATE\s+(?:UNIQUE\s+)?(TABLE|INDEX|SEQUENCE)\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+    r"\b(CREATE|DROP)\s+(?:UNIQUE\s+)?(TABLE|INDEX|SEQUENCE)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
     r"(?:\"?[A-Za-z_][A-Za-z0-9_]*\"?\.)?\"?([A-Za-z_][A-Za-z0-9_]*)",
     re.IGNORECASE,
 )
@@ -67,8 +67,11 @@ def _rendered_migrations() -> str:
 def ledgerq_schema() -> Mapping[str, frozenset[str]]:
     """``{"table": ..., "index": ..., "sequence": ...}``: the names ledgerq's migrations create."""
     found: dict[str, set[str]] = {"table": {VERSION_TABLE}, "index": set(), "sequence": set()}
-    for kind, name in _CREATED.findall(_rendered_migrations()):
-        found[kind.lower()].add(name)
+    for verb, kind, name in _CREATED.findall(_rendered_migrations()):  # in migration order
+        if verb.upper() == "CREATE":
+            found[kind.lower()].add(name)
+        else:  # a later migration dropped it
+            found[kind.lower()].discard(name)
     return {kind: frozenset(names) for kind, names in found.items()}
 
 

@@ -102,3 +102,12 @@ class PrivilegeMissingError(SchemaMissingError):
 class TransientStorageError(StorageError):
     """The connection failed, not the data: the same operation may succeed if tried
     again (a dropped connection, a server restart, a terminated backend)."""
+
+
+class InvalidFilterError(LedgerqError, ValueError):
+    """A task filter or an operator action's argument could not be understood: an
+    unknown status, a time that is neither ISO 8601 nor ``30m``/``2h``/``7d``, a
+    limit out of range, an action with no tasks named. The message is one line
+    that says what is accepted; nothing was read or changed."""
+
+    exit_code = 64

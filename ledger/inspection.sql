@@ -45,8 +45,8 @@ SELECT id, EXTRACT(EPOCH FROM created_at)::float8 AS created,
 FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 
 -- name: truncate
--- Every task, and every permanent de-duplication key with them.
-TRUNCATE ledgerq_tasks, ledgerq_history, ledgerq_unique_keys
+-- Every task, every permanent de-duplication key and the audit trail.
+TRUNCATE ledgerq_tasks, ledgerq_history, ledgerq_unique_keys, ledgerq_audit_tasks, ledgerq_audit
 
 -- name: clear_finished
 -- Finished rows go; synthetic ones (ids <= 0) stay.
@@ -71,3 +71,26 @@ VACUUM (ANALYZE) ledgerq_history
 -- After a burst of WAL, so the checkpoint it triggers does not land in the
 -- middle of a measurement (needs a superuser; skipped otherwise).
 CHECKPOINT
+
+-- name: seed_varied_history
+-- Synthetic finished rows shaped like a real history, for measuring the
+-- operator's listing (docs/performance.md): ids -:first .. -(:first + :n - 1),
+-- 90% succeeded, 7% dead (with an error), 3% cancelled, ten kinds, three queues,
+-- a business key on one row in ten, created over the last 30 days (newest ids
+-- newest).
+INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, priority, shard, run_at,
+                             status, attempts, max_attempts, epoch, publishes, last_error,
+                             created_at, published_at, started_at, finished_at)
+SELECT -g, 'bench.kind' || (g % 10), (ARRAY['default', 'other', 'bulk'])[1 + g % 3], '{}'::jsonb,
+       CASE WHEN g % 10 = 0 THEN 'order-' || g END, 0, 0, c,
+       CASE WHEN g % 100 < 90 THEN 'succeeded' WHEN g % 100 < 97 THEN 'dead'
+            ELSE 'cancelled' END,
+       1, 5, 1, 1,
+       CASE WHEN g % 100 BETWEEN 90 AND 96 THEN 'RuntimeError: upstream ' || (g % 7) END,
+       c, c, c, c
+FROM generate_series(CAST(:first AS bigint), CAST(:first AS bigint) + :n - 1) AS g,
+     LATERAL (SELECT now() - make_interval(secs => g * 0.25) AS c) AS t
+
+-- name: lowest_synthetic_id
+-- How many synthetic rows exist below 0 (the next seed starts after them).
+SELECT COALESCE(-min(id), 0) FROM ledgerq_history WHERE id <= 0

@@ -7,6 +7,7 @@ never see a row object of the database driver.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 from typing import Any, Literal
@@ -16,12 +17,14 @@ from ledgerq.ledger.retry import RetryPolicy
 #: An (id, epoch) pair: the fence every write after a claim carries.
 Fence = tuple[int, int]
 
-#: What the finish statement does with a running row: ``succeeded`` and ``dead``
-#: end it (moving it to history); ``retry`` sends it back to ``pending`` after
-#: ``delay`` seconds, or ends it ``dead`` when its attempts are spent;
-#: ``release`` sends it back to ``pending`` at once without charging the attempt
-#: and flags it ``suspect`` (its worker died with other tasks in flight).
-Verdict = Literal["succeeded", "retry", "dead", "release"]
+#: What the finish statement does with a running row: ``succeeded``, ``cancelled``
+#: and ``dead`` end it (moving it to history); ``retry`` sends it back to
+#: ``pending`` after ``delay`` seconds, or ends it ``dead`` when its attempts are
+#: spent (``cancelled`` when an operator asked it to stop); ``release`` sends it
+#: back to ``pending`` at once without charging the attempt and flags it
+#: ``suspect`` (its worker died with other tasks in flight; ``cancelled`` too if
+#: an operator asked it to stop).
+Verdict = Literal["succeeded", "retry", "dead", "cancelled", "release"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,14 +78,21 @@ class Outcome:
     verdict: Verdict
     error: str | None = None
     delay: float = 0.0
+    #: The handler's return value as JSON text (None: it returned None).
+    result: str | None = None
 
     @property
     def fence(self) -> Fence:
         return (self.id, self.epoch)
 
     @classmethod
-    def succeeded(cls, fence: Fence) -> Outcome:
-        return cls(fence[0], fence[1], "succeeded")
+    def succeeded(cls, fence: Fence, result: str | None = None) -> Outcome:
+        return cls(fence[0], fence[1], "succeeded", result=result)
+
+    @classmethod
+    def cancelled(cls, fence: Fence, error: str) -> Outcome:
+        """The handler stopped (or finished) after an operator's cancel request."""
+        return cls(fence[0], fence[1], "cancelled", error)
 
     @classmethod
     def failed(
@@ -90,6 +100,18 @@ class Outcome:
     ) -> Outcome:
         """A failed attempt: retried after ``delay`` seconds, or ``dead`` if ``final``."""
         return cls(fence[0], fence[1], "dead" if final else "retry", error, delay)
+
+
+class Held(frozenset[int]):
+    """The ids whose lease a heartbeat extended; ``cancelling`` those of them an
+    operator asked to stop (``cancel_requested_at`` is set)."""
+
+    cancelling: frozenset[int]
+
+    def __new__(cls, held: Iterable[int] = (), cancelling: Iterable[int] = ()) -> Held:
+        self = super().__new__(cls, held)
+        self.cancelling = frozenset(cancelling) & self
+        return self
 
 
 @dataclass(frozen=True, slots=True)

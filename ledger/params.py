@@ -25,4 +25,5 @@ def outcome_params(outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
         "verdicts": [o.verdict for o in ordered],
         "delays": [float(o.delay) for o in ordered],
         "errors": [o.error for o in ordered],
+        "results": [o.result for o in ordered],
     }

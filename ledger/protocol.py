@@ -21,11 +21,13 @@ producer's, the terminal status in a handler's) are not here: see
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import date, datetime
 from typing import Any, Protocol
 
+from ledgerq.ledger.actions import Action, Report
+from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.model import (
     ClaimedTask,
     DueTask,
@@ -33,6 +35,7 @@ from ledgerq.ledger.model import (
     Fence,
     Finished,
     HistoryDay,
+    Held,
     Outcome,
     TaskTiming,
 )
@@ -82,8 +85,9 @@ class WorkerLedger(FinishingLedger, Protocol):
         """The status of each id now (live or history); unknown ids are absent."""
         ...
 
-    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> set[int]:
-        """Extend the leases still held; the ids whose fence still holds."""
+    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> Held:
+        """Extend the leases still held; the ids whose fence still holds, and
+        (``Held.cancelling``) those of them an operator asked to stop."""
         ...
 
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
@@ -154,6 +158,11 @@ class InspectionLedger(Protocol):
         """Add ``rows`` synthetic finished tasks (negative ids), then settle the table."""
         ...
 
+    async def seed_varied_history(self, rows: int, chunk: int = 200_000) -> None:
+        """Add ``rows`` synthetic finished tasks of mixed status, kind and queue
+        (for measuring ``ledgerq tasks list`` on a large history)."""
+        ...
+
     async def clear_finished(self) -> None:
         """Delete the real finished tasks, keep the synthetic ones, settle the table."""
         ...
@@ -191,8 +200,49 @@ class RetentionLedger(Protocol):
         ...
 
 
+class OperationsLedger(Protocol):
+    """The operator's side (``operations.sql``; ``ledgerq tasks ...``). The same
+    operations inside a transaction the caller owns are :mod:`ledgerq.ledger.operations`."""
+
+    async def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
+        """Live and finished tasks matching ``selection``, newest first (keyset paging)."""
+        ...
+
+    async def find(
+        self, task_id: int | None = None, *, business_key: str | None = None
+    ) -> dict[str, Any]:
+        """One task (by id, or the newest with ``business_key``): every column, plus
+        ``location``, ``attempt_log`` and ``audit`` (the actions that touched it)."""
+        ...
+
+    async def audit(self, limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
+        """The newest audit records (ids below ``before``)."""
+        ...
+
+    async def act(
+        self,
+        action: Action,
+        selection: TaskFilter,
+        *,
+        actor: str,
+        reason: str | None = None,
+        dry_run: bool = False,
+        batch_size: int = 500,
+        progress: Callable[[Report], None] | None = None,
+    ) -> Report:
+        """Apply ``action`` in batches of ``batch_size``, each its own transaction of
+        fenced compare-and-sets plus its audit lines; ``progress`` after each."""
+        ...
+
+
 class Ledger(
-    RelayLedger, WorkerLedger, ReconcilerLedger, InspectionLedger, RetentionLedger, Protocol
+    RelayLedger,
+    WorkerLedger,
+    ReconcilerLedger,
+    InspectionLedger,
+    RetentionLedger,
+    OperationsLedger,
+    Protocol,
 ):
     """The whole seam."""
 

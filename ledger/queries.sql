@@ -162,33 +162,51 @@ SELECT id, status FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 
 -- name: finish
 -- How attempts ended, one verdict per row, fenced like every write after a
--- claim: 'succeeded' and 'dead' move the row to history; 'retry' sends it back
--- to pending after its delay, or to history as dead once its attempts are spent;
--- 'release' (the reconciler's, for a worker that died with several tasks in
--- flight) sends it back to pending at once, the attempt uncharged, as a suspect.
--- transitions: running -> succeeded, running -> dead, running -> pending
+-- claim: 'succeeded', 'cancelled' and 'dead' move the row to history; 'retry'
+-- sends it back to pending after its delay, or to history as dead once its
+-- attempts are spent, or as cancelled when an operator asked it to stop
+-- (cancel_requested_at: a cancelled task is never retried); 'release' (the
+-- reconciler's, for a worker that died with several tasks in flight) sends it
+-- back to pending at once, the attempt uncharged, as a suspect (or to history as
+-- cancelled when an operator asked it to stop). A success or a death stands
+-- even when a cancel was requested: the attempt record keeps the request's time
+-- ("the cancel came too late"). Each ended attempt appends one record to
+-- attempt_log; :results is the handler's JSON return value (text).
+-- transitions: running -> succeeded, running -> cancelled, running -> dead, running -> pending
 WITH m AS (
     SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]),
                          CAST(:verdicts AS text[]), CAST(:delays AS float8[]),
-                         CAST(:errors AS text[])) AS m(id, epoch, verdict, delay, error)
+                         CAST(:errors AS text[]), CAST(:results AS text[]))
+                  AS m(id, epoch, verdict, delay, error, result)
 ), ended AS (
     DELETE FROM ledgerq_tasks t USING m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
-      AND (m.verdict IN ('succeeded', 'dead')
-           OR (m.verdict = 'retry' AND t.attempts >= t.max_attempts))
-    RETURNING t.*, m.error AS new_error,
-              CASE WHEN m.verdict = 'succeeded' THEN 'succeeded' ELSE 'dead' END AS ended_as
+      AND (m.verdict IN ('succeeded', 'dead', 'cancelled')
+           OR (m.verdict = 'retry' AND t.attempts >= t.max_attempts)
+           OR (m.verdict IN ('retry', 'release') AND t.cancel_requested_at IS NOT NULL))
+    RETURNING t.*, m.error AS new_error, CAST(m.result AS jsonb) AS new_result,
+              CASE WHEN m.verdict = 'succeeded' THEN 'succeeded'
+                   WHEN m.verdict = 'cancelled' THEN 'cancelled'
+                   WHEN m.verdict IN ('retry', 'release') AND t.cancel_requested_at IS NOT NULL
+                       THEN 'cancelled'
+                   ELSE 'dead' END AS ended_as
 ), buried AS (
     INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key, priority,
                                  shard, run_at, status, attempts, max_attempts, retry, epoch,
                                  publishes, lease_until, heartbeat_at, worker, checkpoint,
                                  last_error, timeout_s, parent_id, created_at, published_at,
-                                 started_at, finished_at, suspect)
+                                 started_at, finished_at, suspect, result, attempt_log,
+                                 cancel_requested_at)
     SELECT id, kind, queue, payload, business_key, NULL, priority,
            shard, run_at, ended_as, attempts, max_attempts, retry, epoch,
            publishes, NULL, heartbeat_at, worker, checkpoint,
            COALESCE(new_error, last_error), timeout_s, parent_id, created_at, published_at,
-           started_at, now(), suspect
+           started_at, now(), suspect, new_result,
+           COALESCE(attempt_log, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+               'attempt', attempts, 'worker', worker, 'started_at', started_at,
+               'ended_at', now(), 'error', new_error, 'outcome', ended_as,
+               'cancel_requested_at', cancel_requested_at)),
+           cancel_requested_at
     FROM ended
     RETURNING id, kind, attempts, status, last_error
 ), retried AS (
@@ -197,10 +215,17 @@ WITH m AS (
         last_error = m.error, lease_until = NULL, worker = NULL,
         attempts = CASE WHEN m.verdict = 'release' THEN GREATEST(t.attempts - 1, 0)
                         ELSE t.attempts END,
-        suspect = t.suspect OR m.verdict = 'release'
+        suspect = t.suspect OR m.verdict = 'release',
+        attempt_log = COALESCE(t.attempt_log, '[]'::jsonb) || jsonb_build_array(
+            jsonb_build_object('attempt', t.attempts, 'worker', t.worker,
+                               'started_at', t.started_at, 'ended_at', now(),
+                               'error', m.error,
+                               'outcome', CASE WHEN m.verdict = 'release' THEN 'released'
+                                               ELSE 'retry' END))
     FROM m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
       AND ((m.verdict = 'retry' AND t.attempts < t.max_attempts) OR m.verdict = 'release')
+      AND t.cancel_requested_at IS NULL
     RETURNING t.id, t.kind, t.attempts, t.status, t.last_error
 )
 SELECT id, kind, attempts, status, last_error FROM buried
@@ -208,11 +233,13 @@ UNION ALL
 SELECT id, kind, attempts, status, last_error FROM retried
 
 -- name: heartbeat
+-- Extends the leases still held, and says which of those tasks an operator
+-- asked to stop (ctx.cancel_requested).
 UPDATE ledgerq_tasks t
 SET heartbeat_at = now(), lease_until = clock_timestamp() + make_interval(secs => :lease_s)
 FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
-RETURNING t.id
+RETURNING t.id, t.cancel_requested_at IS NOT NULL AS cancel_requested
 
 -- name: save_checkpoint
 UPDATE ledgerq_tasks

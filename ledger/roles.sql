@@ -1,6 +1,6 @@
 -- Least-privilege roles for ledgerq, derived statement by statement from
--- queries.sql, inspection.sql (stats_live, stats_history, show_task) and the
--- migrations. Four group roles (NOLOGIN); give each login user the group of
+-- queries.sql, operations.sql, inspection.sql (stats_live, stats_history,
+-- show_task) and the migrations. Five group roles (NOLOGIN); give each login user the group of
 -- the process it runs (docs/security.md, "Database roles", says how and why).
 -- ledger/sql.py loads the blocks by name (each is a script of several
 -- statements, for psql or one call without parameters);
@@ -14,6 +14,7 @@ CREATE ROLE ledgerq_migrator NOLOGIN;
 CREATE ROLE ledgerq_producer NOLOGIN;
 CREATE ROLE ledgerq_service NOLOGIN;
 CREATE ROLE ledgerq_operator NOLOGIN;
+CREATE ROLE ledgerq_admin NOLOGIN IN ROLE ledgerq_operator;
 
 -- name: grant_schema
 -- Once per database, before the first `ledgerq migrate`, by the database's
@@ -49,12 +50,14 @@ GRANT INSERT (kind, key, task_id), SELECT (kind, key, task_id)
 -- no grant.
 GRANT SELECT, DELETE ON ledgerq_tasks TO ledgerq_service;
 GRANT UPDATE (status, epoch, attempts, publishes, run_at, published_at, started_at,
-              heartbeat_at, lease_until, worker, checkpoint, last_error, suspect)
+              heartbeat_at, lease_until, worker, checkpoint, last_error, suspect, attempt_log)
     ON ledgerq_tasks TO ledgerq_service;
 GRANT INSERT ON ledgerq_history TO ledgerq_service;
 GRANT SELECT (id, kind, attempts, status, last_error) ON ledgerq_history TO ledgerq_service;
--- Operator: `ledgerq stats` and `ledgerq show` read both tables whole.
-GRANT SELECT ON ledgerq_tasks, ledgerq_history TO ledgerq_operator;
+-- Operator: `ledgerq stats`, `show`, `tasks list` and `tasks audit` read the
+-- tables whole.
+GRANT SELECT ON ledgerq_tasks, ledgerq_history, ledgerq_audit, ledgerq_audit_tasks
+    TO ledgerq_operator;
 -- Retention (the reconciler's pass) and `ledgerq purge`: history's day
 -- partitions are created, dropped and purged only through these functions,
 -- which run as the migrator (SECURITY DEFINER); neither role may DELETE from
@@ -63,6 +66,22 @@ GRANT EXECUTE ON FUNCTION ledgerq_history_add_day(text, date),
                           ledgerq_history_drop_day(text, date),
                           ledgerq_history_purge(text, timestamptz, integer)
     TO ledgerq_service, ledgerq_operator;
+-- Admin (a member of the operator group, so it reads what the operator reads):
+-- `ledgerq tasks cancel | retry | reschedule | set-attempts | set-priority`
+-- (operations.sql): cancel_queued moves rows to history, retry_history moves
+-- them back (with their own id: no sequence), the others set these columns;
+-- each batch adds its audit lines.
+GRANT DELETE ON ledgerq_tasks, ledgerq_history TO ledgerq_admin;
+GRANT INSERT ON ledgerq_history, ledgerq_audit_tasks TO ledgerq_admin;
+GRANT INSERT (id, kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, status,
+              attempts, max_attempts, retry, epoch, publishes, checkpoint, last_error, timeout_s,
+              parent_id, created_at, attempt_log)
+    ON ledgerq_tasks TO ledgerq_admin;
+GRANT UPDATE (status, run_at, epoch, published_at, publishes, max_attempts, priority,
+              cancel_requested_at)
+    ON ledgerq_tasks TO ledgerq_admin;
+GRANT INSERT, UPDATE (matched, changed, skipped, finished_at) ON ledgerq_audit TO ledgerq_admin;
+GRANT USAGE ON SEQUENCE ledgerq_audit_id_seq TO ledgerq_admin;
 -- Every command but `migrate` and the producer's enqueue checks the schema's
 -- revision at start.
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service, ledgerq_operator;

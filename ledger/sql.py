@@ -82,6 +82,8 @@ class InspectionQueries:
     truncate: TextClause
     clear_finished: TextClause
     seed_history: TextClause
+    seed_varied_history: TextClause
+    lowest_synthetic_id: TextClause
     vacuum_history: TextClause
     checkpoint: TextClause
 
@@ -99,6 +101,23 @@ class RetentionQueries:
 
 
 @dataclass(frozen=True)
+class OperationsQueries:
+    """``operations.sql``: the operator's listing, actions and audit trail."""
+
+    list_tasks: TextClause
+    cancel_queued: TextClause
+    request_cancel: TextClause
+    retry_history: TextClause
+    reschedule: TextClause
+    set_max_attempts: TextClause
+    set_priority: TextClause
+    insert_audit: TextClause
+    record_audit_batch: TextClause
+    list_audit: TextClause
+    task_audit: TextClause
+
+
+@dataclass(frozen=True)
 class RoleGrants:
     """``roles.sql``: the least-privilege roles (docs/security.md, "Database roles").
     Each block is a script of several statements with no parameters, for psql or for
@@ -112,4 +131,5 @@ class RoleGrants:
 Q: LedgerQueries = load(LedgerQueries, "ledgerq.ledger", "queries.sql")
 IQ: InspectionQueries = load(InspectionQueries, "ledgerq.ledger", "inspection.sql")
 RQ: RetentionQueries = load(RetentionQueries, "ledgerq.ledger", "retention.sql")
+OQ: OperationsQueries = load(OperationsQueries, "ledgerq.ledger", "operations.sql")
 ROLES: RoleGrants = load(RoleGrants, "ledgerq.ledger", "roles.sql")

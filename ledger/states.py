@@ -43,9 +43,17 @@ TRANSITIONS: dict[tuple[Status, Status], str] = {
     (Status.RUNNING, Status.PENDING): "consumer (retry with backoff) or reconciler (lease "
     "expired: charged if the task ran alone, else released uncharged as a suspect)",
     (Status.RUNNING, Status.DEAD): "consumer or reconciler (attempts spent)",
+    (Status.RUNNING, Status.CANCELLED): "consumer (the handler stopped after an operator's "
+    "cancel request, or raised Cancelled; a failed attempt under a request is not retried)",
+    # Operator interventions (ledger/operations.sql, `ledgerq tasks ...`).
+    (Status.PENDING, Status.CANCELLED): "operator (cancel: the task never runs)",
+    (Status.PUBLISHED, Status.CANCELLED): "operator (cancel: its queued message is skipped)",
+    (Status.DEAD, Status.PENDING): "operator (retry from history: same id, fresh attempts)",
+    (Status.CANCELLED, Status.PENDING): "operator (retry from history: same id, fresh attempts)",
+    (Status.PENDING, Status.PENDING): "operator (reschedule, or retry: run a waiting task now)",
+    (Status.PUBLISHED, Status.PENDING): "operator (reschedule: epoch bumped, the queued "
+    "message goes stale and the relay publishes it again when due)",
 }
-# Operator interventions (cancel, retry from history, reschedule) are not built
-# yet; ``cancelled`` exists in the schema for them.
 
 
 def can_transition(current: Status, target: Status) -> bool:

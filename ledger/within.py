@@ -19,16 +19,20 @@ from ledgerq.ledger.params import outcome_params
 from ledgerq.ledger.sql import Q
 
 
-def succeed_within(session: Session | Connection, fence: Fence) -> bool:
-    """running -> succeeded in the caller's (sync) transaction; whether the fence held."""
-    params = outcome_params([Outcome.succeeded(fence)])
+def succeed_within(session: Session | Connection, fence: Fence, result: str | None = None) -> bool:
+    """running -> succeeded (with the handler's JSON ``result``) in the caller's (sync)
+    transaction; whether the fence held."""
+    params = outcome_params([Outcome.succeeded(fence, result)])
     return session.execute(Q.finish, params).first() is not None
 
 
 async def asucceed_within(
-    session: AsyncSession | AsyncConnection, fences: Sequence[Fence]
+    session: AsyncSession | AsyncConnection,
+    fences: Sequence[Fence],
+    results: Sequence[str | None] | None = None,
 ) -> set[int]:
-    """running -> succeeded for ``fences`` in the caller's (async) transaction; the ids
-    whose fence held."""
-    params = outcome_params([Outcome.succeeded(f) for f in fences])
+    """running -> succeeded for ``fences`` (with each handler's JSON result, in the
+    same order) in the caller's (async) transaction; the ids whose fence held."""
+    values = results if results is not None else [None] * len(fences)
+    params = outcome_params([Outcome.succeeded(f, r) for f, r in zip(fences, values, strict=True)])
     return {int(r[0]) for r in await session.execute(Q.finish, params)}

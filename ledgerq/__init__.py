@@ -24,9 +24,12 @@ from __future__ import annotations
 from ledgerq.consumers.context import AsyncTaskContext, TaskContext
 from ledgerq.consumers.execute import Abort
 from ledgerq.consumers.registry import Registry, RegistryError, default_registry, task
+from ledgerq.consumers.results import Cancelled
+from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.errors import (
     ConfigError,
     CredentialsRefusedError,
+    InvalidFilterError,
     InvalidRetryPolicyError,
     InvalidTaskError,
     LedgerqError,
@@ -39,6 +42,8 @@ from ledgerq.ledger.errors import (
     TaskNotFoundError,
     TransientStorageError,
 )
+from ledgerq.ledger.filters import TaskFilter
+from ledgerq.ledger.operations import aact, act, alist_tasks, list_tasks
 from ledgerq.ledger.producer import TaskSpec, aenqueue, aenqueue_many, enqueue, enqueue_many
 from ledgerq.ledger.retry import RetryPolicy
 from ledgerq.ledger.states import Status
@@ -47,9 +52,12 @@ from ledgerq.ledger.validation import MAX_PAYLOAD_BYTES
 __all__ = [
     "MAX_PAYLOAD_BYTES",
     "Abort",
+    "Action",
     "AsyncTaskContext",
+    "Cancelled",
     "ConfigError",
     "CredentialsRefusedError",
+    "InvalidFilterError",
     "InvalidRetryPolicyError",
     "InvalidTaskError",
     "LedgerqError",
@@ -57,6 +65,7 @@ __all__ = [
     "PrivilegeMissingError",
     "Registry",
     "RegistryError",
+    "Report",
     "RetryPolicy",
     "SchemaError",
     "SchemaMissingError",
@@ -64,13 +73,18 @@ __all__ = [
     "Status",
     "StorageError",
     "TaskContext",
+    "TaskFilter",
     "TaskNotFoundError",
     "TaskSpec",
     "TransientStorageError",
+    "aact",
+    "act",
     "aenqueue",
     "aenqueue_many",
+    "alist_tasks",
     "default_registry",
     "enqueue",
     "enqueue_many",
+    "list_tasks",
     "task",
 ]

@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 from ledgerq.ledger.errors import SchemaMissingError
-from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Outcome
+from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.protocol import PublishBatch
 
@@ -99,7 +99,7 @@ class WatchedLedger:
         with self._watch.watching():
             return await self._ledger.whereabouts(ids)
 
-    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> set[int]:
+    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> Held:
         with self._watch.watching():
             return await self._ledger.heartbeat(fences, lease_s)
 

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING
 
 from ledgerq.ledger.pg.inspection import PgInspection
 from ledgerq.ledger.pg.retention import PgRetention
+from ledgerq.ledger.pg.operations import PgOperations
 from ledgerq.ledger.pg.services import PgServices
 
 if TYPE_CHECKING:
     from ledgerq.ledger.protocol import Ledger
 
 
-class PgLedger(PgServices, PgInspection, PgRetention):
+class PgLedger(PgServices, PgInspection, PgRetention, PgOperations):
     """:class:`~ledgerq.ledger.protocol.Ledger` on PostgreSQL, over one async engine."""
 
 

@@ -63,6 +63,16 @@ class PgInspection(PgBase):
         await self._rows(IQ.seed_history, {"n": rows})
         await self._settle(checkpoint=True)
 
+    async def seed_varied_history(self, rows: int, chunk: int = 200_000) -> None:
+        """Add ``rows`` synthetic finished tasks of mixed status, kind and queue
+        (negative ids, after any already seeded), a chunk per transaction, then
+        settle the table."""
+        first = 1 + int(await self._scalar(IQ.lowest_synthetic_id))
+        for start in range(first, first + rows, chunk):
+            n = min(chunk, first + rows - start)
+            await self._rows(IQ.seed_varied_history, {"first": start, "n": n})
+        await self._settle(checkpoint=True)
+
     async def clear_finished(self) -> None:
         await self._rows(IQ.clear_finished, {})
         await self._settle(checkpoint=False)

@@ -22,6 +22,7 @@ from ledgerq.ledger.model import (
     ExpiredLease,
     Fence,
     Finished,
+    Held,
     Outcome,
 )
 from ledgerq.ledger.params import fence_params, outcome_params
@@ -153,12 +154,13 @@ class PgServices(PgBase):
             return []
         return _finished(await self._rows(Q.finish, outcome_params(outcomes)))
 
-    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> set[int]:
+    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> Held:
         params: dict[str, Any] = fence_params(fences)
         if not params["ids"]:
-            return set()
+            return Held()
         params["lease_s"] = lease_s
-        return {int(r[0]) for r in await self._rows(Q.heartbeat, params)}
+        rows = await self._rows(Q.heartbeat, params)
+        return Held((int(r.id) for r in rows), (int(r.id) for r in rows if r.cancel_requested))
 
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
         params = {"id": fence[0], "epoch": fence[1], "checkpoint": json.dumps(state)}

@@ -9,8 +9,9 @@ from ledgerq.cli.group import cli, run_cli
 from ledgerq.cli.inspect import migrate, show, stats
 from ledgerq.cli.purge import purge
 from ledgerq.cli.services import reconcile, relay, worker
+from ledgerq.cli.tasks import tasks
 
-for command in (migrate, stats, show, purge, relay, worker, reconcile, demo, bench, config):
+for command in (migrate, stats, show, tasks, purge, relay, worker, reconcile, demo, bench, config):
     cli.add_command(command)
 
 

@@ -36,7 +36,11 @@ SHOW_FIELDS = (
     "payload",
     "retry",
     "last_error",
+    "result",
+    "cancel_requested_at",
 )
+ATTEMPT_FIELDS = ("attempt", "worker", "started_at", "ended_at", "outcome", "error")
+AUDIT_FIELDS = ("id", "at", "actor", "action", "reason", "outcome")
 
 #: The table view shows at most this many characters of a value (``--json`` shows all).
 SHOW_MAX_CHARS = 2000
@@ -76,9 +80,9 @@ async def _stats(settings: Settings) -> dict[str, Any]:
         return await ledger.stats()
 
 
-async def _show(settings: Settings, task_id: int) -> dict[str, Any]:
+async def _show(settings: Settings, task_id: int | None, key: str | None) -> dict[str, Any]:
     async with open_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
-        return await ledger.show(task_id)
+        return await ledger.find(task_id, business_key=key)
 
 
 @click.command()
@@ -103,22 +107,48 @@ def stats(settings: Settings, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("task_id", type=int)
+@click.argument("task_id", type=int, required=False)
+@click.option("--key", default=None, metavar="BUSINESS_KEY", help="The newest task with this key.")
 @json_option
 @pass_settings
-def show(settings: Settings, task_id: int, as_json: bool) -> None:
-    """One task: status, attempts, last error and every other field.
+def show(settings: Settings, task_id: int | None, key: str | None, as_json: bool) -> None:
+    """One task (by ID, or --key BUSINESS_KEY): every field, each attempt (start,
+    end, worker, error) and the operator actions that touched it.
 
     The table cuts long values (a huge payload) at 2,000 characters and says so;
     --json prints everything."""
-    data = asyncio.run(_show(settings, task_id))
+    if (task_id is None) == (key is None):
+        raise click.UsageError("give a task ID or --key BUSINESS_KEY (one of them)")
+    data = asyncio.run(_show(settings, task_id, key))
+    emit(data, as_json, lambda console: render_task(console, data))
 
-    def render(console: Console) -> None:
-        table = Table(title=f"task {task_id}", show_header=False)
-        table.add_column("field", style="bold")
-        table.add_column("value", overflow="fold")
-        for key in SHOW_FIELDS:
-            table.add_row(key, Text(shown(data.get(key))))  # Text: never read as markup
-        console.print(table)
 
-    emit(data, as_json, render)
+def attempt_cells(entry: dict[str, Any]) -> list[Text]:
+    """One attempt's row: times to the millisecond, the error's last line (the
+    exception itself; --json keeps the whole traceback)."""
+    error = str(entry.get("error") or "").strip().splitlines()
+    values = {**entry, "error": error[-1] if error else None}
+    for name in ("started_at", "ended_at"):
+        values[name] = str(values.get(name) or "").replace("T", " ")[:23]
+    return [Text(shown(values.get(name))) for name in ATTEMPT_FIELDS]
+
+
+def render_task(console: Console, data: dict[str, Any]) -> None:
+    table = Table(title=f"task {data['id']}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    for key in SHOW_FIELDS:
+        table.add_row(key, Text(shown(data.get(key))))  # Text: never read as markup
+    console.print(table)
+    attempts = Table(title="attempts")
+    for name in ATTEMPT_FIELDS:
+        attempts.add_column(name, overflow="fold")
+    for entry in data["attempt_log"]:
+        attempts.add_row(*attempt_cells(entry))
+    console.print(attempts if data["attempt_log"] else "attempts: none ended yet")
+    audit = Table(title="audit")
+    for name in AUDIT_FIELDS:
+        audit.add_column(name, overflow="fold")
+    for entry in data["audit"]:
+        audit.add_row(*(Text(shown(entry.get(name))) for name in AUDIT_FIELDS))
+    console.print(audit if data["audit"] else "audit: no operator action touched it")

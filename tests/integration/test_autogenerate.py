@@ -69,7 +69,8 @@ engine.dispose()
 """
 
 LEDGERQ_TABLES = {
-    "ledgerq_tasks", "ledgerq_history", "ledgerq_unique_keys", "ledgerq_alembic_version"
+    "ledgerq_tasks", "ledgerq_history", "ledgerq_unique_keys", "ledgerq_alembic_version",
+    "ledgerq_audit", "ledgerq_audit_tasks",
 }  # fmt: skip
 #: A day partition of history the migration or the retention pass created.
 DAY_PARTITION = re.compile(r"ledgerq_history_(succeeded|dead|cancelled)_p[0-9]{8}")
@@ -160,9 +161,12 @@ def test_the_helper_knows_every_relation_ledgerqs_migrations_create(
     # Primary keys are indexes named inside CREATE TABLE (Alembic names its own).
     assert schema["index"] < in_database["index"]
     assert in_database["index"] - schema["index"] == {
-        "ledgerq_tasks_pk", "ledgerq_unique_keys_pk", "ledgerq_alembic_version_pkc"
+        "ledgerq_tasks_pk", "ledgerq_unique_keys_pk", "ledgerq_alembic_version_pkc",
+        "ledgerq_audit_pk", "ledgerq_audit_tasks_pk",
     }  # fmt: skip
-    assert in_database["sequence"] == schema["sequence"] == {"ledgerq_task_id_seq"}
+    assert "ledgerq_history_status_kind" not in schema["index"]  # created by 0001, dropped by 0005
+    assert in_database["sequence"] == schema["sequence"]
+    assert schema["sequence"] == {"ledgerq_task_id_seq", "ledgerq_audit_id_seq"}
 
 
 @pytest.mark.parametrize("hook", ["include_name", "include_object"])

@@ -44,8 +44,8 @@ from tests.support import ledgerq
 ROOT = Path(__file__).parents[2]
 SECURITY_MD = ROOT / "docs" / "security.md"
 ROLES_SQL = ROOT / "ledger" / "roles.sql"
-GROUPS = ("migrator", "producer", "service", "operator")
-_GROUP_NAME = re.compile(r"\bledgerq_(migrator|producer|service|operator)\b")
+GROUPS = ("migrator", "producer", "service", "operator", "admin")
+_GROUP_NAME = re.compile(r"\bledgerq_(migrator|producer|service|operator|admin)\b")
 
 
 def normalized(blocks: dict[str, str]) -> dict[str, str]:
@@ -206,7 +206,7 @@ def test_the_migrator_group_owns_every_ledger_object(roles: Roles) -> None:
         )
     assert set(owners) == {
         "ledgerq_tasks", "ledgerq_history", "ledgerq_unique_keys", "ledgerq_task_id_seq",
-        VERSION_TABLE,
+        VERSION_TABLE, "ledgerq_audit", "ledgerq_audit_id_seq", "ledgerq_audit_tasks",
     }  # fmt: skip
     assert {"ledgerq_history_dead", "ledgerq_history_dead_default"} < set(partitions)
     assert len(functions) == 4
@@ -333,7 +333,7 @@ async def test_relay_worker_and_reconciler_run_tasks_end_to_end_as_the_service(
         # The seam's remaining worker statements: heartbeat and checkpoint.
         [seam_id] = produce(TaskSpec("roles.seam"))
         [claimed] = await pipe.ledger.claim([(seam_id, 0)], "test-seam", 30)
-        assert await pipe.ledger.heartbeat([claimed.fence], 30) == {seam_id}
+        assert await pipe.ledger.heartbeat([claimed.fence], 30) == frozenset({seam_id})
         assert await pipe.ledger.save_checkpoint(claimed.fence, {"step": 1})
         [finished] = await pipe.ledger.finish([Outcome.succeeded(claimed.fence)])
         assert finished.status == "succeeded"
@@ -410,3 +410,39 @@ def test_a_login_without_its_grants_gets_one_line_and_exit_78_not_endless_retrie
         assert "permission denied" in result.stderr
         assert "grant the login its ledgerq role" in result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_the_admin_acts_and_is_audited_while_the_operator_only_lists(
+    settings: Settings, roles: Roles
+) -> None:
+    engine = sync_engine(roles.settings(settings, "producer"), "test-producer", pool_size=1)
+    try:
+        with Session(engine) as session, session.begin():
+            task_id = enqueue(session, "roles.act", {"who": "admin"}, delay=600)
+    finally:
+        engine.dispose()
+    operator, admin = roles.settings(settings, "operator"), roles.settings(settings, "admin")
+
+    listed = ledgerq(operator, "tasks", "list", "--kind", "roles.act", "--json")
+    refused_cancel = ledgerq(operator, "tasks", "cancel", str(task_id))
+    actions = [
+        ledgerq(admin, "tasks", *args, str(task_id), "--json")
+        for args in (
+            ("reschedule", "--in", "1h"),
+            ("set-attempts", "--to", "3"),
+            ("set-priority", "--to", "2"),
+            ("cancel",),
+            ("retry",),
+        )
+    ]
+    audit = ledgerq(operator, "tasks", "audit", "--json")
+
+    assert listed.returncode == 0 and json.loads(listed.stdout)[0]["id"] == task_id
+    assert refused_cancel.returncode == 78 and "permission denied" in refused_cancel.stderr
+    for done in actions:
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["changed"] == 1
+    assert audit.returncode == 0
+    assert [a["action"] for a in json.loads(audit.stdout)] == [
+        "retry", "cancel", "set-priority", "set-attempts", "reschedule"
+    ]  # fmt: skip

@@ -479,14 +479,14 @@ async def test_heartbeat_extends_only_the_leases_still_held(
         [held_task.fence, lost_task.fence, (pending, 0), (10**12, 0)], 600.0
     )
 
-    assert extended == {held}
+    assert extended == frozenset({held}) and extended.cancelling == frozenset()
     lease = when((await pg.show(held))["lease_until"])
     assert lease > datetime.now(UTC) + timedelta(seconds=500)
     # a fence from before a re-claim does not hold either, though the row is running
     again = await claim_one(pg, lost, lost_task.epoch)
-    assert await pg.heartbeat([lost_task.fence], 600.0) == set()
-    assert await pg.heartbeat([again.fence], 600.0) == {lost}
-    assert await pg.heartbeat([], 600.0) == set()
+    assert await pg.heartbeat([lost_task.fence], 600.0) == frozenset()
+    assert await pg.heartbeat([again.fence], 600.0) == frozenset({lost})
+    assert await pg.heartbeat([], 600.0) == frozenset()
 
 
 async def test_save_checkpoint_is_fenced_and_the_next_attempt_sees_it(
@@ -629,7 +629,7 @@ async def test_expired_batch_picks_running_rows_whose_lease_ran_out_and_finishes
     assert [(f.id, f.status) for f in finished] == [(expired, "pending")]
     row = await pg.show(expired)
     assert row["status"] == "pending" and "stopped heartbeating" in row["last_error"]
-    assert await pg.heartbeat([lapsed.fence], LEASE_S) == set()  # the old worker lost it
+    assert await pg.heartbeat([lapsed.fence], LEASE_S) == frozenset()  # the old worker lost it
     async with pg.expired_batch(0, 10, await pg.silent_workers(), SETTLE_S) as batch:
         assert batch.rows == []
 

@@ -162,7 +162,7 @@ def test_the_migration_upgrades_a_ledger_with_history_in_place(base_settings: Se
             # An index a later migration might have added: it moves with the table.
             conn.execute("CREATE INDEX ledgerq_history_extra ON ledgerq_history (kind, created_at)")
             before = conn.execute("SELECT * FROM ledgerq_history ORDER BY id").fetchall()
-        upgrade(settings)
+        upgrade(settings, "0004")  # this migration (later ones add columns of their own)
         with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
             after = conn.execute("SELECT * FROM ledgerq_history ORDER BY id").fetchall()
             placed: dict[str, int] = dict(

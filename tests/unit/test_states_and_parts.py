@@ -7,10 +7,15 @@ from ledgerq.consumers.intake import parse_fence
 from ledgerq.ledger.sql import Q, parse
 from ledgerq.ledger.states import LIVE, TERMINAL, TRANSITIONS, Status, can_transition
 
+#: ``ledgerq tasks retry``: a dead or cancelled task runs again.
+OPERATOR_RETRY = {(Status.DEAD, Status.PENDING), (Status.CANCELLED, Status.PENDING)}
 
-def test_terminal_states_have_no_way_out() -> None:
+
+def test_terminal_states_have_no_way_out_but_an_operators_retry() -> None:
     for source, target in TRANSITIONS:
-        assert source not in TERMINAL, (source, target)
+        if source in TERMINAL:
+            assert (source, target) in OPERATOR_RETRY, (source, target)
+    assert not can_transition(Status.SUCCEEDED, Status.PENDING)  # a success is final
     assert not can_transition(Status.SUCCEEDED, Status.RUNNING)
     assert can_transition(Status.PENDING, Status.RUNNING)  # the claim may beat the relay
     assert LIVE.isdisjoint(TERMINAL) and set(Status) == LIVE | TERMINAL

@@ -11,7 +11,12 @@ writes a task's status is found:
   history row's ``status`` being a literal or a column the delete returns (a
   ``CASE ... THEN '<to>' ... ELSE '<to>' END AS <column>``);
 * ``INSERT INTO ledgerq_tasks`` with a literal status: the creation of a row, the
-  one status write that is not a transition (it must be ``pending``).
+  one status write that is not a transition (it must be ``pending``), unless it
+  selects from a ``DELETE FROM ledgerq_history`` in the same statement: then it
+  revives finished rows (an operator's retry), from the statuses that DELETE's
+  WHERE clause names.
+
+Both ``queries.sql`` and the operator's ``operations.sql`` are read.
 
 The from-statuses are the ``status = '...'`` / ``status IN (...)`` condition on
 the task row in the write's WHERE clause; the to-statuses are the literals written.
@@ -27,14 +32,13 @@ from importlib import resources
 
 import pytest
 
-from ledgerq.ledger.sql import IQ, Q, parse
+from ledgerq.ledger.sql import IQ, OQ, Q, parse
 from ledgerq.ledger.states import TRANSITIONS, Status
 
 Pair = tuple[str, str]
 #: The from-status of a created row.
 NEW = "(new)"
-#: Transitions an operator makes by hand, from no statement in queries.sql. None
-#: exist today; cancel/retry-from-history would be listed here when they are built.
+#: Transitions made by no statement in queries.sql or operations.sql. None.
 OPERATOR_TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset()
 
 STATUSES = {s.value for s in Status}
@@ -276,6 +280,24 @@ class Derived:
     notes: list[str] = field(default_factory=list)  # writes that change no live status
 
 
+def _revived(part: Segment, history: dict[str | None, Segment], what: str) -> set[Pair] | None:
+    """The transitions of an ``INSERT INTO ledgerq_tasks`` that selects the rows a
+    ``DELETE FROM ledgerq_history`` of the same statement returns; None if it does not."""
+    columns, rest = _insert_columns(part.sql, "ledgerq_tasks", what)
+    expression, source = _inserted_status(columns, rest, what)
+    if source is None or source not in history:
+        return None
+    to = literal_statuses(expression, what)
+    delete = history[source]
+    where = clause(delete.sql, "WHERE", ("RETURNING",))
+    alias = re.match(
+        r"DELETE\s+FROM\s+ledgerq_history(?:\s+(?!USING\b|WHERE\b)(\w+))?", delete.sql, re.I
+    )
+    assert alias, what
+    sources = from_statuses(where, alias[1] or "ledgerq_history", what)
+    return {(a, b) for a in sources for b in to}
+
+
 def _created(part: Segment, what: str) -> set[str]:
     """The statuses an ``INSERT INTO ledgerq_tasks`` gives the rows it creates."""
     columns, rest = _insert_columns(part.sql, "ledgerq_tasks", what)
@@ -311,10 +333,22 @@ def _is(pattern: str, sql: str) -> bool:
     return re.match(pattern, sql, re.IGNORECASE) is not None
 
 
+def _inserted_live(
+    part: Segment, history: dict[str | None, Segment], what: str, derived: Derived
+) -> None:
+    """A live row inserted: created as pending, or revived from history."""
+    revived = _revived(part, history, what)
+    if revived is None:
+        derived.creates |= _created(part, what)
+    else:
+        derived.pairs |= revived
+
+
 def derive(name: str, sql: str) -> Derived:
     """The transitions ``sql`` makes (raises Underivable if it cannot tell)."""
     parts = segments(sql)
     deletes = {p.name: p for p in parts if _is(r"DELETE\s+FROM\s+ledgerq_tasks\b", p.sql)}
+    history = {p.name: p for p in parts if _is(r"DELETE\s+FROM\s+ledgerq_history\b", p.sql)}
     buried: set[str | None] = set()
     derived = Derived()
     for part in parts:
@@ -322,7 +356,7 @@ def derive(name: str, sql: str) -> Derived:
         if _is(r"UPDATE\s+ledgerq_tasks\b", part.sql):
             derived.pairs |= _update(part, what)
         elif _is(r"INSERT\s+INTO\s+ledgerq_tasks\b", part.sql):
-            derived.creates |= _created(part, what)
+            _inserted_live(part, history, what, derived)
         elif _is(r"INSERT\s+INTO\s+ledgerq_history\b", part.sql):
             moved = _buried(part, deletes, what)
             if moved is None:
@@ -345,7 +379,7 @@ def derive(name: str, sql: str) -> Derived:
 
 # -- the statements, read once --------------------------------------------------------
 
-QUERIES_RAW = read("queries.sql")
+QUERIES_RAW = read("queries.sql") + "\n" + read("operations.sql")
 STATEMENTS = parse(QUERIES_RAW)
 BLOCKS = raw_blocks(QUERIES_RAW)
 DERIVED = {name: derive(name, sql) for name, sql in STATEMENTS.items()}
@@ -357,9 +391,11 @@ def known_pairs() -> set[Pair]:
 
 
 def test_the_file_read_here_is_the_one_the_ledger_loads() -> None:
-    assert set(STATEMENTS) == set(BLOCKS) == {f.name for f in fields(Q)}
+    loaded = {f.name: getattr(Q, f.name) for f in fields(Q)}
+    loaded.update({f.name: getattr(OQ, f.name) for f in fields(OQ)})
+    assert set(STATEMENTS) == set(BLOCKS) == set(loaded)
     for name, sql in STATEMENTS.items():
-        assert getattr(Q, name).text == sql, name
+        assert loaded[name].text == sql, name
     assert {name: getattr(IQ, name).text for name in INSPECTION} == INSPECTION
 
 
@@ -403,7 +439,14 @@ def test_every_transition_in_the_state_machine_is_made_by_some_statement() -> No
 def test_the_statements_that_change_status_are_the_ones_expected() -> None:
     # A change here is fine, if deliberate: a new statement that writes a status.
     changing = sorted(name for name, d in DERIVED.items() if d.pairs)
-    assert changing == ["claim", "finish", "mark_published"]
+    assert changing == [
+        "cancel_queued",
+        "claim",
+        "finish",
+        "mark_published",
+        "reschedule",
+        "retry_history",
+    ]
     creating = sorted(name for name, d in DERIVED.items() if d.creates)
     assert creating == ["insert_task", "insert_task_once", "insert_tasks", "insert_tasks_once"]
 

@@ -33,7 +33,7 @@ from ledgerq.consumers.intake import Intake, TaskMessage, decode_message
 from ledgerq.consumers.leases import Leases
 from ledgerq.consumers.registry import Handler, Registry
 from ledgerq.ledger.errors import StorageError, TransientStorageError
-from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Outcome
+from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
 from ledgerq.relay.broker.topology import message_body
 from ledgerq.relay.probes import Point
 
@@ -142,7 +142,7 @@ class UnusedWorkerLedger:
     async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
         raise AssertionError("finish was not expected here")
 
-    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> set[int]:
+    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> Held:
         raise AssertionError("heartbeat was not expected here")
 
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
@@ -210,14 +210,15 @@ class FinishLedger:
 
 
 class HeartbeatLedger(UnusedWorkerLedger):
-    """heartbeat answers with the canned set of ids still held."""
+    """heartbeat answers with the canned set of ids still held (and, of those, the
+    ones an operator asked to stop)."""
 
-    def __init__(self, held: set[int]) -> None:
+    def __init__(self, held: set[int], cancelling: set[int] | None = None) -> None:
         super().__init__()
-        self.held = held
+        self.held = Held(held, cancelling or ())
         self.beats: list[tuple[list[Fence], float]] = []
 
-    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> set[int]:
+    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> Held:
         self.beats.append((sorted(fences), lease_s))
         return self.held
 
@@ -791,6 +792,22 @@ async def test_leases_flag_lost_on_the_context_of_a_task_whose_fence_no_longer_h
     assert ledger.beats == [([(1, 4), (2, 6)], 45.0)]
     assert rescued_ctx.lost is True
     assert kept_ctx.lost is False
+
+
+async def test_leases_flag_cancel_requested_on_the_context_of_a_task_an_operator_cancels() -> None:
+    asked, left = claimed_task(1, 4), claimed_task(2, 6)
+    ledger = HeartbeatLedger(held={1, 2}, cancelling={1, 3})  # 3: not held, ignored
+    leases = Leases(ledger, lease_s=45.0, heartbeat_s=15.0)
+    asked_ctx, left_ctx = TaskContext(asked, "w-1"), AsyncTaskContext(left, "w-1")
+    for task, ctx in ((asked, asked_ctx), (left, left_ctx)):
+        leases.track(task)
+        leases.attach(task, ctx)
+
+    assert await leases.beat_once() == 0
+
+    assert asked_ctx.cancel_requested is True and asked_ctx.lost is False
+    assert left_ctx.cancel_requested is False
+    assert ledger.held.cancelling == {1}
 
 
 async def test_leases_count_a_lost_task_even_before_its_handler_has_a_context() -> None:

@@ -1,0 +1,216 @@
+-- The operator's statements (`ledgerq tasks ...`, ledger/actions.py), by name.
+-- Loaded by ledger/sql.py like queries.sql. Every action is a compare-and-set
+-- on (id, epoch, expected status) over parallel arrays, and RETURNs the ids it
+-- won: a task that moved on since it was listed is not in the answer, and the
+-- caller counts it as skipped. tests/unit/test_transitions.py reads this file
+-- as it reads queries.sql.
+
+-- name: list_tasks
+-- Live and finished tasks together, newest (highest id) first, ids below
+-- :before (keyset paging). Each history status is its own branch, with the
+-- status a constant: the planner sees how common it is and picks the index
+-- ((status, id), (status, kind, id), (status, queue, id), business_key,
+-- created_at, or the primary key for a common status), each branch stops after
+-- :limit rows, and a status not asked for is a one-time filter that skips its
+-- branch. The hot table is small and read by its primary key. Unset criteria
+-- are NULL and fold away when the statement is planned with its values. The
+-- error filter reads only rows that have an error (the partial index
+-- (status, id) WHERE last_error IS NOT NULL) and tests the substring there.
+SELECT id, kind, queue, status, attempts, max_attempts, business_key, run_at, created_at,
+       finished_at, last_error, priority, epoch, result, location
+FROM (
+    (SELECT t.id, t.kind, t.queue, t.status, t.attempts, t.max_attempts, t.business_key,
+            t.run_at, t.created_at, t.finished_at, t.last_error, t.priority, t.epoch, t.result,
+            'live' AS location
+     FROM ledgerq_tasks t
+     WHERE t.status = ANY(CAST(:statuses AS text[]))
+       AND t.id < :before
+       AND (CAST(:kind AS text) IS NULL OR t.kind = :kind)
+       AND (CAST(:queue AS text) IS NULL OR t.queue = :queue)
+       AND (CAST(:business_key AS text) IS NULL OR t.business_key = :business_key)
+       AND (CAST(:since AS timestamptz) IS NULL OR t.created_at >= :since)
+       AND (CAST(:until AS timestamptz) IS NULL OR t.created_at < :until)
+       AND (CAST(:error AS text) IS NULL OR strpos(lower(t.last_error), lower(:error)) > 0)
+       AND (CAST(:ids AS bigint[]) IS NULL OR t.id = ANY(CAST(:ids AS bigint[])))
+     ORDER BY t.id DESC
+     LIMIT :limit)
+    UNION ALL
+    (SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
+            h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch, h.result,
+            'history' AS location
+     FROM ledgerq_history h
+     WHERE 'succeeded' = ANY(CAST(:statuses AS text[])) AND h.status = 'succeeded'
+       AND h.id < :before
+       AND (CAST(:kind AS text) IS NULL OR h.kind = :kind)
+       AND (CAST(:queue AS text) IS NULL OR h.queue = :queue)
+       AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
+       AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
+       AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
+       AND (CAST(:error AS text) IS NULL
+            OR (h.last_error IS NOT NULL AND strpos(lower(h.last_error), lower(:error)) > 0))
+       AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
+     ORDER BY h.id DESC
+     LIMIT :limit)
+    UNION ALL
+    (SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
+            h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch, h.result,
+            'history' AS location
+     FROM ledgerq_history h
+     WHERE 'dead' = ANY(CAST(:statuses AS text[])) AND h.status = 'dead'
+       AND h.id < :before
+       AND (CAST(:kind AS text) IS NULL OR h.kind = :kind)
+       AND (CAST(:queue AS text) IS NULL OR h.queue = :queue)
+       AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
+       AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
+       AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
+       AND (CAST(:error AS text) IS NULL
+            OR (h.last_error IS NOT NULL AND strpos(lower(h.last_error), lower(:error)) > 0))
+       AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
+     ORDER BY h.id DESC
+     LIMIT :limit)
+    UNION ALL
+    (SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
+            h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch, h.result,
+            'history' AS location
+     FROM ledgerq_history h
+     WHERE 'cancelled' = ANY(CAST(:statuses AS text[])) AND h.status = 'cancelled'
+       AND h.id < :before
+       AND (CAST(:kind AS text) IS NULL OR h.kind = :kind)
+       AND (CAST(:queue AS text) IS NULL OR h.queue = :queue)
+       AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
+       AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
+       AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
+       AND (CAST(:error AS text) IS NULL
+            OR (h.last_error IS NOT NULL AND strpos(lower(h.last_error), lower(:error)) > 0))
+       AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
+     ORDER BY h.id DESC
+     LIMIT :limit)
+) found
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: cancel_queued
+-- A task that has not started never will: it moves to history as cancelled.
+-- Its message, if one is queued, claims nothing (the row is gone) and the
+-- worker acks it. A row the relay holds locked while publishing is deleted
+-- once the relay commits (the epoch is unchanged by a publication).
+-- transitions: pending -> cancelled, published -> cancelled
+WITH m AS (
+    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+), gone AS (
+    DELETE FROM ledgerq_tasks t USING m
+    WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
+    RETURNING t.*
+), buried AS (
+    INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key, priority,
+                                 shard, run_at, status, attempts, max_attempts, retry, epoch,
+                                 publishes, lease_until, heartbeat_at, worker, checkpoint,
+                                 last_error, timeout_s, parent_id, created_at, published_at,
+                                 started_at, finished_at, suspect, result, attempt_log,
+                                 cancel_requested_at)
+    SELECT id, kind, queue, payload, business_key, NULL, priority,
+           shard, run_at, 'cancelled', attempts, max_attempts, retry, epoch,
+           publishes, NULL, heartbeat_at, NULL, checkpoint,
+           last_error, timeout_s, parent_id, created_at, published_at,
+           started_at, now(), suspect, NULL, attempt_log,
+           now()
+    FROM gone
+    RETURNING id
+)
+SELECT id FROM buried
+
+-- name: request_cancel
+-- A running task is asked to stop: the worker's heartbeat reads the request
+-- back (ctx.cancel_requested) and the finish statement ends it cancelled.
+UPDATE ledgerq_tasks t
+SET cancel_requested_at = COALESCE(t.cancel_requested_at, now())
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
+RETURNING t.id
+
+-- name: retry_history
+-- A dead or cancelled task runs again: back to the hot table as pending, the
+-- same id, due now, attempts 0 (a fresh budget), the epoch bumped so a message
+-- of its old life claims nothing. Its attempt_log and checkpoint are kept.
+-- transitions: dead -> pending, cancelled -> pending
+WITH m AS (
+    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+), revived AS (
+    DELETE FROM ledgerq_history h USING m
+    WHERE h.id = m.id AND h.epoch = m.epoch AND h.status IN ('dead', 'cancelled')
+    RETURNING h.*
+)
+INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
+                           run_at, status, attempts, max_attempts, retry, epoch, publishes,
+                           checkpoint, last_error, timeout_s, parent_id, created_at,
+                           attempt_log)
+SELECT id, kind, queue, payload, business_key, NULL, priority, shard,
+       now(), 'pending', 0, max_attempts, retry, epoch + 1, 0,
+       checkpoint, last_error, timeout_s, parent_id, created_at,
+       attempt_log
+FROM revived
+RETURNING id
+
+-- name: reschedule
+-- When a task that has not started runs (:run_at NULL: now). The epoch is
+-- bumped, so a message already queued for it claims nothing, and a published
+-- task goes back to pending for the relay to publish when it is due.
+-- transitions: pending -> pending, published -> pending
+UPDATE ledgerq_tasks t
+SET status = 'pending', run_at = COALESCE(CAST(:run_at AS timestamptz), now()),
+    epoch = t.epoch + 1, published_at = NULL, publishes = 0
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
+RETURNING t.id
+
+-- name: set_max_attempts
+-- A live task's attempt budget. A running task whose attempts already reach
+-- the new limit ends dead if this attempt fails.
+UPDATE ledgerq_tasks t
+SET max_attempts = :max_attempts
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published', 'running')
+RETURNING t.id
+
+-- name: set_priority
+-- A live task's priority (the relay publishes higher first; a task already
+-- published keeps its message's priority).
+UPDATE ledgerq_tasks t
+SET priority = :priority
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published', 'running')
+RETURNING t.id
+
+-- name: insert_audit
+INSERT INTO ledgerq_audit (actor, action, selection, options, reason)
+VALUES (:actor, :action, CAST(:selection AS jsonb), CAST(:options AS jsonb), :reason)
+RETURNING id
+
+-- name: record_audit_batch
+-- One batch's counts, and what happened to each task it matched, in the
+-- batch's own transaction.
+WITH counted AS (
+    UPDATE ledgerq_audit
+    SET matched = matched + :matched, changed = changed + :changed,
+        skipped = skipped + :skipped, finished_at = now()
+    WHERE id = :audit_id
+    RETURNING id
+)
+INSERT INTO ledgerq_audit_tasks (audit_id, task_id, outcome)
+SELECT counted.id, r.task_id, r.outcome
+FROM counted, unnest(CAST(:task_ids AS bigint[]), CAST(:outcomes AS text[])) AS r(task_id, outcome)
+ON CONFLICT (audit_id, task_id) DO NOTHING
+RETURNING task_id
+
+-- name: list_audit
+SELECT id, at, actor, action, selection, options, reason, matched, changed, skipped, finished_at
+FROM ledgerq_audit
+WHERE id < :before
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: task_audit
+SELECT a.id, a.at, a.actor, a.action, a.reason, x.outcome
+FROM ledgerq_audit_tasks x JOIN ledgerq_audit a ON a.id = x.audit_id
+WHERE x.task_id = :id
+ORDER BY a.id
