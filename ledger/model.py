@@ -52,6 +52,8 @@ class ClaimedTask:
     #: larger than the workers' limit; ``payload`` is then None and the task must
     #: end dead without running.
     oversize_payload_bytes: int | None = None
+    #: Seconds from when the task became due to this claim (database clock), if known.
+    waited_s: float | None = None
 
     @property
     def fence(self) -> Fence:

@@ -120,6 +120,10 @@ class InspectionLedger(Protocol):
         """Every column of one task, plus ``location`` (live or history)."""
         ...
 
+    async def ping(self) -> bool:
+        """Whether the ledger answers and its table exists (the readiness probe's)."""
+        ...
+
     async def count_expired(self) -> int: ...
 
     async def autovacuum_off(self) -> list[str]:

@@ -74,7 +74,10 @@ RETURNING t.id
 -- always due here. The payload comes back as the text PostgreSQL prints (the
 -- worker decodes it), converted once; one larger than :max_payload_bytes is
 -- not sent: the row is claimed, payload is NULL and payload_bytes says why,
--- and the worker ends the task dead without running it.
+-- and the worker ends the task dead without running it. waited_s is how long
+-- the task waited, on the database's clock, from when it became due (its
+-- enqueue, or its run_at if later: a scheduled task, a retry) to this claim
+-- (the metric ledgerq_start_latency_seconds).
 -- transitions: pending -> running, published -> running
 WITH claimed AS (
     UPDATE ledgerq_tasks t
@@ -86,13 +89,14 @@ WITH claimed AS (
       AND t.run_at <= now()
     RETURNING t.id, t.epoch, t.kind, t.queue, CAST(t.payload AS text) AS payload_text,
               t.attempts, t.max_attempts, t.retry, t.timeout_s, t.checkpoint, t.business_key,
-              t.parent_id
+              t.parent_id,
+              EXTRACT(EPOCH FROM now() - GREATEST(t.created_at, t.run_at))::float8 AS waited_s
 )
 SELECT id, epoch, kind, queue,
        CASE WHEN octet_length(payload_text) <= :max_payload_bytes THEN payload_text END
            AS payload_text,
        octet_length(payload_text) AS payload_bytes,
-       attempts, max_attempts, retry, timeout_s, checkpoint, business_key, parent_id
+       attempts, max_attempts, retry, timeout_s, checkpoint, business_key, parent_id, waited_s
 FROM claimed
 
 

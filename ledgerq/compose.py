@@ -31,7 +31,10 @@ from functools import partial
 from ledgerq.consumers.registry import Registry
 from ledgerq.consumers.worker import Worker, WorkerConfig
 from ledgerq.faults import probe_from_env
-from ledgerq.ledger.alerts import AlertHook, default_alert
+from ledgerq.ledger.alerting.dotted import callable_channel
+from ledgerq.ledger.alerting.email import SmtpConfig, email_channel
+from ledgerq.ledger.alerting.webhook import webhook_channel
+from ledgerq.ledger.alerts import AlertHook, Channel, fan_out
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine, sync_engine
@@ -47,6 +50,29 @@ from ledgerq.relay.service import Relay, RelayConfig
 from ledgerq.runtime import SchemaWatch, WatchedLedger, on_stop_signal
 
 log = logging.getLogger("ledgerq")
+
+
+def alert_hook(settings: Settings) -> AlertHook:
+    """The dead-task alert of a worker or reconciler: the log line, plus each channel
+    the settings configure (checked now: a bad one is an AlertConfigError, exit 78)."""
+    channels: list[Channel] = []
+    if settings.alert_webhook:
+        channels.append(webhook_channel(settings.alert_webhook))
+    if settings.smtp_host and settings.alert_email_from:
+        smtp = SmtpConfig(
+            host=settings.smtp_host,
+            sender=settings.alert_email_from,
+            recipients=settings.alert_email_to,
+            port=settings.smtp_port,
+            tls=settings.smtp_tls,
+            ca_file=settings.smtp_ca_file,
+            user=settings.smtp_user,
+            password=settings.smtp_password,
+        )
+        channels.append(email_channel(smtp))
+    if settings.alert_callable:
+        channels.append(callable_channel(settings.alert_callable))
+    return fan_out(channels)
 
 
 def _watched(ledger: PgLedger, watch: SchemaWatch | None) -> PgLedger | WatchedLedger:
@@ -126,6 +152,7 @@ async def open_worker(
 ) -> AsyncIterator[Worker]:
     """A started worker; on exit it drains (see :meth:`Worker.stop`) and disconnects."""
     config = config or WorkerConfig()
+    alert = alert or alert_hook(settings)
     check_schema(settings)
     connection = await connect(
         settings.amqp_url,
@@ -147,7 +174,7 @@ async def open_worker(
         consume=partial(AioConsumption.consume, connection, Topology(settings.amqp_prefix)),
         sync_engine=handlers_sync,
         async_engine=handlers_async,
-        alert=alert or default_alert(),
+        alert=alert,
         probe=probe or probe_from_env(),
     )
     try:
@@ -167,6 +194,7 @@ async def open_reconciler(
     settings: Settings, config: ReconcilerConfig | None = None, *, alert: AlertHook | None = None
 ) -> AsyncIterator[Reconciler]:
     config = config or ReconcilerConfig()
+    alert = alert or alert_hook(settings)
     check_schema(settings)
     ledger = PgLedger(async_engine(settings, "ledgerq-reconciler", pool_size=2))
     try:
@@ -181,7 +209,7 @@ async def open_reconciler(
         await ledger.dispose()
         raise
     try:
-        reconciler = Reconciler(ledger, publisher, config, alert or default_alert())
+        reconciler = Reconciler(ledger, publisher, config, alert)
         await warn_if_no_autovacuum(ledger)
         yield reconciler
     finally:

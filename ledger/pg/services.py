@@ -140,6 +140,7 @@ class PgServices(PgBase):
                 r.business_key,
                 r.parent_id,
                 None if r.payload_bytes <= MAX_CLAIM_PAYLOAD_BYTES else int(r.payload_bytes),
+                None if r.waited_s is None else max(0.0, float(r.waited_s)),
             )
             for r in await self._rows(Q.claim, params)
         ]

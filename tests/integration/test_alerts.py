@@ -19,15 +19,10 @@ from typing import Any
 import pytest
 
 from ledgerq import Abort, AsyncTaskContext, Registry, TaskSpec
-from ledgerq.compose import open_ledger, open_reconciler
+from ledgerq.compose import alert_hook, open_ledger, open_reconciler
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.alerts import (
-    AlertConfigError,
-    AlertSender,
-    check_webhook_url,
-    default_alert,
-    webhook_alert,
-)
+from ledgerq.ledger.alerting.webhook import check_webhook_url, webhook_alert
+from ledgerq.ledger.alerts import AlertConfigError, AlertSender
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Finished
 from ledgerq.ledger.pg import PgLedger
@@ -130,13 +125,11 @@ def test_a_webhook_url_that_is_not_plain_http_or_https_is_refused(url: str) -> N
     assert "pw" not in str(refused.value) and "passwd" not in str(refused.value)
 
 
-def test_default_alert_checks_the_environment_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LEDGERQ_ALERT_WEBHOOK", "gopher://example.com/")
+def test_the_alert_hook_checks_the_webhook_setting_at_once() -> None:
     with pytest.raises(AlertConfigError, match="http:// or https://"):
-        default_alert()
-    monkeypatch.setenv("LEDGERQ_ALERT_WEBHOOK", "https://example.com/hook")
+        alert_hook(Settings(alert_webhook="gopher://example.com/"))
     assert check_webhook_url("https://example.com/hook").hostname == "example.com"
-    assert default_alert() is not None
+    assert alert_hook(Settings(alert_webhook="https://example.com/hook")) is not None
 
 
 @pytest.mark.parametrize(
@@ -192,17 +185,25 @@ async def test_a_redirect_is_not_followed(caplog: pytest.LogCaptureFixture) -> N
         sender.submit(dead())
         await sender.close(None)
     assert len(srv.requests) == 1 and target.requests == []
-    assert "answered 307" in caplog.text and "not followed" in caplog.text
+    assert "refused the alert" in caplog.text and "answered 307" in caplog.text
+    assert "not followed" in caplog.text
     assert "s3cret" not in caplog.text  # logs name the host, never the path
 
 
-async def test_a_server_that_is_down_is_logged_quickly(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_server_that_is_down_is_retried_three_times_then_given_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     sender = AlertSender(webhook_alert(down_url()))
     started = time.monotonic()
     sender.submit(dead())
     await sender.close(None)
-    assert time.monotonic() - started < 2.0
-    assert "dead-task webhook http://127.0.0.1" in caplog.text and "failed" in caplog.text
+    # Three attempts, 0.5 s and 1.5 s apart: well within the 5 s deadline.
+    assert 2.0 <= time.monotonic() - started < 4.0
+    assert "dead-task webhook http://127.0.0.1" in caplog.text
+    assert "(attempt 1 of 3, retrying in 0.5 s)" in caplog.text
+    assert "(attempt 2 of 3, retrying in 1.5 s)" in caplog.text
+    assert "(attempt 3 of 3, giving up)" in caplog.text
+    assert sender.timed_out == 0
 
 
 async def test_alerts_run_a_few_at_a_time() -> None:
