@@ -35,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
 from ledgerq.consumers.handoff import Committed, Result
 from ledgerq.consumers.registry import Handler, Registry
+from ledgerq.ledger import tracing
 from ledgerq.ledger.errors import LedgerqError
 from ledgerq.ledger.logs import current_task
 from ledgerq.ledger.model import ClaimedTask, Outcome
@@ -135,7 +136,13 @@ class TaskRunner:
         token = current_task.set((task.id, task.kind, task.attempts))
         started = time.perf_counter()
         try:
-            return await self._run(task, release)
+            if task.trace_context is None:
+                return await self._run(task, release)
+            with tracing.handler_span(task) as span:  # the producer's trace continues
+                result = await self._run(task, release)
+                if isinstance(result, Outcome) and result.error is not None:
+                    tracing.failed(span, result.error)
+                return result
         finally:
             self.observer.ran(task.kind, time.perf_counter() - started, task.waited_s)
             current_task.reset(token)

@@ -30,6 +30,8 @@ class DueTask:
     queue: str
     priority: int
     epoch: int
+    #: The producer's trace context (W3C carrier), when it enqueued inside a span.
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,8 @@ class ClaimedTask:
     oversize_payload_bytes: int | None = None
     #: Seconds from when the task became due to this claim (database clock), if known.
     waited_s: float | None = None
+    #: The producer's trace context (W3C carrier), when it enqueued inside a span.
+    trace_context: dict[str, str] | None = None
 
     @property
     def fence(self) -> Fence:

@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ledgerq.ledger import tracing
 from ledgerq.ledger.errors import SchemaMissingError
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.protocol import RelayLedger
@@ -88,9 +89,13 @@ class Relay:
         counts = RelayCounts()
         async with self.ledger.publish_batch(self.config.batch_size) as batch:
             if batch.rows:
+                traced = any(r.trace_context is not None for r in batch.rows)
+                spans = tracing.PublishSpans(batch.rows) if traced else None
                 outcomes = await self.publisher.publish_many(
                     batch.rows, self.config.confirm_timeout
                 )
+                if spans is not None:
+                    spans.end([o.value for o in outcomes])
                 self.probe("relay.after_publish")
                 confirmed = [
                     row
