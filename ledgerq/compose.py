@@ -135,6 +135,16 @@ async def _readiness(
     return service()
 
 
+def _watch_readiness(
+    health: Health | None,
+    ledger: PgLedger,
+    connection: AmqpConnection,
+    service: Callable[[], str | None],
+) -> None:
+    if health is not None:
+        health.watch(partial(_readiness, ledger, connection, service))
+
+
 @asynccontextmanager
 async def open_relay(
     settings: Settings,
@@ -165,15 +175,12 @@ async def open_relay(
             observer=observer,
         )
         await warn_if_no_autovacuum(ledger)
-        if health is not None:
-            health.watch(
-                partial(
-                    _readiness,
-                    ledger,
-                    connection,
-                    lambda: "the last publish batch failed" if relay.failing else None,
-                )
-            )
+        _watch_readiness(
+            health,
+            ledger,
+            connection,
+            lambda: "the last publish batch failed" if relay.failing else None,
+        )
         yield relay
     finally:
         await publisher.close()
@@ -224,15 +231,9 @@ async def open_worker(
     try:
         await worker.start()
         await warn_if_no_autovacuum(ledger)
-        if health is not None:
-            health.watch(
-                partial(
-                    _readiness,
-                    ledger,
-                    connection,
-                    lambda: None if worker.consuming else "not consuming",
-                )
-            )
+        _watch_readiness(
+            health, ledger, connection, lambda: None if worker.consuming else "not consuming"
+        )
         yield worker
     finally:
         if health is not None:

@@ -8,9 +8,7 @@ trusts it through ``LEDGERQ_SMTP_CA_FILE`` and verifies the host name."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-import signal
 import socket
 import tempfile
 import threading
@@ -25,16 +23,14 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-from ledgerq import Registry, TaskSpec
 from ledgerq.compose import alert_hook
 from ledgerq.ledger.alerts import AlertConfigError, AlertSender
 from ledgerq.ledger.config import ConfigError, Settings
 from ledgerq.ledger.model import Finished
-from ledgerq.ledger.pg import PgLedger
 from tests.apps import alert_hooks
-from tests.harness import Pipeline, enqueue_committed
+from tests.harness import stop_worker_during_alert
 from tests.pki import Pki, free_port, make_pki
-from tests.support import ledgerq, spawn
+from tests.support import ledgerq
 
 USER, PASSWORD = "alerts", "Smtp-s3cret-pw"
 
@@ -100,7 +96,7 @@ def smtp_server(pki: Pki, mode: str) -> Iterator[tuple[Inbox, int]]:
 
 
 @contextmanager
-def silent_server() -> Iterator[int]:
+def silent_server() -> Iterator[tuple[int, list[socket.socket]]]:
     """Accepts connections and never says a word (no SMTP greeting)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -119,7 +115,7 @@ def silent_server() -> Iterator[int]:
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        yield listener.getsockname()[1]
+        yield listener.getsockname()[1], accepted
     finally:
         stop.set()
         thread.join()
@@ -209,7 +205,7 @@ async def test_a_server_that_is_down_is_retried_within_the_bound(
 
 
 async def test_a_server_that_never_answers_is_cut_off_at_the_deadline(pki: Pki) -> None:
-    with silent_server() as port:
+    with silent_server() as (port, _):
         started = time.monotonic()
         sender = await send(email_settings(pki, port), dead(), deadline_s=0.8)
         elapsed = time.monotonic() - started
@@ -217,10 +213,9 @@ async def test_a_server_that_never_answers_is_cut_off_at_the_deadline(pki: Pki) 
 
 
 async def test_the_worker_exits_within_its_grace_while_the_smtp_server_hangs(
-    settings: Settings, ledger: PgLedger, pki: Pki, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, pki: Pki, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    [task_id] = enqueue_committed(settings, [TaskSpec("t.nobody", {}, max_attempts=1)])
-    with silent_server() as port:
+    with silent_server() as (port, accepted):
         for name, value in {
             "LEDGERQ_SMTP_HOST": "127.0.0.1",
             "LEDGERQ_SMTP_PORT": str(port),
@@ -231,18 +226,9 @@ async def test_the_worker_exits_within_its_grace_while_the_smtp_server_hangs(
             "LEDGERQ_ALERT_EMAIL_TO": "ops@example.com",
         }.items():
             monkeypatch.setenv(name, value)
-        worker = spawn(settings, "-v", "worker", "--app", "tests.apps.slow_app", "--grace", "2")
-        try:
-            async with Pipeline(settings, Registry(), start_worker=False) as pipe:
-                assert await pipe.settle([task_id]) == {task_id: "dead"}
-            await asyncio.sleep(0.3)  # the alert is under way, the server silent
-        finally:
-            stopping = time.monotonic()
-            worker.send_signal(signal.SIGTERM)
-            output, _ = await asyncio.to_thread(worker.communicate, timeout=60)
-        took = time.monotonic() - stopping
-    assert worker.returncode == 0, output
-    assert took < 2 + 3, (took, output)
+        code, output, took = await stop_worker_during_alert(settings, lambda: bool(accepted))
+    assert code == 0, output
+    assert took < 2 + 3, (took, output)  # the grace and process teardown, not the server
     assert "abandoning 1 dead-task alerts" in output
     assert PASSWORD not in output
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import signal
 import socket
 import threading
 import time
@@ -27,8 +26,8 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Finished
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.relay.reconciler import ReconcilerConfig
-from tests.harness import Pipeline, enqueue_committed
-from tests.support import ledgerq, spawn
+from tests.harness import Pipeline, enqueue_committed, stop_worker_during_alert
+from tests.support import ledgerq
 
 
 class Server:
@@ -308,25 +307,12 @@ async def test_alerts_log_at_error_for_the_default_hook(caplog: pytest.LogCaptur
 
 
 async def test_a_worker_process_exits_within_its_grace_while_a_webhook_trickles(
-    settings: Settings, ledger: PgLedger, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The finding: a slow webhook kept a worker alive 38 s after SIGTERM with --grace 2.
-    [task_id] = enqueue_committed(settings, [TaskSpec("t.nobody", {}, max_attempts=1)])
     with server("trickle") as srv:
         monkeypatch.setenv("LEDGERQ_ALERT_WEBHOOK", srv.url)
-        worker = spawn(settings, "-v", "worker", "--app", "tests.apps.slow_app", "--grace", "2")
-        try:
-            async with Pipeline(settings, Registry(), start_worker=False) as pipe:
-                assert await pipe.settle([task_id]) == {task_id: "dead"}
-            deadline = time.monotonic() + 10
-            while not srv.requests and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            assert srv.requests, "the worker never posted the alert"
-        finally:
-            stopping = time.monotonic()
-            worker.send_signal(signal.SIGTERM)
-            output, _ = await asyncio.to_thread(worker.communicate, timeout=60)
-        took = time.monotonic() - stopping
-    assert worker.returncode == 0, output
+        code, output, took = await stop_worker_during_alert(settings, lambda: bool(srv.requests))
+    assert code == 0, output
     assert took < 2 + 3, (took, output)  # the grace and process teardown, not the webhook
     assert "abandoning 1 dead-task alerts" in output
