@@ -66,10 +66,10 @@ class Health:
         self._tasks.append(asyncio.create_task(self._check(check), name="ledgerq-health-ready"))
 
     def stopping(self) -> None:
+        """Unready from now on (SIGTERM): readiness is no longer checked."""
         self.problem = "stopping"
         for task in self._tasks[1:]:
             task.cancel()
-        del self._tasks[1:]
 
     async def close(self) -> None:
         self.problem = "stopped"

@@ -177,6 +177,9 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 class _Quiet(WSGIRequestHandler):
+    server_version = "ledgerq"
+    sys_version = ""
+
     def log_message(self, format: str, *args: Any) -> None:
         return None
 
