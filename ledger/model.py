@@ -7,7 +7,7 @@ never see a row object of the database driver.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ledgerq.ledger.retry import RetryPolicy
@@ -54,8 +54,9 @@ class ClaimedTask:
     #: larger than the workers' limit; ``payload`` is then None and the task must
     #: end dead without running.
     oversize_payload_bytes: int | None = None
-    #: Seconds from when the task became due to this claim (database clock), if known.
-    waited_s: float | None = None
+    #: Seconds from when the task became due to this claim (database clock), if known:
+    #: a measurement, not part of the task's identity (left out of ``==``).
+    waited_s: float | None = field(default=None, compare=False)
     #: The producer's trace context (W3C carrier), when it enqueued inside a span.
     trace_context: dict[str, str] | None = None
 

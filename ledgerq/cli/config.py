@@ -40,7 +40,8 @@ def config(settings: Settings, as_json: bool) -> None:
     def render(console: Console) -> None:
         # One line per setting, as environment assignments a person can copy.
         for row in data.values():
-            value = "" if row["value"] is None else str(row["value"])
+            raw = row["value"]
+            value = "" if raw is None else ",".join(raw) if isinstance(raw, list) else str(raw)
             source = "default" if row["source"] == "default" else f"set by {row['source']}"
             if row["flag"] and row["source"] != row["flag"]:
                 source += f"; flag {row['flag']}"
