@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from ledgerq.consumers.acker import Acker
 from ledgerq.consumers.handoff import Arrival, Claimed
+from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.protocol import WorkerLedger
 
 log = logging.getLogger("ledgerq.worker")
@@ -72,8 +73,10 @@ class Claimer:
         worker_id: str,
         lease_s: float,
         max_batch: int,
+        observer: Observer = NO_OBSERVER,
     ) -> None:
         self.ledger = ledger
+        self.observer = observer
         self.acker = acker
         self.slots = slots
         self.start = start
@@ -136,6 +139,7 @@ class Claimer:
             else:
                 winners.append(Claimed(task, arrival.delivery))
         self.claimed += len(winners)
+        self.observer.claimed(len(winners), len(losers))
         if winners:
             self.start(winners)
         if losers:

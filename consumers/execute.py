@@ -24,7 +24,9 @@ worker never runs more threads than its concurrency.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -43,8 +45,11 @@ from ledgerq.consumers.results import (
     ResultNotJSONError,
     encode_result,
 )
+from ledgerq.ledger import tracing
 from ledgerq.ledger.errors import LedgerqError
+from ledgerq.ledger.logs import current_task
 from ledgerq.ledger.model import ClaimedTask, Outcome
+from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 from ledgerq.ledger.within import asucceed_within, succeed_within
 from ledgerq.relay.probes import Probe, no_probe
@@ -140,10 +145,27 @@ class TaskRunner:
     on_context: Callable[[ClaimedTask, HandlerContext], None] | None = None
     default_timeout_s: float | None = None
     probe: Probe = no_probe
+    observer: Observer = NO_OBSERVER
     #: Sync handlers whose thread is still running (one that timed out included).
     threads_running: int = 0
 
     async def run(self, task: ClaimedTask, release: Callable[[], None]) -> Result:
+        """Run the task's handler (log lines meanwhile name the task); tell the observer."""
+        token = current_task.set((task.id, task.kind, task.attempts))
+        started = time.perf_counter()
+        try:
+            if task.trace_context is None:
+                return await self._run(task, release)
+            with tracing.handler_span(task) as span:  # the producer's trace continues
+                result = await self._run(task, release)
+                if isinstance(result, Outcome) and result.error is not None:
+                    tracing.failed(span, result.error)
+                return result
+        finally:
+            self.observer.ran(task.kind, time.perf_counter() - started, task.waited_s)
+            current_task.reset(token)
+
+    async def _run(self, task: ClaimedTask, release: Callable[[], None]) -> Result:
         if task.oversize_payload_bytes is not None:
             release()
             msg = (
@@ -185,7 +207,10 @@ class TaskRunner:
         timeout = handler_timeout(task, handler, self.default_timeout_s)
         ctx = TaskContext(task, self.worker, _engine=self.sync_engine)
         self._notify(task, ctx)
-        future = asyncio.get_running_loop().run_in_executor(self.pool, _run_sync, handler, ctx)
+        # The thread runs in a copy of this context: its log lines name the task too.
+        future = asyncio.get_running_loop().run_in_executor(
+            self.pool, contextvars.copy_context().run, _run_sync, handler, ctx
+        )
         self.threads_running += 1
 
         def thread_done(_: object) -> None:

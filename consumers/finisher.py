@@ -28,10 +28,14 @@ from ledgerq.consumers.leases import Leases
 from ledgerq.ledger.alerts import AlertHook, AlertSender, log_alert
 from ledgerq.ledger.errors import TransientStorageError
 from ledgerq.ledger.model import Finished, Outcome
+from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.protocol import FinishingLedger
 from ledgerq.relay.probes import Probe, no_probe
 
 log = logging.getLogger("ledgerq.worker")
+
+#: The outcome an observer is told, by the status the finish statement wrote.
+OUTCOMES = {"pending": "failed"}
 
 
 class Finisher:
@@ -45,8 +49,10 @@ class Finisher:
         grace_s: float,
         alert: AlertHook = log_alert,
         probe: Probe = no_probe,
+        observer: Observer = NO_OBSERVER,
     ) -> None:
         self.ledger = ledger
+        self.observer = observer
         self.acker = acker
         self.leases = leases
         self.max_batch = max_batch
@@ -98,12 +104,14 @@ class Finisher:
             if isinstance(ended.result, Committed):
                 if ended.result.won:
                     self.succeeded += 1
+                    self.observer.ended(ended.task.kind, "succeeded")
                 else:
                     log.warning(
                         "task %s: fence lost before commit; the handler's writes were rolled back",
                         ended.task.id,
                     )
         for row in finished:
+            self.observer.ended(row.kind, OUTCOMES.get(row.status, row.status))
             if row.status == "succeeded":
                 self.succeeded += 1
             elif row.status == "dead":
@@ -143,6 +151,11 @@ class Finisher:
 
     def start(self) -> None:
         self._loop = asyncio.create_task(self._run(), name="ledgerq-finisher")
+
+    @property
+    def closing(self) -> bool:
+        """Shutdown began (see :meth:`stopping`)."""
+        return self._stop_started is not None or self._closing
 
     def stopping(self) -> None:
         """Shutdown began: the grace for retrying writes runs from now."""

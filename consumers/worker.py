@@ -48,6 +48,7 @@ from ledgerq.consumers.intake import Intake
 from ledgerq.consumers.leases import Leases
 from ledgerq.consumers.registry import Registry
 from ledgerq.ledger.alerts import AlertHook, log_alert
+from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.protocol import WorkerLedger
 from ledgerq.ledger.validation import check_name
 from ledgerq.relay.broker.base import Consumption, OnDelivery
@@ -130,6 +131,7 @@ class Worker:
         async_engine: AsyncEngine,
         alert: AlertHook = log_alert,
         probe: Probe = no_probe,
+        observer: Observer = NO_OBSERVER,
     ) -> None:
         self.config = config
         self._consume = consume
@@ -145,6 +147,7 @@ class Worker:
             grace_s=config.grace_s,
             alert=alert,
             probe=probe,
+            observer=observer,
         )
         self.runner = TaskRunner(
             registry,
@@ -155,6 +158,7 @@ class Worker:
             on_context=self.leases.attach,
             default_timeout_s=config.default_timeout_s,
             probe=probe,
+            observer=observer,
         )
         slots = Slots(config.concurrency)
         group = GroupCommitter(async_engine, config.worker_id, config.default_timeout_s)
@@ -169,6 +173,7 @@ class Worker:
             worker_id=config.worker_id,
             lease_s=config.lease_s,
             max_batch=config.max_batch,
+            observer=observer,
         )
         self.intake = Intake(self.acker, self.claimer.offer, probe)
 
@@ -184,6 +189,11 @@ class Worker:
             rejected=self.intake.rejected,
             cancelled=self.finisher.cancelled,
         )
+
+    @property
+    def consuming(self) -> bool:
+        """Whether deliveries are coming in (started, and not stopping)."""
+        return self._consumption is not None and not self.finisher.closing
 
     @property
     def threads_running(self) -> int:

@@ -1,57 +1,79 @@
-"""Dead-letter alerts: called once for every task that ends ``dead``.
+"""Dead-task alerts: called once for every task that ends ``dead``.
 
-The default hook logs one ERROR line. ``LEDGERQ_ALERT_WEBHOOK`` (an ``http://``
-or ``https://`` URL, checked when the hook is built: anything else is a
-:class:`AlertConfigError`, one line at the CLI) adds a JSON POST per dead task.
+Every death is logged (one ERROR line, :func:`log_alert`). Besides it, any of
+the channels of :mod:`ledgerq.ledger.alerting` (a webhook, email over SMTP, a
+callable named by a dotted path), each configured by settings and built by the
+composition root (:func:`ledgerq.compose.alert_hook`). :func:`fan_out` makes one
+hook of them: the log line, then every channel at once.
+
+A failing channel is logged and retried, with a bound: at most
+:data:`ALERT_ATTEMPTS` attempts, :data:`ALERT_BACKOFF_S` apart, all within the
+alert's total deadline. A channel that raises :class:`AlertRefused` (a redirect,
+a 4xx, a mailbox the server refuses, a login it rejects) is not retried:
+sending the same thing again would get the same answer.
 
 Alerts never hold a service up. :class:`AlertSender` runs them in the
 background: at most :data:`ALERT_CONCURRENCY` at once, each within a total
-deadline of :data:`ALERT_DEADLINE_S` (the whole alert, not each socket read: a
-server that trickles its answer is cut off), no redirect is followed (a 3xx is
-logged as a failure), and whatever is still running when the owner stops
-waiting is cancelled with one log line. The worker gives alerts what is left of
-its shutdown grace; the reconciler sends them after its locked pass. A hook
-may be a coroutine function (cancelled cleanly at its deadline) or a plain
-callable (run on a daemon thread, so a hook that blocks is abandoned at its
-deadline and never holds the process open at exit).
+deadline of :data:`ALERT_DEADLINE_S` (the whole alert with its retries, not each
+socket read: a server that trickles its answer is cut off), and whatever is
+still running when the owner stops waiting is cancelled with one log line. The
+worker gives alerts what is left of its shutdown grace; the reconciler sends
+them after its locked pass. A hook may be a coroutine function (cancelled
+cleanly at its deadline) or a plain callable (run on a daemon thread, so a hook
+that blocks is abandoned at its deadline and never holds the process open at
+exit).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
-import os
-import re
-import ssl
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
-from typing import Any
-from urllib.parse import SplitResult, urlsplit
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ledgerq.ledger.config import ConfigError
 from ledgerq.ledger.model import Finished
 
 log = logging.getLogger("ledgerq.alerts")
+T = TypeVar("T")
 
 #: Called with each row that ended dead; may return an awaitable.
 AlertHook = Callable[[Finished], Awaitable[None] | None]
 
-#: The total time one alert may take (connect, send, answer), in seconds.
+#: The total time one alert may take (every channel, every retry), in seconds.
 ALERT_DEADLINE_S = 5.0
 #: Alerts running at once per worker or reconciler.
 ALERT_CONCURRENCY = 4
 #: Alerts waiting beyond this many are dropped (each drop is logged).
 MAX_PENDING_ALERTS = 1000
-
-_STATUS_LINE = re.compile(rb"HTTP/\d(?:\.\d)? (\d{3})")
-_URL_CHARS = re.compile(r"[!-~]+")  # printable ASCII, no spaces: nothing to inject
+#: Attempts per channel and alert, and the pauses between them (within the deadline).
+ALERT_ATTEMPTS = 3
+ALERT_BACKOFF_S = (0.5, 1.5)
 
 
 class AlertConfigError(ConfigError):
-    """The dead-task webhook URL cannot be used."""
+    """An alert channel's settings cannot be used (one line at the CLI, exit 78)."""
+
+
+class AlertRefused(Exception):
+    """The channel's far end refused the alert for good: not retried."""
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One way of telling: ``name`` for logs (never a secret), ``send`` raises on failure."""
+
+    name: str
+    send: Callable[[Finished], Awaitable[None]]
+
+
+def task_fields(row: Finished) -> dict[str, Any]:
+    """The fields a log line about ``row`` carries (``--log-format json`` shows them)."""
+    return {"task_id": row.id, "kind": row.kind, "attempt": row.attempts}
 
 
 def log_alert(outcome: Finished) -> None:
@@ -62,110 +84,76 @@ def log_alert(outcome: Finished) -> None:
         outcome.kind,
         outcome.attempts,
         last[-1] if last else "no error recorded",
+        extra=task_fields(outcome),
     )
 
 
-def check_webhook_url(url: str) -> SplitResult:
-    """The URL's parts, or :class:`AlertConfigError` (which never shows its path or query,
-    where webhook secrets live)."""
-    parts = urlsplit(url) if _URL_CHARS.fullmatch(url) else None
-    scheme = url.split(":", 1)[0] if ":" in url else ""
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise AlertConfigError(
-            "LEDGERQ_ALERT_WEBHOOK must be an http:// or https:// URL with a host "
-            f"(printable ASCII, no spaces), got one with scheme {scheme[:20]!r}"
-        )
-    if parts.username is not None or parts.password is not None:
-        raise AlertConfigError(
-            "LEDGERQ_ALERT_WEBHOOK must not carry user:password@; put a token in its path"
-        )
-    try:
-        parts.port
-    except ValueError:
-        raise AlertConfigError("LEDGERQ_ALERT_WEBHOOK has a malformed port") from None
-    return parts
-
-
-def webhook_host(parts: SplitResult) -> str:
-    """Where a webhook goes, for logs: scheme, host and port only."""
-    return f"{parts.scheme}://{parts.netloc}"
-
-
-async def post_json(parts: SplitResult, body: bytes) -> int:
-    """POST ``body`` to the URL and return the answer's status code (read no further).
-
-    HTTP/1.1 on one connection, closed afterwards; no redirects, no proxies. The
-    caller bounds the total time (see :class:`AlertSender`)."""
-    https = parts.scheme == "https"
-    host = parts.hostname or ""
-    port = parts.port or (443 if https else 80)
-    reader, writer = await asyncio.open_connection(
-        host,
-        port,
-        ssl=ssl.create_default_context() if https else None,
-        server_hostname=host if https else None,
-    )
-    try:
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = (
-            f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nUser-Agent: ledgerq\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n"
-        )
-        writer.write(head.encode("ascii") + body)
-        await writer.drain()
-        line = await reader.readline()
-    finally:
-        writer.close()
-    match = _STATUS_LINE.match(line)
-    if match is None:
-        raise OSError(f"not an HTTP answer: {line[:40]!r}")
-    return int(match.group(1))
-
-
-def webhook_alert(url: str) -> AlertHook:
-    """A hook that logs the death, then POSTs it as JSON to ``url``."""
-    parts = check_webhook_url(url)
-    where = webhook_host(parts)
-
-    async def post(outcome: Finished) -> None:
-        log_alert(outcome)
-        body = json.dumps(
-            {
-                "event": "task.dead",
-                "id": outcome.id,
-                "kind": outcome.kind,
-                "attempts": outcome.attempts,
-                "last_error": outcome.last_error,
-            }
-        ).encode()
+async def send_with_retries(
+    channel: Channel,
+    row: Finished,
+    attempts: int = ALERT_ATTEMPTS,
+    backoff_s: Sequence[float] = ALERT_BACKOFF_S,
+) -> bool:
+    """Send ``row`` through ``channel``, retrying a failure up to ``attempts`` in all;
+    whether it went. Every failure is logged (the last one at ERROR)."""
+    fields = task_fields(row)
+    for attempt in range(1, attempts + 1):
         try:
-            status = await post_json(parts, body)
-        except OSError as exc:
-            log.warning("dead-task webhook %s failed for task %s: %s", where, outcome.id, exc)
-            return
-        if 300 <= status < 400:
-            log.warning(
-                "dead-task webhook %s answered %d for task %s: a redirect, not followed",
-                where,
-                status,
-                outcome.id,
+            await channel.send(row)
+            return True
+        except AlertRefused as exc:
+            log.error(
+                "%s refused the alert for task %s: %s", channel.name, row.id, exc, extra=fields
             )
-        elif not 200 <= status < 300:
-            log.warning("dead-task webhook %s answered %d for task %s", where, status, outcome.id)
+            return False
+        except Exception as exc:
+            if attempt == attempts:
+                log.error(
+                    "%s failed for task %s (attempt %d of %d, giving up): %s",
+                    channel.name,
+                    row.id,
+                    attempt,
+                    attempts,
+                    _reason(exc),
+                    extra=fields,
+                )
+                return False
+            pause = backoff_s[min(attempt, len(backoff_s)) - 1]
+            log.warning(
+                "%s failed for task %s (attempt %d of %d, retrying in %.1f s): %s",
+                channel.name,
+                row.id,
+                attempt,
+                attempts,
+                pause,
+                _reason(exc),
+                extra=fields,
+            )
+            await asyncio.sleep(pause)
+    return False
 
-    return post
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
 
 
-def default_alert() -> AlertHook:
-    """The webhook hook if ``LEDGERQ_ALERT_WEBHOOK`` is set (checked now), else the log line."""
-    url = os.environ.get("LEDGERQ_ALERT_WEBHOOK")
-    return webhook_alert(url) if url else log_alert
+def fan_out(channels: Sequence[Channel]) -> AlertHook:
+    """One hook: the log line, then every channel at once, each with its retries."""
+    if not channels:
+        return log_alert
+
+    async def alert(row: Finished) -> None:
+        log_alert(row)
+        await asyncio.gather(*(send_with_retries(c, row) for c in channels))
+
+    return alert
 
 
-def _on_daemon_thread(fn: Callable[[Finished], Any], row: Finished) -> asyncio.Future[Any]:
+def on_daemon_thread(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """``fn(*args)`` on a daemon thread, as a future of this loop. Cancelling the
+    future abandons the thread (it runs on, and never holds the process open)."""
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
+    future: asyncio.Future[T] = loop.create_future()
 
     def settle(result: Any, error: BaseException | None) -> None:
         if future.done():  # abandoned at its deadline
@@ -177,7 +165,7 @@ def _on_daemon_thread(fn: Callable[[Finished], Any], row: Finished) -> asyncio.F
 
     def run() -> None:
         try:
-            result, error = fn(row), None
+            result, error = fn(*args), None
         except BaseException as exc:  # handed to the loop, which decides
             result, error = None, exc
         with suppress(RuntimeError):  # the loop has closed: nobody waits any more
@@ -187,13 +175,13 @@ def _on_daemon_thread(fn: Callable[[Finished], Any], row: Finished) -> asyncio.F
     return future
 
 
-async def call_hook(hook: AlertHook, row: Finished) -> None:
+async def call_hook(hook: Callable[[Finished], Any], row: Finished) -> None:
     """Run ``hook`` for ``row``: a coroutine function on the loop, anything else on a
     daemon thread (an awaitable it returns is awaited on the loop)."""
     if inspect.iscoroutinefunction(hook):
         await hook(row)
         return
-    result = await _on_daemon_thread(hook, row)
+    result = await on_daemon_thread(hook, row)
     if inspect.isawaitable(result):
         await result
 
@@ -226,6 +214,7 @@ class AlertSender:
                 "%d dead-task alerts are pending; dropping the alert for task %s",
                 len(self._pending),
                 row.id,
+                extra=task_fields(row),
             )
             return
         task = asyncio.create_task(self._send(row), name=f"ledgerq-alert-{row.id}")
@@ -246,9 +235,12 @@ class AlertSender:
                     "the alert for dead task %s took longer than its %.1f s deadline; given up",
                     row.id,
                     self.deadline_s,
+                    extra=task_fields(row),
                 )
             except Exception:
-                log.exception("the dead-task alert hook failed for task %s", row.id)
+                log.exception(
+                    "the dead-task alert hook failed for task %s", row.id, extra=task_fields(row)
+                )
 
     async def close(self, wait_s: float | None) -> None:
         """Wait up to ``wait_s`` seconds (None: until each has met its deadline) for the

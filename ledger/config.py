@@ -43,7 +43,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from ledgerq.ledger.errors import ConfigError as ConfigError
-from ledgerq.ledger.masking import mask_url
+from ledgerq.ledger.masking import MASK, mask_url
 from ledgerq.ledger.tls import (
     AMQP_TLS_URL_PARAMETERS,
     TLSFileError,
@@ -60,6 +60,8 @@ DATABASE_DRIVERS = ("postgresql+psycopg", "postgresql")
 AMQP_SCHEMES = ("amqp", "amqps")
 EVENT_LOOPS = ("uvloop", "asyncio")
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_ADDRESS = re.compile(r"[^\s@,<>\"]+@[^\s@,<>\"]+")
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,10 @@ class Setting:
     env: str
     flag: str | None
     help: str
+    #: A URL that may carry credentials (shown through mask_url).
     secret: bool = False
+    #: A secret as a whole (never shown, and masked in every log line).
+    password: bool = False
 
 
 SETTINGS = (
@@ -146,6 +151,32 @@ SETTINGS = (
         )
         for status in ("succeeded", "dead", "cancelled")
     ),
+    Setting("log_format", "LEDGERQ_LOG_FORMAT", "--log-format", "log lines as text or json"),
+    Setting(
+        "metrics_port",
+        "LEDGERQ_METRICS_PORT",
+        None,
+        "port of relay's and worker's /metrics, /healthz, /readyz (0: none; --metrics-port)",
+    ),
+    # Dead-task alerts (docs/reference.md#dead-task-alerts), besides the log line.
+    Setting(
+        "alert_webhook",
+        "LEDGERQ_ALERT_WEBHOOK",
+        None,
+        "http(s) URL each dead task is POSTed to as JSON",
+        secret=True,
+    ),
+    Setting(
+        "alert_callable", "LEDGERQ_ALERT_CALLABLE", None, "pkg.module:function called per dead task"
+    ),
+    Setting("smtp_host", "LEDGERQ_SMTP_HOST", None, "SMTP server for dead-task emails"),
+    Setting("smtp_port", "LEDGERQ_SMTP_PORT", None, "its port (0: 465 for ssl, 587, 25 for none)"),
+    Setting("smtp_tls", "LEDGERQ_SMTP_TLS", None, "starttls, ssl (SMTPS) or none"),
+    Setting("smtp_ca_file", "LEDGERQ_SMTP_CA_FILE", None, "PEM CAs the SMTP server must chain to"),
+    Setting("smtp_user", "LEDGERQ_SMTP_USER", None, "SMTP login (needs TLS)"),
+    Setting("smtp_password", "LEDGERQ_SMTP_PASSWORD", None, "its password", password=True),
+    Setting("alert_email_from", "LEDGERQ_ALERT_EMAIL_FROM", None, "sender of alert emails"),
+    Setting("alert_email_to", "LEDGERQ_ALERT_EMAIL_TO", None, "comma-separated recipients"),
 )
 BY_FIELD = {s.field: s for s in SETTINGS}
 
@@ -170,6 +201,21 @@ class Settings:
     retention_succeeded_days: float = 7.0
     retention_dead_days: float = 90.0
     retention_cancelled_days: float = 30.0
+    #: ``text`` or ``json`` log lines.
+    log_format: str = "text"
+    #: Port of the services' metrics and health endpoints (0: not served).
+    metrics_port: int = 0
+    #: Dead-task alert channels (each unset: off); see :mod:`ledgerq.ledger.alerting`.
+    alert_webhook: str | None = None
+    alert_callable: str | None = None
+    smtp_host: str | None = None
+    smtp_port: int = 0
+    smtp_tls: str = "starttls"
+    smtp_ca_file: str | None = None
+    smtp_user: str | None = None
+    smtp_password: str | None = None
+    alert_email_from: str | None = None
+    alert_email_to: tuple[str, ...] = ()
     #: Where each value came from: ``--flag``, ``ENV_VAR`` or ``default`` (from_env).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -181,6 +227,7 @@ class Settings:
         for name, value in values.items():  # normalised (postgresql:// -> +psycopg)
             object.__setattr__(self, name, value)
         self._check_amqp_tls()
+        self._check_smtp()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Settings:
@@ -242,19 +289,49 @@ class Settings:
         if tls_files:
             self.amqp_ssl_context()
 
+    def _check_smtp(self) -> None:
+        """Email alerts need a sender and recipients; credentials never go in clear."""
+        if not self.smtp_host:
+            return
+        for name in ("alert_email_from", "alert_email_to"):
+            if not getattr(self, name):
+                raise ConfigError(
+                    f"{self._label('smtp_host')} is set but {self._label(name)} is not"
+                )
+        if bool(self.smtp_user) != bool(self.smtp_password):
+            raise ConfigError(
+                f"{self._label('smtp_user')} and {self._label('smtp_password')} go together"
+            )
+        if self.smtp_user and self.smtp_tls == "none":
+            raise ConfigError(
+                f"{self._label('smtp_tls')} is none but {self._label('smtp_user')} is set: "
+                "ledgerq does not send SMTP credentials unencrypted (use starttls or ssl)"
+            )
+
     def secret_urls(self) -> tuple[str, ...]:
-        return tuple(getattr(self, s.field) for s in SETTINGS if s.secret)
+        return tuple(getattr(self, s.field) or "" for s in SETTINGS if s.secret)
+
+    def passwords(self) -> tuple[str, ...]:
+        """Secrets given whole (the SMTP password), for the log filter."""
+        return tuple(
+            getattr(self, s.field) for s in SETTINGS if s.password and getattr(self, s.field)
+        )
 
     def masked(self) -> dict[str, Any]:
-        """Every setting's value, the URLs with their secrets masked."""
-        return {
-            s.field: mask_url(getattr(self, s.field)) if s.secret else getattr(self, s.field)
-            for s in SETTINGS
-        }
+        """Every setting's value, the URLs with their secrets masked, passwords hidden."""
+        return {s.field: _shown(s, getattr(self, s.field)) for s in SETTINGS}
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{name}={value!r}" for name, value in self.masked().items())
         return f"Settings({shown})"
+
+
+def _shown(setting: Setting, value: Any) -> Any:
+    if setting.password:
+        return MASK if value else None
+    if setting.secret and value:
+        return mask_url(value)
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _parse(raw: Mapping[str, Any], names: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
@@ -340,6 +417,53 @@ def parse_event_loop(value: object) -> str:
     return text
 
 
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if str(value) not in choices:
+            raise ValueError(f"must be {', '.join(choices[:-1])} or {choices[-1]}, got {value!r}")
+        return str(value)
+
+    return parse
+
+
+def _optional_text(value: Any) -> str | None:
+    text = str(value).strip() if value is not None else ""
+    if any(c in text for c in "\r\n\x00"):
+        raise ValueError("must be one line")
+    return text or None
+
+
+def parse_port(value: Any) -> int:
+    try:
+        port = int(value)
+    except (TypeError, ValueError, OverflowError):
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ValueError(f"must be a TCP port from 0 (none) to 65535, got {value!r}")
+    return port
+
+
+def parse_callable_path(value: Any) -> str | None:
+    text = _optional_text(value)
+    if text is not None and not _DOTTED.fullmatch(text):
+        raise ValueError(f"must be a dotted path such as package.module:function, got {text!r}")
+    return text
+
+
+def parse_addresses(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, tuple | list) else str(value).split(",")
+    addresses = tuple(a.strip() for a in items if str(a).strip())
+    for address in addresses:
+        if not _ADDRESS.fullmatch(address):
+            raise ValueError(f"must be comma-separated email addresses, got {address!r}")
+    return addresses
+
+
+def parse_address(value: Any) -> str | None:
+    text = _optional_text(value)
+    return parse_addresses(text)[0] if text else None
+
+
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "database_url": parse_database_url,
     "amqp_url": parse_amqp_url,
@@ -354,5 +478,17 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "retention_succeeded_days": _number(0, 36_500, "days", float),
     "retention_dead_days": _number(0, 36_500, "days", float),
     "retention_cancelled_days": _number(0, 36_500, "days", float),
+    "log_format": _choice("text", "json"),
+    "metrics_port": parse_port,
+    "alert_webhook": _optional_text,
+    "alert_callable": parse_callable_path,
+    "smtp_host": _optional_text,
+    "smtp_port": parse_port,
+    "smtp_tls": _choice("starttls", "ssl", "none"),
+    "smtp_ca_file": parse_tls_file,
+    "smtp_user": _optional_text,
+    "smtp_password": lambda v: str(v) if v else None,
+    "alert_email_from": parse_address,
+    "alert_email_to": parse_addresses,
 }
 assert set(_PARSERS) == set(BY_FIELD) == {f.name for f in fields(Settings)} - {"sources"}

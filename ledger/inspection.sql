@@ -14,6 +14,11 @@ SELECT *, 'live' AS location FROM ledgerq_tasks WHERE id = :id
 UNION ALL
 SELECT *, 'history' AS location FROM ledgerq_history WHERE id = :id
 
+-- name: ping
+-- The readiness probe's question (/readyz): is the ledger reachable and its
+-- table there? Reads the catalogue, not a row.
+SELECT to_regclass('ledgerq_tasks') IS NOT NULL AS ok
+
 -- name: count_expired
 SELECT count(*) FROM ledgerq_tasks WHERE status = 'running' AND lease_until < now()
 

@@ -8,7 +8,7 @@ never see a row object of the database driver.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Literal
 
@@ -38,6 +38,8 @@ class DueTask:
     epoch: int
     #: A suspect (see :class:`ExpiredLease`): its message asks to be run alone.
     suspect: bool = False
+    #: The producer's trace context (W3C carrier), when it enqueued inside a span.
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,11 @@ class ClaimedTask:
     #: larger than the workers' limit; ``payload`` is then None and the task must
     #: end dead without running.
     oversize_payload_bytes: int | None = None
+    #: Seconds from when the task became due to this claim (database clock), if known:
+    #: a measurement, not part of the task's identity (left out of ``==``).
+    waited_s: float | None = field(default=None, compare=False)
+    #: The producer's trace context (W3C carrier), when it enqueued inside a span.
+    trace_context: dict[str, str] | None = None
 
     @property
     def fence(self) -> Fence:

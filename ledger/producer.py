@@ -29,6 +29,7 @@ from typing import Any
 
 from sqlalchemy import TextClause
 
+from ledgerq.ledger import tracing
 from ledgerq.ledger import validation as v
 from ledgerq.ledger.errors import InvalidTaskError, LedgerqError
 from ledgerq.ledger.executors import AsyncExecutor, Executor, async_runner, runner
@@ -111,6 +112,7 @@ class TaskSpec:
             "parent_id": None
             if self.parent_id is None
             else v.check_int_option(self.parent_id, "parent_id", minimum=1),
+            "trace_context": tracing.current_context(),
         }
 
 
@@ -122,10 +124,20 @@ def _rows_document(specs: Sequence[TaskSpec]) -> str:
             raise InvalidTaskError(f"a batch takes TaskSpec objects, got a {type(spec).__name__}")
         params = spec.params()
         payload, retry = params.pop("payload"), params.pop("retry")
+        trace = params.pop("trace_context") or "null"
         run_at = params.pop("run_at")
         params["run_at"] = run_at.isoformat() if run_at is not None else None
         head = json.dumps(params, separators=(",", ":"))
-        parts.append(head[:-1] + ',"payload":' + payload + ',"retry":' + retry + "}")
+        parts.append(
+            head[:-1]
+            + ',"payload":'
+            + payload
+            + ',"retry":'
+            + retry
+            + ',"trace_context":'
+            + trace
+            + "}"
+        )
     return "[" + ",".join(parts) + "]"
 
 

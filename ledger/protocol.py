@@ -34,8 +34,8 @@ from ledgerq.ledger.model import (
     ExpiredLease,
     Fence,
     Finished,
-    HistoryDay,
     Held,
+    HistoryDay,
     Outcome,
     TaskTiming,
 )
@@ -132,6 +132,10 @@ class InspectionLedger(Protocol):
 
     async def show(self, task_id: int) -> dict[str, Any]:
         """Every column of one task, plus ``location`` (live or history)."""
+        ...
+
+    async def ping(self) -> bool:
+        """Whether the ledger answers and its table exists (the readiness probe's)."""
         ...
 
     async def count_expired(self) -> int: ...

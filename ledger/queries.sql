@@ -13,27 +13,30 @@
 
 -- name: insert_task
 INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
-                           run_at, status, max_attempts, retry, timeout_s, parent_id)
+                           run_at, status, max_attempts, retry, timeout_s, parent_id,
+                           trace_context)
 VALUES (:kind, :queue, CAST(:payload AS jsonb), :business_key, :dedupe_key, :priority, :shard,
         COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
         'pending', :max_attempts,
-        CAST(:retry AS jsonb), :timeout_s, :parent_id)
+        CAST(:retry AS jsonb), :timeout_s, :parent_id, CAST(:trace_context AS jsonb))
 ON CONFLICT (kind, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
 -- name: insert_tasks
 INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
-                           run_at, status, max_attempts, retry, timeout_s, parent_id)
+                           run_at, status, max_attempts, retry, timeout_s, parent_id,
+                           trace_context)
 SELECT r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority, r.shard,
        COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
-       r.retry, r.timeout_s, r.parent_id
+       r.retry, r.timeout_s, r.parent_id, r.trace_context
 FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
          AS (kind text, queue text, payload jsonb, business_key text, dedupe_key text,
              priority smallint, shard smallint, run_at timestamptz, delay_s float8,
              max_attempts integer,
-             retry jsonb, timeout_s double precision, parent_id bigint)) WITH ORDINALITY
+             retry jsonb, timeout_s double precision, parent_id bigint,
+             trace_context jsonb)) WITH ORDINALITY
      AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, delay_s,
-          max_attempts, retry, timeout_s, parent_id, n)
+          max_attempts, retry, timeout_s, parent_id, trace_context, n)
 ORDER BY r.n
 ON CONFLICT (kind, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
@@ -99,7 +102,8 @@ SELECT task_id FROM ledgerq_unique_keys WHERE kind = :kind AND key = :business_k
 -- name: select_due
 -- The relay's claim. SKIP LOCKED: relays never wait for or collide with each
 -- other; the lock is held until the confirmed rows are marked published.
-SELECT id, kind, queue, priority, epoch, suspect
+-- trace_context: the producer's trace, which the publish span continues.
+SELECT id, kind, queue, priority, epoch, suspect, trace_context
 FROM ledgerq_tasks
 WHERE status = 'pending' AND run_at <= now()
 ORDER BY priority DESC, run_at, id
@@ -129,7 +133,10 @@ RETURNING t.id
 -- always due here. The payload comes back as the text PostgreSQL prints (the
 -- worker decodes it), converted once; one larger than :max_payload_bytes is
 -- not sent: the row is claimed, payload is NULL and payload_bytes says why,
--- and the worker ends the task dead without running it.
+-- and the worker ends the task dead without running it. waited_s is how long
+-- the task waited, on the database's clock, from when it became due (its
+-- enqueue, or its run_at if later: a scheduled task, a retry) to this claim
+-- (the metric ledgerq_start_latency_seconds).
 -- transitions: pending -> running, published -> running
 WITH claimed AS (
     UPDATE ledgerq_tasks t
@@ -141,13 +148,15 @@ WITH claimed AS (
       AND t.run_at <= now()
     RETURNING t.id, t.epoch, t.kind, t.queue, CAST(t.payload AS text) AS payload_text,
               t.attempts, t.max_attempts, t.retry, t.timeout_s, t.checkpoint, t.business_key,
-              t.parent_id
+              t.parent_id, t.trace_context,
+              EXTRACT(EPOCH FROM now() - GREATEST(t.created_at, t.run_at))::float8 AS waited_s
 )
 SELECT id, epoch, kind, queue,
        CASE WHEN octet_length(payload_text) <= :max_payload_bytes THEN payload_text END
            AS payload_text,
        octet_length(payload_text) AS payload_bytes,
-       attempts, max_attempts, retry, timeout_s, checkpoint, business_key, parent_id
+       attempts, max_attempts, retry, timeout_s, checkpoint, business_key, parent_id, waited_s,
+       trace_context
 FROM claimed
 
 
@@ -196,7 +205,7 @@ WITH m AS (
                                  publishes, lease_until, heartbeat_at, worker, checkpoint,
                                  last_error, timeout_s, parent_id, created_at, published_at,
                                  started_at, finished_at, suspect, result, attempt_log,
-                                 cancel_requested_at)
+                                 cancel_requested_at, trace_context)
     SELECT id, kind, queue, payload, business_key, NULL, priority,
            shard, run_at, ended_as, attempts, max_attempts, retry, epoch,
            publishes, NULL, heartbeat_at, worker, checkpoint,
@@ -206,7 +215,7 @@ WITH m AS (
                'attempt', attempts, 'worker', worker, 'started_at', started_at,
                'ended_at', now(), 'error', new_error, 'outcome', ended_as,
                'cancel_requested_at', cancel_requested_at)),
-           cancel_requested_at
+           cancel_requested_at, trace_context
     FROM ended
     RETURNING id, kind, attempts, status, last_error
 ), retried AS (

@@ -32,7 +32,7 @@ GRANT USAGE ON SCHEMA public TO ledgerq_producer, ledgerq_service, ledgerq_opera
 -- runs with the producer's rights and calls only pg_notify, which every role
 -- may call.
 GRANT INSERT (id, kind, queue, payload, business_key, dedupe_key, priority, shard, run_at,
-              status, max_attempts, retry, timeout_s, parent_id)
+              status, max_attempts, retry, timeout_s, parent_id, trace_context)
     ON ledgerq_tasks TO ledgerq_producer;
 GRANT SELECT (id, kind, dedupe_key) ON ledgerq_tasks TO ledgerq_producer;
 GRANT USAGE ON SEQUENCE ledgerq_task_id_seq TO ledgerq_producer;

@@ -74,6 +74,7 @@ class InspectionQueries:
     stats_live: TextClause
     stats_history: TextClause
     show_task: TextClause
+    ping: TextClause
     count_expired: TextClause
     autovacuum_off: TextClause
     count_finished: TextClause

@@ -31,14 +31,26 @@ from functools import partial
 from ledgerq.consumers.registry import Registry
 from ledgerq.consumers.worker import Worker, WorkerConfig
 from ledgerq.faults import probe_from_env
-from ledgerq.ledger.alerts import AlertHook, default_alert
+from ledgerq.health import Health
+from ledgerq.ledger.alerting.dotted import callable_channel
+from ledgerq.ledger.alerting.email import SmtpConfig, email_channel
+from ledgerq.ledger.alerting.webhook import webhook_channel
+from ledgerq.ledger.alerts import AlertHook, Channel, fan_out
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.base import first_line
 from ledgerq.ledger.pg.engines import async_engine, sync_engine
 from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.pg.notify import Wakeup
 from ledgerq.ledger.protocol import InspectionLedger, RelayLedger, WorkerLedger
-from ledgerq.relay.broker.aio import AioConsumption, AioPublisher, connect
+from ledgerq.relay.broker.aio import (
+    AioConsumption,
+    AioPublisher,
+    AmqpConnection,
+    connect,
+    is_connected,
+)
 from ledgerq.relay.broker.blocking import ThreadedPublisher
 from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.probes import Probe
@@ -48,6 +60,29 @@ from ledgerq.relay.service import Relay, RelayConfig
 from ledgerq.runtime import SchemaWatch, WatchedLedger, on_stop_signal
 
 log = logging.getLogger("ledgerq")
+
+
+def alert_hook(settings: Settings) -> AlertHook:
+    """The dead-task alert of a worker or reconciler: the log line, plus each channel
+    the settings configure (checked now: a bad one is an AlertConfigError, exit 78)."""
+    channels: list[Channel] = []
+    if settings.alert_webhook:
+        channels.append(webhook_channel(settings.alert_webhook))
+    if settings.smtp_host and settings.alert_email_from:
+        smtp = SmtpConfig(
+            host=settings.smtp_host,
+            sender=settings.alert_email_from,
+            recipients=settings.alert_email_to,
+            port=settings.smtp_port,
+            tls=settings.smtp_tls,
+            ca_file=settings.smtp_ca_file,
+            user=settings.smtp_user,
+            password=settings.smtp_password,
+        )
+        channels.append(email_channel(smtp))
+    if settings.alert_callable:
+        channels.append(callable_channel(settings.alert_callable))
+    return fan_out(channels)
 
 
 def _watched(ledger: PgLedger, watch: SchemaWatch | None) -> PgLedger | WatchedLedger:
@@ -87,6 +122,30 @@ async def warn_if_no_autovacuum(ledger: InspectionLedger) -> None:
         )
 
 
+async def _readiness(
+    ledger: PgLedger, connection: AmqpConnection, service: Callable[[], str | None]
+) -> str | None:
+    """Why a relay or worker is not ready (None: it is): see :mod:`ledgerq.health`."""
+    if not is_connected(connection):
+        return "RabbitMQ: not connected (reconnecting)"
+    try:
+        if not await ledger.ping():
+            return "PostgreSQL: the ledger's tables are missing (run `ledgerq migrate`)"
+    except Exception as exc:
+        return f"PostgreSQL: {first_line(exc)}"
+    return service()
+
+
+def _watch_readiness(
+    health: Health | None,
+    ledger: PgLedger,
+    connection: AmqpConnection,
+    service: Callable[[], str | None],
+) -> None:
+    if health is not None:
+        health.watch(partial(_readiness, ledger, connection, service))
+
+
 @asynccontextmanager
 async def open_relay(
     settings: Settings,
@@ -94,7 +153,10 @@ async def open_relay(
     *,
     probe: Probe | None = None,
     watch: SchemaWatch | None = None,
+    observer: Observer = NO_OBSERVER,
+    health: Health | None = None,
 ) -> AsyncIterator[Relay]:
+    """A relay ready to run; with ``health``, its readiness is watched from now on."""
     check_schema(settings)
     connection = await connect(
         settings.amqp_url,
@@ -106,8 +168,20 @@ async def open_relay(
     publisher = AioPublisher(connection, Topology(settings.amqp_prefix))
     relay_ledger: RelayLedger = _watched(ledger, watch)
     try:
-        relay = Relay(relay_ledger, publisher, config or RelayConfig(), probe or probe_from_env())
+        relay = Relay(
+            relay_ledger,
+            publisher,
+            config or RelayConfig(),
+            probe or probe_from_env(),
+            observer=observer,
+        )
         await warn_if_no_autovacuum(ledger)
+        _watch_readiness(
+            health,
+            ledger,
+            connection,
+            lambda: "the last publish batch failed" if relay.failing else None,
+        )
         yield relay
     finally:
         await publisher.close()
@@ -124,9 +198,12 @@ async def open_worker(
     alert: AlertHook | None = None,
     probe: Probe | None = None,
     watch: SchemaWatch | None = None,
+    observer: Observer = NO_OBSERVER,
+    health: Health | None = None,
 ) -> AsyncIterator[Worker]:
     """A started worker; on exit it drains (see :meth:`Worker.stop`) and disconnects."""
     config = config or WorkerConfig()
+    alert = alert or alert_hook(settings)
     check_schema(settings)
     connection = await connect(
         settings.amqp_url,
@@ -148,14 +225,20 @@ async def open_worker(
         consume=partial(AioConsumption.consume, connection, Topology(settings.amqp_prefix)),
         sync_engine=handlers_sync,
         async_engine=handlers_async,
-        alert=alert or default_alert(),
+        alert=alert,
         probe=probe or probe_from_env(),
+        observer=observer,
     )
     try:
         await worker.start()
         await warn_if_no_autovacuum(ledger)
+        _watch_readiness(
+            health, ledger, connection, lambda: None if worker.consuming else "not consuming"
+        )
         yield worker
     finally:
+        if health is not None:
+            health.stopping()
         await worker.stop()
         await connection.close()
         await handlers_async.dispose()
@@ -179,6 +262,7 @@ async def open_reconciler(
     settings: Settings, config: ReconcilerConfig | None = None, *, alert: AlertHook | None = None
 ) -> AsyncIterator[Reconciler]:
     config = config or ReconcilerConfig()
+    alert = alert or alert_hook(settings)
     check_schema(settings)
     ledger = PgLedger(async_engine(settings, "ledgerq-reconciler", pool_size=2))
     try:
@@ -194,7 +278,7 @@ async def open_reconciler(
         raise
     try:
         retention = Retention(ledger, retention_config(settings))
-        reconciler = Reconciler(ledger, publisher, config, alert or default_alert(), retention)
+        reconciler = Reconciler(ledger, publisher, config, alert, retention)
         await warn_if_no_autovacuum(ledger)
         yield reconciler
     finally:
@@ -214,13 +298,41 @@ def _stop_event(*also: Callable[[], None]) -> asyncio.Event:
     return stop
 
 
-async def serve_relay(settings: Settings, config: RelayConfig) -> None:
+@asynccontextmanager
+async def monitoring(port: int, service: str) -> AsyncIterator[tuple[Observer, Health | None]]:
+    """With a port: the service's metrics and its health, served on it (before the
+    service connects: /readyz says "starting" meanwhile). Without: no-ops."""
+    if not port:
+        yield NO_OBSERVER, None
+        return
+    from ledgerq import metrics  # only now: prometheus_client loads with a metrics port only
+
+    registry = metrics.new_registry()
+    observer: Observer = (
+        metrics.RelayMetrics(registry) if service == "relay" else metrics.WorkerMetrics(registry)
+    )
+    health = Health()
+    server = metrics.MetricsServer(port, health, registry)
+    health.start_ticking()
+    log.info("%s: /metrics, /healthz and /readyz on port %d", service, server.port)
+    try:
+        yield observer, health
+    finally:
+        await health.close()
+        server.close()
+
+
+async def serve_relay(settings: Settings, config: RelayConfig, metrics_port: int = 0) -> None:
     """``ledgerq relay``: publish due rows until SIGTERM (or until the schema is lost:
-    then :class:`SchemaMissingError`)."""
+    then :class:`SchemaMissingError`). With a metrics port (else the setting's),
+    metrics and health are served on it."""
     watch = SchemaWatch()
-    async with open_relay(settings, config, watch=watch) as relay:
+    async with (
+        monitoring(metrics_port or settings.metrics_port, "relay") as (observer, health),
+        open_relay(settings, config, watch=watch, observer=observer, health=health) as relay,
+    ):
         wakeup = Wakeup(settings)
-        stop = _stop_event(wakeup.event.set)
+        stop = _stop_event(wakeup.event.set, *([health.stopping] if health else []))
         watch.on_loss(stop.set)
         watch.on_loss(wakeup.event.set)
         wakeup.start()
@@ -231,13 +343,21 @@ async def serve_relay(settings: Settings, config: RelayConfig) -> None:
     watch.raise_if_lost()
 
 
-async def serve_worker(settings: Settings, registry: Registry, config: WorkerConfig) -> int:
+async def serve_worker(
+    settings: Settings, registry: Registry, config: WorkerConfig, metrics_port: int = 0
+) -> int:
     """``ledgerq worker``: run handlers until SIGTERM, then drain. Returns how many
     sync handlers' threads are still running (past their timeout or the grace).
-    Raises :class:`SchemaMissingError` after draining if the schema was lost."""
+    Raises :class:`SchemaMissingError` after draining if the schema was lost.
+    With a metrics port (else the setting's), metrics and health are served on it."""
     watch = SchemaWatch()
-    async with open_worker(settings, registry, config, watch=watch) as worker:
-        stop = _stop_event()
+    async with (
+        monitoring(metrics_port or settings.metrics_port, "worker") as (observer, health),
+        open_worker(
+            settings, registry, config, watch=watch, observer=observer, health=health
+        ) as worker,
+    ):
+        stop = _stop_event(*([health.stopping] if health else []))
         watch.on_loss(stop.set)
         await stop.wait()
         log.info("stop requested; draining")

@@ -23,7 +23,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ledgerq.ledger import tracing
 from ledgerq.ledger.errors import SchemaMissingError
+from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.protocol import RelayLedger
 from ledgerq.relay.broker.base import Publisher, PublishOutcome
 from ledgerq.relay.probes import Probe, no_probe
@@ -77,6 +79,9 @@ class Relay:
     config: RelayConfig = field(default_factory=RelayConfig)
     probe: Probe = no_probe
     totals: RelayCounts = field(default_factory=RelayCounts)
+    observer: Observer = NO_OBSERVER
+    #: Whether the last batch failed (the readiness probe reports it).
+    failing: bool = False
 
     async def run_once(self) -> RelayCounts:
         """Publish one batch of due rows; return what happened to them."""
@@ -84,9 +89,13 @@ class Relay:
         counts = RelayCounts()
         async with self.ledger.publish_batch(self.config.batch_size) as batch:
             if batch.rows:
+                traced = any(r.trace_context is not None for r in batch.rows)
+                spans = tracing.PublishSpans(batch.rows) if traced else None
                 outcomes = await self.publisher.publish_many(
                     batch.rows, self.config.confirm_timeout
                 )
+                if spans is not None:
+                    spans.end([o.value for o in outcomes])
                 self.probe("relay.after_publish")
                 confirmed = [
                     row
@@ -101,6 +110,9 @@ class Relay:
                     returned=tally[PublishOutcome.RETURNED],
                     nacked=tally[PublishOutcome.NACKED],
                     failed=tally[PublishOutcome.FAILED],
+                )
+                self.observer.published(
+                    counts.published, counts.returned, counts.nacked, counts.failed
                 )
         counts.elapsed_s = time.perf_counter() - started
         self.totals.add(counts)
@@ -118,9 +130,11 @@ class Relay:
         while not stop.is_set():
             try:
                 counts = await self.run_once()
+                self.failing = False
             except SchemaMissingError:  # no amount of retrying brings tables back
                 raise
             except Exception:  # a dropped DB connection or the like: log, back off, go on
+                self.failing = True
                 log.exception("relay batch failed; retrying after the poll interval")
                 counts = RelayCounts()
                 await _sleep_or_stop(stop, self.config.poll_interval)

@@ -13,8 +13,9 @@ faults a test injects on purpose; task lookups go through the seam.
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from types import TracebackType
@@ -32,6 +33,7 @@ from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url, sync_engine
 from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.service import Relay, RelayConfig
+from tests.support import spawn
 
 TERMINAL = ("succeeded", "dead", "cancelled")
 
@@ -134,3 +136,27 @@ class Pipeline:
             if time.monotonic() > deadline:
                 raise AssertionError(f"not settled after {timeout}s: {now}")
             await asyncio.sleep(0.05)
+
+
+async def stop_worker_during_alert(
+    settings: Settings, alert_started: Callable[[], bool], grace_s: float = 2.0
+) -> tuple[int | None, str, float]:
+    """Run a ``ledgerq worker`` process until one task has ended dead and its alert
+    is under way (``alert_started``), then SIGTERM it: its exit code, its output,
+    and the seconds it took to exit. The alert settings come from the environment."""
+    [task_id] = enqueue_committed(settings, [TaskSpec("t.nobody", {}, max_attempts=1)])
+    worker = spawn(
+        settings, "-v", "worker", "--app", "tests.apps.slow_app", "--grace", str(grace_s)
+    )
+    try:
+        async with Pipeline(settings, Registry(), start_worker=False) as pipe:
+            assert await pipe.settle([task_id]) == {task_id: "dead"}
+        deadline = time.monotonic() + 10
+        while not alert_started() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert alert_started(), "the worker never started the alert"
+    finally:
+        stopping = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        output, _ = await asyncio.to_thread(worker.communicate, timeout=60)
+    return worker.returncode, output, time.monotonic() - stopping

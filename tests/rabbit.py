@@ -22,17 +22,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.pki import free_port
+
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 
 
 def available() -> bool:
     return (RABBITMQ_BIN / "rabbitmq-server").exists()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def as_user(user: str) -> list[str]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ledgerq.ledger.pg.inspection import PgInspection
-from ledgerq.ledger.pg.retention import PgRetention
 from ledgerq.ledger.pg.operations import PgOperations
+from ledgerq.ledger.pg.retention import PgRetention
 from ledgerq.ledger.pg.services import PgServices
 
 if TYPE_CHECKING:

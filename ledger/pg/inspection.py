@@ -39,6 +39,9 @@ class PgInspection(PgBase):
             raise TaskNotFoundError(f"no task with id {task_id}")
         return {key: _jsonable(value) for key, value in rows[0]._mapping.items()}
 
+    async def ping(self) -> bool:
+        return bool(await self._scalar(IQ.ping))
+
     async def count_expired(self) -> int:
         return int(await self._scalar(IQ.count_expired))
 

@@ -75,7 +75,15 @@ class PgServices(PgBase):
         with translated():
             async with self.engine.begin() as conn:
                 rows = [
-                    DueTask(r.id, r.kind, r.queue, r.priority, r.epoch, r.suspect)
+                    DueTask(
+                        r.id,
+                        r.kind,
+                        r.queue,
+                        r.priority,
+                        r.epoch,
+                        r.suspect,
+                        r._mapping.get("trace_context"),
+                    )
                     for r in await conn.execute(statement, params)
                 ]
                 yield PgPublishBatch(conn, rows)
@@ -141,6 +149,8 @@ class PgServices(PgBase):
                 r.business_key,
                 r.parent_id,
                 None if r.payload_bytes <= MAX_CLAIM_PAYLOAD_BYTES else int(r.payload_bytes),
+                None if r.waited_s is None else max(0.0, float(r.waited_s)),
+                r.trace_context,
             )
             for r in await self._rows(Q.claim, params)
         ]

@@ -62,6 +62,8 @@ class Bench:
     log_dir: Path
     workers: int
     concurrency: int
+    #: 0: no metrics; else the relay serves them on this port, worker i on port + 1 + i.
+    metrics_port: int = 0
     services: Services = field(init=False)
 
     def __post_init__(self) -> None:
@@ -99,12 +101,18 @@ class Bench:
         for i in range(self.workers):
             proc = self.services.start(
                 f"worker-{i}",
-                ["worker", "--app", "ledgerq.demo.app", "--concurrency", str(self.concurrency)],
+                [
+                    *("worker", "--app", "ledgerq.demo.app"),
+                    *("--concurrency", str(self.concurrency), *self._metrics(1 + i)),
+                ],
             )
             self._worker_pids.append(proc.pid)
 
     def start_relay(self) -> None:
-        self._relay = self.services.start("relay", ["relay"])
+        self._relay = self.services.start("relay", ["relay", *self._metrics(0)])
+
+    def _metrics(self, offset: int) -> list[str]:
+        return ["--metrics-port", str(self.metrics_port + offset)] if self.metrics_port else []
 
     def stop_relay(self) -> None:
         if self._relay is not None:

@@ -68,6 +68,13 @@ from ledgerq.ledger.pg.migrate import upgrade
     show_default=True,
     help="Run each drain this many times and report the median.",
 )
+@click.option(
+    "--metrics-port",
+    default=0,
+    show_default=True,
+    help="Serve metrics from the relay on this port and worker i on port + 1 + i "
+    "(to measure their cost; 0: none).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_settings
 def bench(
@@ -82,6 +89,7 @@ def bench(
     plot_path: str | None,
     as_json: bool,
     repeat: int,
+    metrics_port: int,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
     if tasks < 10 or workers < 1 or concurrency < 1 or repeat < 1:
@@ -95,7 +103,9 @@ def bench(
     console = Console(stderr=True)
     loop = asyncio.Runner()
     ledger = PgLedger(async_engine(settings, "ledgerq-bench", pool_size=2))
-    bench = Bench(settings, engine, ledger, loop.run, Path("bench-logs"), workers, concurrency)
+    bench = Bench(
+        settings, engine, ledger, loop.run, Path("bench-logs"), workers, concurrency, metrics_port
+    )
     result: dict[str, Any] = {
         "config": {
             "tasks": tasks,
@@ -106,6 +116,7 @@ def bench(
             "load_rate": load_rate,
             "history_rows": history_rows,
             "repeat": repeat,
+            "metrics_port": metrics_port,
             "cpus": _cpus(),
             "python": platform.python_version(),
         }

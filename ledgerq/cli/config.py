@@ -7,7 +7,6 @@ would a command use here?" even while the services are down.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import click
@@ -15,16 +14,12 @@ from rich.console import Console
 
 from ledgerq.cli.group import emit, json_option, pass_settings
 from ledgerq.ledger.config import SETTINGS, Settings
-from ledgerq.ledger.masking import mask_url
-
-#: Read elsewhere (by the dead-task alert), shown here for completeness.
-ALERT_WEBHOOK_ENV = "LEDGERQ_ALERT_WEBHOOK"
 
 
 def effective(settings: Settings) -> dict[str, dict[str, Any]]:
     """Each setting: its value (URLs masked), its source, its variable and its flag."""
     values = settings.masked()
-    shown = {
+    return {
         s.field: {
             "value": values[s.field],
             "source": settings.sources.get(s.field, "default"),
@@ -33,14 +28,6 @@ def effective(settings: Settings) -> dict[str, dict[str, Any]]:
         }
         for s in SETTINGS
     }
-    webhook = os.environ.get(ALERT_WEBHOOK_ENV, "")
-    shown["alert_webhook"] = {
-        "value": mask_url(webhook) if webhook else None,
-        "source": ALERT_WEBHOOK_ENV if webhook else "default",
-        "env": ALERT_WEBHOOK_ENV,
-        "flag": None,
-    }
-    return shown
 
 
 @click.command("config")
@@ -53,7 +40,8 @@ def config(settings: Settings, as_json: bool) -> None:
     def render(console: Console) -> None:
         # One line per setting, as environment assignments a person can copy.
         for row in data.values():
-            value = "" if row["value"] is None else str(row["value"])
+            raw = row["value"]
+            value = "" if raw is None else ",".join(raw) if isinstance(raw, list) else str(raw)
             source = "default" if row["source"] == "default" else f"set by {row['source']}"
             if row["flag"] and row["source"] != row["flag"]:
                 source += f"; flag {row['flag']}"

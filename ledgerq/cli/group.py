@@ -19,7 +19,9 @@ says what kind of problem it is (BSD ``sysexits``, see :func:`exit_code`):
 ==  =====================================================================
 
 Every log record and every error line goes through one masking function
-(:mod:`ledgerq.ledger.masking`), given the passwords of the configured URLs.
+(:mod:`ledgerq.ledger.masking`), given the passwords of the configured URLs
+and the SMTP password. ``--log-format json`` writes each record as one JSON
+object, naming the task it is about (:mod:`ledgerq.ledger.logs`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from ledgerq.ledger.errors import (
     ServiceUnavailableError,
     TransientStorageError,
 )
+from ledgerq.ledger.logs import JsonFormatter, TaskFields
 from ledgerq.ledger.masking import SecretFilter, mask_text, secrets_of
 from ledgerq.ledger.pg.base import first_line
 from ledgerq.relay.broker.base import BrokerConnectionError
@@ -77,6 +80,8 @@ class SchemaTracebacks(logging.Filter):
 
 
 TRACEBACKS = SchemaTracebacks()
+#: Names the running task on every record logged while its handler runs.
+TASK_FIELDS = TaskFields()
 
 
 class _Current:
@@ -100,6 +105,7 @@ def _help(field: str, default: str = "") -> str:
 @click.option(
     "--event-loop", metavar="uvloop|asyncio", default=None, help=_help("event_loop", "uvloop")
 )
+@click.option("--log-format", metavar="text|json", default=None, help=_help("log_format", "text"))
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 @click.pass_context
 def cli(
@@ -109,6 +115,7 @@ def cli(
     amqp_prefix: str | None,
     connect_wait: str | None,
     event_loop: str | None,
+    log_format: str | None,
     verbose: int,
 ) -> None:
     """ledgerq: tasks kept in a PostgreSQL ledger, moved through RabbitMQ."""
@@ -124,8 +131,13 @@ def cli(
         amqp_prefix=amqp_prefix,
         connect_wait_s=connect_wait,
         event_loop=event_loop,
+        log_format=log_format,
     )
     SECRETS.secrets.update(secrets_of(*settings.secret_urls()))
+    SECRETS.secrets.update(settings.passwords())
+    if settings.log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
     ctx.obj = _Current.settings = settings
 
 
@@ -133,7 +145,7 @@ def _configure_logging(verbose: int) -> None:
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
-        for log_filter in (TRACEBACKS, SECRETS):  # in this order: mask what is left
+        for log_filter in (TRACEBACKS, SECRETS, TASK_FIELDS):  # in this order: mask what is left
             if log_filter not in handler.filters:
                 handler.addFilter(log_filter)
     if verbose < 2:

@@ -27,6 +27,14 @@ from ledgerq.runtime import run_service
 
 log = logging.getLogger("ledgerq")
 
+metrics_port_option = click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus /metrics, /healthz and /readyz on this port "
+    "(env LEDGERQ_METRICS_PORT; default: none).",
+)
+
 
 class AppImportError(LedgerqError):
     """``--app`` names a module that cannot be imported (a usage error: exit 64)."""
@@ -56,16 +64,21 @@ def load_app(module: str) -> Registry:
     help="Seconds between polls when no notification arrives.",
 )
 @click.option("--confirm-timeout", default=RelayConfig.confirm_timeout, show_default=True)
+@metrics_port_option
 @pass_settings
 def relay(
-    settings: Settings, batch_size: int, poll_interval: float, confirm_timeout: float
+    settings: Settings,
+    batch_size: int,
+    poll_interval: float,
+    confirm_timeout: float,
+    metrics_port: int | None,
 ) -> None:
     """Publish due tasks to RabbitMQ with publisher confirms (runs until SIGTERM)."""
     try:
         config = RelayConfig(batch_size, poll_interval, confirm_timeout)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
-    run_service(serve_relay(settings, config), settings.event_loop)
+    run_service(serve_relay(settings, config, metrics_port or 0), settings.event_loop)
 
 
 @click.command("worker")
@@ -99,6 +112,7 @@ def relay(
     show_default=True,
     help="Seconds in-flight tasks get to finish after SIGTERM.",
 )
+@metrics_port_option
 @pass_settings
 def worker(
     settings: Settings,
@@ -110,6 +124,7 @@ def worker(
     prefetch: int,
     lease_s: float,
     grace_s: float,
+    metrics_port: int | None,
 ) -> None:
     """Run handlers for tasks delivered from RabbitMQ (runs until SIGTERM)."""
     registry = load_app(app)
@@ -127,7 +142,9 @@ def worker(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
-    stuck = run_service(serve_worker(settings, registry, config), settings.event_loop)
+    stuck = run_service(
+        serve_worker(settings, registry, config, metrics_port or 0), settings.event_loop
+    )
     if stuck:
         # A sync handler's thread cannot be stopped; waiting for it would hang the exit.
         log.warning("%d sync handlers still running past the grace; exiting anyway", stuck)

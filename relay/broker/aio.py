@@ -105,6 +105,15 @@ async def _attempt(
     return connection
 
 
+#: The connection type :func:`connect` returns (for callers that hold one).
+AmqpConnection = AbstractRobustConnection
+
+
+def is_connected(connection: AbstractRobustConnection) -> bool:
+    """Whether the robust connection is up now (not closed, not reconnecting)."""
+    return not connection.is_closed and connection.connected.is_set()
+
+
 async def _abandon(connection: AbstractRobustConnection) -> None:
     try:
         await connection.close()

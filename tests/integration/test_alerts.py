@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import signal
 import socket
 import threading
 import time
@@ -19,21 +18,16 @@ from typing import Any
 import pytest
 
 from ledgerq import Abort, AsyncTaskContext, Registry, TaskSpec
-from ledgerq.compose import open_ledger, open_reconciler
+from ledgerq.compose import alert_hook, open_ledger, open_reconciler
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.alerts import (
-    AlertConfigError,
-    AlertSender,
-    check_webhook_url,
-    default_alert,
-    webhook_alert,
-)
+from ledgerq.ledger.alerting.webhook import check_webhook_url, webhook_alert
+from ledgerq.ledger.alerts import AlertConfigError, AlertSender
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Finished
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.relay.reconciler import ReconcilerConfig
-from tests.harness import Pipeline, enqueue_committed
-from tests.support import ledgerq, spawn
+from tests.harness import Pipeline, enqueue_committed, stop_worker_during_alert
+from tests.support import ledgerq
 
 
 class Server:
@@ -130,13 +124,11 @@ def test_a_webhook_url_that_is_not_plain_http_or_https_is_refused(url: str) -> N
     assert "pw" not in str(refused.value) and "passwd" not in str(refused.value)
 
 
-def test_default_alert_checks_the_environment_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LEDGERQ_ALERT_WEBHOOK", "gopher://example.com/")
+def test_the_alert_hook_checks_the_webhook_setting_at_once() -> None:
     with pytest.raises(AlertConfigError, match="http:// or https://"):
-        default_alert()
-    monkeypatch.setenv("LEDGERQ_ALERT_WEBHOOK", "https://example.com/hook")
+        alert_hook(Settings(alert_webhook="gopher://example.com/"))
     assert check_webhook_url("https://example.com/hook").hostname == "example.com"
-    assert default_alert() is not None
+    assert alert_hook(Settings(alert_webhook="https://example.com/hook")) is not None
 
 
 @pytest.mark.parametrize(
@@ -192,17 +184,25 @@ async def test_a_redirect_is_not_followed(caplog: pytest.LogCaptureFixture) -> N
         sender.submit(dead())
         await sender.close(None)
     assert len(srv.requests) == 1 and target.requests == []
-    assert "answered 307" in caplog.text and "not followed" in caplog.text
+    assert "refused the alert" in caplog.text and "answered 307" in caplog.text
+    assert "not followed" in caplog.text
     assert "s3cret" not in caplog.text  # logs name the host, never the path
 
 
-async def test_a_server_that_is_down_is_logged_quickly(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_server_that_is_down_is_retried_three_times_then_given_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     sender = AlertSender(webhook_alert(down_url()))
     started = time.monotonic()
     sender.submit(dead())
     await sender.close(None)
-    assert time.monotonic() - started < 2.0
-    assert "dead-task webhook http://127.0.0.1" in caplog.text and "failed" in caplog.text
+    # Three attempts, 0.5 s and 1.5 s apart: well within the 5 s deadline.
+    assert 2.0 <= time.monotonic() - started < 4.0
+    assert "dead-task webhook http://127.0.0.1" in caplog.text
+    assert "(attempt 1 of 3, retrying in 0.5 s)" in caplog.text
+    assert "(attempt 2 of 3, retrying in 1.5 s)" in caplog.text
+    assert "(attempt 3 of 3, giving up)" in caplog.text
+    assert sender.timed_out == 0
 
 
 async def test_alerts_run_a_few_at_a_time() -> None:
@@ -308,25 +308,12 @@ async def test_alerts_log_at_error_for_the_default_hook(caplog: pytest.LogCaptur
 
 
 async def test_a_worker_process_exits_within_its_grace_while_a_webhook_trickles(
-    settings: Settings, ledger: PgLedger, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The finding: a slow webhook kept a worker alive 38 s after SIGTERM with --grace 2.
-    [task_id] = enqueue_committed(settings, [TaskSpec("t.nobody", {}, max_attempts=1)])
     with server("trickle") as srv:
         monkeypatch.setenv("LEDGERQ_ALERT_WEBHOOK", srv.url)
-        worker = spawn(settings, "-v", "worker", "--app", "tests.apps.slow_app", "--grace", "2")
-        try:
-            async with Pipeline(settings, Registry(), start_worker=False) as pipe:
-                assert await pipe.settle([task_id]) == {task_id: "dead"}
-            deadline = time.monotonic() + 10
-            while not srv.requests and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            assert srv.requests, "the worker never posted the alert"
-        finally:
-            stopping = time.monotonic()
-            worker.send_signal(signal.SIGTERM)
-            output, _ = await asyncio.to_thread(worker.communicate, timeout=60)
-        took = time.monotonic() - stopping
-    assert worker.returncode == 0, output
+        code, output, took = await stop_worker_during_alert(settings, lambda: bool(srv.requests))
+    assert code == 0, output
     assert took < 2 + 3, (took, output)  # the grace and process teardown, not the webhook
     assert "abandoning 1 dead-task alerts" in output

@@ -145,6 +145,7 @@ async def test_claim_wins_a_pending_row_with_its_current_epoch(
             parent_id=None,
         )
     ]
+    assert won[0].waited_s is not None and 0 <= won[0].waited_s < 60  # due since enqueue
     row = await pg.show(task_id)
     assert (row["status"], row["epoch"], row["attempts"], row["worker"]) == (
         "running",

@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,8 @@ from ledgerq.ledger.pg.notify import Wakeup
 from ledgerq.relay.reconciler import ReconcilerConfig
 from tests import rabbit
 from tests.harness import Pipeline, enqueue_committed
-from tests.rabbit import RabbitNode, as_user, chown, free_port
+from tests.pki import Pki, free_port, make_pki, run
+from tests.rabbit import RabbitNode, as_user, chown
 from tests.support import ledgerq
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -53,29 +54,6 @@ if not (PG_BIN / "initdb").exists() or not rabbit.available():
     pytest.skip("needs PostgreSQL 15 and RabbitMQ server binaries", allow_module_level=True)
 if shutil.which("openssl") is None:
     pytest.skip("needs the openssl command line", allow_module_level=True)
-
-
-def run(*args: str | Path, timeout: float = 60) -> None:
-    subprocess.run([str(a) for a in args], check=True, capture_output=True, timeout=timeout)
-
-
-@dataclass(frozen=True)
-class Pki:
-    ca: Path
-    other_ca: Path
-    server_cert: Path
-    server_key: Path
-
-
-def make_ca(directory: Path, name: str) -> tuple[Path, Path]:
-    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
-    run(
-        "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-        "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", f"/CN=ledgerq {name}",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-    )  # fmt: skip
-    return cert, key
 
 
 @pytest.fixture(scope="module")
@@ -94,28 +72,7 @@ def pki(workdir: Path) -> Pki:
     """A CA, a server certificate it signed for 127.0.0.1 and localhost, and another CA."""
     directory = workdir / "pki"
     directory.mkdir()
-    ca, ca_key = make_ca(directory, "ca")
-    other_ca, _ = make_ca(directory, "other-ca")
-    key, csr, cert = directory / "server.key", directory / "server.csr", directory / "server.pem"
-    run(
-        "openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-        "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=localhost",
-    )  # fmt: skip
-    extensions = directory / "server.ext"
-    extensions.write_text(
-        "subjectAltName = IP:127.0.0.1, DNS:localhost\n"
-        "basicConstraints = critical, CA:FALSE\n"
-        "keyUsage = critical, digitalSignature, keyEncipherment\n"
-        "extendedKeyUsage = serverAuth\n"
-        "authorityKeyIdentifier = keyid\n"
-    )
-    run(
-        "openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
-        "-out", cert, "-days", "2", "-extfile", extensions,
-    )  # fmt: skip
-    for pem in (ca, other_ca, cert):
-        pem.chmod(0o644)
-    return Pki(ca=ca, other_ca=other_ca, server_cert=cert, server_key=key)
+    return make_pki(directory)
 
 
 def server_files(pki: Pki, directory: Path, user: str) -> tuple[Path, Path, Path]:

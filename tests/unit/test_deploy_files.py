@@ -5,6 +5,8 @@ and every ``--app`` module they name must import."""
 from __future__ import annotations
 
 import importlib
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +15,12 @@ import pytest
 import yaml
 
 from ledgerq.cli import cli
+from ledgerq.metrics import RelayMetrics, WorkerMetrics, new_registry
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-FILES = sorted([DEPLOY / "compose.yaml", *(DEPLOY / "k8s").glob("*.yaml")])
+FILES = sorted(
+    [DEPLOY / "compose.yaml", *(DEPLOY / "k8s").glob("*.yaml"), *(DEPLOY / "prometheus").glob("*")]
+)
 
 
 def _documents(path: Path) -> list[Any]:
@@ -76,3 +81,53 @@ def test_every_deployed_app_module_imports() -> None:
             importlib.import_module(module)
         except ImportError as exc:
             pytest.fail(f"deploy/ runs --app {module!r}, which does not import: {exc}")
+
+
+def _containers(path: Path) -> list[dict[str, Any]]:
+    [deployment] = _documents(path)
+    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
+    return containers
+
+
+@pytest.mark.parametrize("name", ["relay-deployment.yaml", "worker-deployment.yaml"])
+def test_relay_and_workers_are_probed_on_their_metrics_port(name: str) -> None:
+    [container] = _containers(DEPLOY / "k8s" / name)
+    args = [str(a) for a in container["args"]]
+    port = int(args[args.index("--metrics-port") + 1])
+    assert {"name": "metrics", "containerPort": port} in container["ports"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+
+
+def test_the_scrape_config_keeps_the_pods_metrics_port() -> None:
+    [config] = _documents(DEPLOY / "prometheus" / "scrape.yaml")
+    [job] = config["scrape_configs"]
+    keeps = {
+        r["source_labels"][0]: r["regex"]
+        for r in job["relabel_configs"]
+        if r.get("action") == "keep"
+    }
+    assert keeps["__meta_kubernetes_pod_container_port_name"] == "metrics"
+    assert keeps["__meta_kubernetes_pod_label_app_kubernetes_io_name"] == "ledgerq"
+    assert job["metrics_path"] == "/metrics"
+
+
+def _exported_names() -> set[str]:
+    registry = new_registry()
+    RelayMetrics(registry)
+    WorkerMetrics(registry)
+    names = set()
+    for family in registry.collect():
+        names.add(family.name)
+        kind = family.type
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+        names.update(family.name + s for s in suffixes.get(kind, []))
+    return names
+
+
+def test_the_grafana_dashboard_queries_only_metrics_ledgerq_exports() -> None:
+    dashboard = json.loads((DEPLOY / "grafana" / "ledgerq.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\b(?:ledgerq|process)_[a-z_]+", e)}
+    assert any(m.startswith("ledgerq_") for m in used)
+    assert used <= _exported_names(), used - _exported_names()

@@ -146,3 +146,45 @@ def test_the_sdist_carries_tests_docs_licence_and_the_real_package_folders(sdist
     assert "License-Expression: MIT" in info
     assert 'Requires-Dist: matplotlib>=3.8; extra == "bench"' in info
     assert not re.search(r"^Requires-Dist: matplotlib[^;]*$", info, re.MULTILINE)
+
+
+OPTIONAL_CLIENTS = ("opentelemetry", "prometheus_client")
+LOADED = (
+    "import sys\n"
+    "{setup}\n"
+    f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {OPTIONAL_CLIENTS})))\n"
+)
+
+
+def _loaded_after(setup: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED.format(setup=setup)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_otel_and_metrics_are_extras_a_producer_never_loads() -> None:
+    extras = PROJECT["optional-dependencies"]
+    assert sorted(name_of(r) for r in extras["otel"]) == ["opentelemetry-api", "opentelemetry-sdk"]
+    assert {name_of(r) for r in PROJECT["dependencies"]}.isdisjoint({"opentelemetry-api"})
+    # A producer, enqueue's parameters included, and every command's wiring: neither
+    # OpenTelemetry nor prometheus-client is imported (metrics load with a port only).
+    producer = (
+        "import ledgerq\n"
+        "from ledgerq.ledger.producer import TaskSpec, _rows_document\n"
+        "_rows_document([TaskSpec('k', {'a': 1})])\n"
+        "import ledgerq.compose, ledgerq.cli"
+    )
+    assert _loaded_after(producer) == ""
+
+
+def test_the_optional_clients_check_would_see_them() -> None:
+    # The check above can fail: a process that imported OpenTelemetry has it loaded,
+    # and the metrics module loads prometheus-client.
+    assert "opentelemetry.trace" in _loaded_after("import opentelemetry.trace")
+    assert "prometheus_client" in _loaded_after("import ledgerq.metrics")
