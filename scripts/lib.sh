@@ -1,6 +1,9 @@
 # Shared set-up for scripts/demo.sh and scripts/test.sh. Sourced, not run.
 #
 # ensure_venv:     .venv with the locked dependencies and ledgerq installed (editable).
+# ensure_test_servers: the installed server programs the tests start private
+#                  copies of (the fault suite's own RabbitMQ node, the TLS
+#                  tests' PostgreSQL cluster and RabbitMQ node).
 # ensure_services: PostgreSQL and RabbitMQ reachable at the configured URLs. It
 #                  uses servers already running there; else starts locally
 #                  installed ones; else, as root on Debian/Ubuntu, installs them
@@ -127,5 +130,12 @@ ensure_services() {
         is_local "$host" || no_service RabbitMQ "$host" "$port" LEDGERQ_AMQP_URL
         start_rabbitmq || no_service RabbitMQ "$host" "$port" LEDGERQ_AMQP_URL
         wait_port "$host" "$port" RabbitMQ
+    fi
+}
+
+ensure_test_servers() {
+    if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+        apt_install rabbitmq-server \
+            || die "the fault tests start a RabbitMQ node of their own: install rabbitmq-server"
     fi
 }

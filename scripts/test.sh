@@ -5,6 +5,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ensure_venv
 ensure_services
+ensure_test_servers
 cd "$ROOT"
 say "ruff"
 "$VENV/bin/ruff" check .
