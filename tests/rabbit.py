@@ -55,10 +55,42 @@ def wait_for_port(port: int, timeout: float) -> None:
 
 
 def workdir(prefix: str) -> Path:
-    """A directory the server users can reach (pytest's own tmp is root-only)."""
+    """A directory the server users can reach (pytest's own tmp is root-only),
+    marked with this process's pid. Directories of ``prefix`` left by a test
+    process that no longer runs (killed, so its fixtures never stopped their
+    nodes) are reaped first: their node is killed and the directory removed."""
+    reap_orphans(prefix)
     path = Path(tempfile.mkdtemp(prefix=prefix))
     path.chmod(0o755)
+    (path / "owner").write_text(str(os.getpid()))
     return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_orphans(prefix: str) -> list[Path]:
+    """Kill the nodes of, and remove, ``prefix`` directories whose owner is gone."""
+    reaped = []
+    for path in Path(tempfile.gettempdir()).glob(prefix + "*"):
+        owner = path / "owner"
+        if not owner.is_file() or _alive(int(owner.read_text() or "0")):
+            continue
+        for pid_file in path.rglob("pid"):
+            pid = int(pid_file.read_text().strip() or "0")
+            command = Path(f"/proc/{pid}/cmdline")
+            if pid and command.exists() and b"beam" in command.read_bytes():
+                os.kill(pid, 9)
+        shutil.rmtree(path, ignore_errors=True)
+        reaped.append(path)
+    return reaped
 
 
 @dataclass
