@@ -14,5 +14,43 @@ say "mypy --strict"
 "$VENV/bin/mypy"
 say "import contracts"
 "$VENV/bin/lint-imports"
-say "pytest"
-exec "$VENV/bin/pytest" "$@"
+
+# With no arguments (or only --long), the fault suite runs beside the rest: it
+# has a RabbitMQ node of its own and gets a database of its own here, so the two
+# share nothing but the PostgreSQL server. Most of its time is spent waiting
+# (leases expiring, processes restarting), so on two cores the whole run takes
+# about as long as the longer half. Any other arguments run one pytest as given.
+split=1
+for arg in "$@"; do [ "$arg" = "--long" ] || split=0; done
+if [ "$split" = 0 ]; then
+    say "pytest"
+    exec "$VENV/bin/pytest" "$@"
+fi
+
+test_db_url() {
+    python3 - "$1" <<'PY'
+import os, sys, urllib.parse
+base = os.environ.get("LEDGERQ_TEST_DATABASE_URL") or os.environ["LEDGERQ_DATABASE_URL"]
+u = urllib.parse.urlsplit(base)
+name = os.environ.get("LEDGERQ_TEST_DATABASE_URL") and u.path.lstrip("/") or "ledgerq_test"
+print(urllib.parse.urlunsplit(u._replace(path="/" + name + sys.argv[1])))
+PY
+}
+faults_log="$(mktemp -t ledgerq-faults.XXXXXX.log)"
+say "pytest tests/faults in the background (log: $faults_log)"
+LEDGERQ_TEST_DATABASE_URL="$(test_db_url _faults)" \
+    "$VENV/bin/pytest" tests/faults -p no:cacheprovider "$@" >"$faults_log" 2>&1 &
+faults_pid=$!
+trap 'kill "$faults_pid" 2>/dev/null || true' EXIT
+say "pytest (everything but tests/faults)"
+rest=0
+"$VENV/bin/pytest" --ignore=tests/faults "$@" || rest=$?
+faults=0
+wait "$faults_pid" || faults=$?
+trap - EXIT
+say "pytest tests/faults (ran beside the rest)"
+cat "$faults_log"
+rm -f "$faults_log"
+[ "$rest" = 0 ] || die "pytest (everything but tests/faults) failed: exit $rest"
+[ "$faults" = 0 ] || die "pytest tests/faults failed: exit $faults"
+say "all tests passed"
