@@ -87,6 +87,21 @@ SETTINGS = (
         secret=True,
     ),
     Setting(
+        "database_pooler",
+        "LEDGERQ_DATABASE_POOLER",
+        None,
+        "what LEDGERQ_DATABASE_URL reaches: none (PostgreSQL itself, or a session pool) or "
+        "transaction (a transaction-pooling proxy such as PgBouncer)",
+    ),
+    Setting(
+        "direct_database_url",
+        "LEDGERQ_DIRECT_DATABASE_URL",
+        None,
+        "a session connection to the same database, for LISTEN, the reconciler's lock and "
+        "migrations, when LEDGERQ_DATABASE_URL is a transaction pooler",
+        secret=True,
+    ),
+    Setting(
         "amqp_url",
         "LEDGERQ_AMQP_URL",
         "--amqp-url",
@@ -184,6 +199,11 @@ BY_FIELD = {s.field: s for s in SETTINGS}
 @dataclass(frozen=True, repr=False)
 class Settings:
     database_url: str = DEFAULT_DATABASE_URL
+    #: ``transaction`` when database_url is a transaction-pooling proxy (PgBouncer):
+    #: no startup options, no server-side prepared statements (ledger/pg/engines.py).
+    database_pooler: str = "none"
+    #: A session connection (PostgreSQL itself, or a session pool) for what needs one.
+    direct_database_url: str | None = None
     amqp_url: str = DEFAULT_AMQP_URL
     amqp_prefix: str = DEFAULT_AMQP_PREFIX
     #: Server-side guards on every connection ledgerq opens itself (milliseconds).
@@ -307,6 +327,18 @@ class Settings:
                 f"{self._label('smtp_tls')} is none but {self._label('smtp_user')} is set: "
                 "ledgerq does not send SMTP credentials unencrypted (use starttls or ssl)"
             )
+
+    @property
+    def pooled(self) -> bool:
+        """Whether database_url is a transaction pooler (no session state survives a
+        transaction there)."""
+        return self.database_pooler == "transaction"
+
+    @property
+    def session_database_url(self) -> str | None:
+        """A URL whose connections are sessions (LISTEN, advisory locks, DDL): the
+        direct URL if given, else the ledger's own unless that is a transaction pooler."""
+        return self.direct_database_url or (None if self.pooled else self.database_url)
 
     def secret_urls(self) -> tuple[str, ...]:
         return tuple(getattr(self, s.field) or "" for s in SETTINGS if s.secret)
@@ -466,6 +498,8 @@ def parse_address(value: Any) -> str | None:
 
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "database_url": parse_database_url,
+    "database_pooler": _choice("none", "transaction"),
+    "direct_database_url": lambda v: parse_database_url(v) if v else None,
     "amqp_url": parse_amqp_url,
     "amqp_prefix": parse_prefix,
     "connect_wait_s": _number(0, 3600, "seconds", float),

@@ -40,7 +40,7 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.base import first_line
-from ledgerq.ledger.pg.engines import async_engine, sync_engine
+from ledgerq.ledger.pg.engines import async_engine, session_engine, sync_engine
 from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.pg.notify import Wakeup
 from ledgerq.ledger.protocol import InspectionLedger, RelayLedger, WorkerLedger
@@ -264,7 +264,10 @@ async def open_reconciler(
     config = config or ReconcilerConfig()
     alert = alert or alert_hook(settings)
     check_schema(settings)
-    ledger = PgLedger(async_engine(settings, "ledgerq-reconciler", pool_size=2))
+    ledger = PgLedger(
+        async_engine(settings, "ledgerq-reconciler", pool_size=2),
+        sessions=session_engine(settings, "ledgerq-reconciler-lock"),
+    )
     try:
         publisher = await ThreadedPublisher.open(
             settings.amqp_url,

@@ -25,6 +25,9 @@ from pathlib import Path
 from tests.pki import free_port
 
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
+#: The programs whose private copies tests start, as their command lines show them
+#: (a ``pid`` file of a dead test's directory is only acted on for these).
+SERVERS = (b"beam", b"pgbouncer")
 
 
 def available() -> bool:
@@ -86,7 +89,7 @@ def reap_orphans(prefix: str) -> list[Path]:
         for pid_file in path.rglob("pid"):
             pid = int(pid_file.read_text().strip() or "0")
             command = Path(f"/proc/{pid}/cmdline")
-            if pid and command.exists() and b"beam" in command.read_bytes():
+            if pid and command.exists() and any(p in command.read_bytes() for p in SERVERS):
                 os.kill(pid, 9)
         shutil.rmtree(path, ignore_errors=True)
         reaped.append(path)

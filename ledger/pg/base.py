@@ -63,8 +63,14 @@ def translated() -> Iterator[None]:
 
 
 class PgBase:
-    def __init__(self, engine: AsyncEngine) -> None:
+    """``engine`` carries every statement; ``sessions``, when given, is where what
+    needs a session of its own (an advisory lock held across transactions) runs,
+    because ``engine`` is a transaction pooler that hands each transaction whichever
+    server connection is free."""
+
+    def __init__(self, engine: AsyncEngine, *, sessions: AsyncEngine | None = None) -> None:
         self.engine = engine
+        self.sessions = sessions or engine
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     async def _rows(self, statement: TextClause, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
@@ -80,3 +86,5 @@ class PgBase:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+        if self.sessions is not self.engine:
+            await self.sessions.dispose()

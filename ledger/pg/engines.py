@@ -20,18 +20,21 @@ three without an SQLSTATE, so they are told apart by the (English) message.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.errors import (
+    ConfigError,
     CredentialsRefusedError,
     LedgerqError,
     SchemaError,
@@ -48,25 +51,37 @@ _NO_DATABASE = re.compile(r'database "(?P<name>.*)" does not exist')
 #: libpq's words for a server certificate it did not accept (wrong CA, wrong host
 #: name): retrying cannot help, so the command stops at once, as for RabbitMQ.
 _CERTIFICATE = re.compile(r"certificate verify failed|does not match host name")
+#: PgBouncer's answer to the startup options ledgerq sends a server by default.
+_POOLER_OPTIONS = re.compile(r"unsupported startup parameter: options")
+log = logging.getLogger("ledgerq")
+
 #: Seconds between attempts while PostgreSQL cannot be reached.
 RETRY_EVERY_S = 0.5
+
+
+def connect_args(settings: Settings, application_name: str, *, pooled: bool) -> dict[str, Any]:
+    """psycopg's connection arguments: the server-side guards as startup options, or,
+    through a transaction pooler (which refuses startup options and hands each
+    transaction whichever server connection is free), no options and no server-side
+    prepared statements; the guards are then the role's (docs/howto.md, PgBouncer)."""
+    args: dict[str, Any] = {"application_name": application_name, "connect_timeout": 5}
+    if pooled:
+        args["prepare_threshold"] = None
+    else:
+        args["options"] = (
+            f"-c statement_timeout={int(settings.statement_timeout_ms)} -c "
+            f"idle_in_transaction_session_timeout={int(settings.idle_in_transaction_timeout_ms)}"
+        )
+    return args
 
 
 def _engine_options(settings: Settings, application_name: str, pool_size: int) -> dict[str, Any]:
     """A pool of at most ``pool_size`` connections (callers past that wait for one),
     each with the server-side guards set."""
-    options = (
-        f"-c statement_timeout={int(settings.statement_timeout_ms)} "
-        f"-c idle_in_transaction_session_timeout={int(settings.idle_in_transaction_timeout_ms)}"
-    )
     return {
         "pool_size": pool_size,
         "max_overflow": 0,
-        "connect_args": {
-            "options": options,
-            "application_name": application_name,
-            "connect_timeout": 5,
-        },
+        "connect_args": connect_args(settings, application_name, pooled=settings.pooled),
     }
 
 
@@ -82,6 +97,26 @@ def async_engine(settings: Settings, application_name: str, pool_size: int = 5) 
     )
 
 
+def session_engine(settings: Settings, application_name: str) -> AsyncEngine | None:
+    """One session connection for what a transaction pooler cannot carry (the
+    reconciler's advisory lock), or None when the ledger's own engine is one."""
+    if not settings.pooled:
+        return None
+    url = settings.session_database_url
+    if url is None:
+        raise ConfigError(
+            "LEDGERQ_DATABASE_POOLER is transaction, so the reconciler's lock needs a session "
+            "connection: set LEDGERQ_DIRECT_DATABASE_URL (PostgreSQL itself, or a "
+            "session-mode pool)"
+        )
+    return create_async_engine(
+        url,
+        pool_size=1,
+        max_overflow=0,
+        connect_args=connect_args(settings, application_name, pooled=False),
+    )
+
+
 def libpq_url(database_url: str) -> str:
     """The SQLAlchemy URL as a plain libpq URL, for raw psycopg connections."""
     return make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -93,6 +128,11 @@ def _refusal(exc: psycopg.Error, url: str) -> LedgerqError | None:
     reason = mask_text(_fatal_line(text), secrets_of(url))
     if _REFUSED.search(text):
         return CredentialsRefusedError("PostgreSQL", url, reason)
+    if _POOLER_OPTIONS.search(text):
+        return ConfigError(
+            f"{mask_url(url)} refused the startup parameter 'options' ({reason}): it is a "
+            "transaction pooler such as PgBouncer; set LEDGERQ_DATABASE_POOLER=transaction"
+        )
     missing = _NO_DATABASE.search(text)
     if missing:
         return SchemaError(
@@ -116,6 +156,9 @@ def connect_waiting(
     """A psycopg connection to ``url`` (default: the ledger), tried for up to
     ``settings.connect_wait_s`` seconds; see the module docstring for what fails at once."""
     target = url or settings.database_url
+    # The same startup arguments as the services' engines: a pooler that refuses them
+    # is found here, at start, with the setting that fixes it.
+    pooled = settings.pooled and target == settings.database_url
     deadline = time.monotonic() + settings.connect_wait_s
     while True:
         remaining = deadline - time.monotonic()
@@ -123,7 +166,10 @@ def connect_waiting(
             return psycopg.connect(
                 libpq_url(target),
                 autocommit=autocommit,
-                connect_timeout=max(2, min(5, math.ceil(remaining))),
+                **{
+                    **connect_args(settings, "ledgerq", pooled=pooled),
+                    "connect_timeout": max(2, min(5, math.ceil(remaining))),
+                },
             )
         except psycopg.Error as exc:
             refusal = _refusal(exc, target)
@@ -139,6 +185,19 @@ def connect_waiting(
 
 
 def check_database(settings: Settings) -> None:
-    """Raise unless PostgreSQL answers (see :func:`connect_waiting`)."""
+    """Raise unless PostgreSQL answers (see :func:`connect_waiting`). Behind a
+    transaction pooler, warn when the role leaves a guard off (ledgerq cannot set
+    them per connection there)."""
     with connect_waiting(settings) as conn:
         conn.execute("SELECT 1")
+        if settings.pooled:
+            for guard in ("statement_timeout", "idle_in_transaction_session_timeout"):
+                row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(guard))).fetchone()
+                if row is not None and str(row[0]) == "0":
+                    log.warning(
+                        "%s is off for this role, and through a transaction pooler ledgerq "
+                        "cannot set it per connection: ALTER ROLE ... SET %s (docs/howto.md, "
+                        "'Run behind PgBouncer')",
+                        guard,
+                        guard,
+                    )

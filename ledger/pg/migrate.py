@@ -27,7 +27,7 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import SchemaError, ServiceUnavailableError
+from ledgerq.ledger.errors import ConfigError, SchemaError, ServiceUnavailableError
 from ledgerq.ledger.masking import mask_url
 from ledgerq.ledger.migrations import VERSION_TABLE
 from ledgerq.ledger.pg.base import GRANTS, first_line
@@ -58,9 +58,21 @@ def head_revision() -> str:
     return head
 
 
+def migration_url(settings: Settings) -> str:
+    """Where migrations run: a session connection (DDL, Alembic's version table),
+    so the direct URL when the ledger's own is a transaction pooler."""
+    url = settings.session_database_url
+    if url is None:
+        raise ConfigError(
+            "LEDGERQ_DATABASE_POOLER is transaction, so `ledgerq migrate` needs a session "
+            "connection: set LEDGERQ_DIRECT_DATABASE_URL (PostgreSQL itself)"
+        )
+    return url
+
+
 def ensure_database(settings: Settings) -> bool:
     """Create the configured database if it does not exist; return whether it did."""
-    url = make_url(settings.database_url)
+    url = make_url(migration_url(settings))
     name = url.database
     if not name:
         return False
@@ -94,7 +106,7 @@ def check_revision(revision: str) -> None:
 def upgrade(settings: Settings, revision: str = "head") -> None:
     check_revision(revision)
     ensure_database(settings)
-    command.upgrade(alembic_config(settings.database_url), revision)
+    command.upgrade(alembic_config(migration_url(settings)), revision)
 
 
 def _state(settings: Settings) -> tuple[str | None, list[str]]:

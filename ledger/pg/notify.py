@@ -2,7 +2,9 @@
 
 Notifications arrive only on commit, are lost with their connection, and do not
 cross transaction-pooling proxies, so whoever waits on a :class:`Wakeup` also
-polls. The listener reconnects with backoff and sets the event after every
+polls. Behind a transaction pooler the listener uses the direct URL
+(``LEDGERQ_DIRECT_DATABASE_URL``); without one it does not listen, and polling
+alone finds the work. The listener reconnects with backoff and sets the event after every
 reconnect, because anything may have committed while it was away.
 """
 
@@ -27,12 +29,19 @@ class Wakeup:
     """An event set whenever a task is enqueued (and after each reconnect)."""
 
     def __init__(self, settings: Settings) -> None:
-        self._url = libpq_url(settings.database_url)
+        url = settings.session_database_url
+        self._url = libpq_url(url) if url else None
         self.event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._listen_forever(), name="ledgerq-listen")
+        if self._url is None:
+            log.info(
+                "LEDGERQ_DATABASE_POOLER is transaction and LEDGERQ_DIRECT_DATABASE_URL is "
+                "unset: no LISTEN (it needs a session), polling only"
+            )
+            return
+        self._task = asyncio.create_task(self._listen_forever(self._url), name="ledgerq-listen")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -48,18 +57,18 @@ class Wakeup:
         self.event.clear()
         return True
 
-    async def _listen_forever(self) -> None:
+    async def _listen_forever(self, url: str) -> None:
         async for attempt in AsyncRetrying(
             wait=wait_exponential(multiplier=0.2, max=10) + wait_random(0, 0.2),
             retry=retry_if_exception_type((psycopg.Error, OSError)),
         ):
             with attempt:
-                await self._listen_once()
+                await self._listen_once(url)
 
-    async def _listen_once(self) -> None:
+    async def _listen_once(self, url: str) -> None:
         try:
             async with await psycopg.AsyncConnection.connect(
-                self._url, autocommit=True, connect_timeout=5
+                url, autocommit=True, connect_timeout=5
             ) as conn:
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
                 self.event.set()

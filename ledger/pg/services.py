@@ -116,7 +116,7 @@ class PgServices(PgBase):
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[bool]:
         with translated():
-            async with self.engine.connect() as conn:
+            async with self.sessions.connect() as conn:  # a session: the lock outlives commits
                 got = bool((await conn.execute(Q.try_reconciler_lock)).scalar())
                 await conn.commit()
                 try:
