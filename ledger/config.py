@@ -115,6 +115,12 @@ SETTINGS = (
         "prefix of every exchange and queue name ledgerq declares",
     ),
     Setting(
+        "queue_type",
+        "LEDGERQ_QUEUE_TYPE",
+        "--queue-type",
+        "RabbitMQ queue type: classic (one node, priorities) or quorum (replicated)",
+    ),
+    Setting(
         "connect_wait_s",
         "LEDGERQ_CONNECT_WAIT_S",
         "--connect-wait",
@@ -206,6 +212,8 @@ class Settings:
     direct_database_url: str | None = None
     amqp_url: str = DEFAULT_AMQP_URL
     amqp_prefix: str = DEFAULT_AMQP_PREFIX
+    #: ``classic`` or ``quorum`` broker queues (relay/broker/topology.py).
+    queue_type: str = "classic"
     #: Server-side guards on every connection ledgerq opens itself (milliseconds).
     statement_timeout_ms: int = 30_000
     idle_in_transaction_timeout_ms: int = 120_000
@@ -502,6 +510,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "direct_database_url": lambda v: parse_database_url(v) if v else None,
     "amqp_url": parse_amqp_url,
     "amqp_prefix": parse_prefix,
+    "queue_type": _choice("classic", "quorum"),
     "connect_wait_s": _number(0, 3600, "seconds", float),
     "event_loop": parse_event_loop,
     "statement_timeout_ms": _number(0, 86_400_000, "milliseconds", int),

@@ -165,7 +165,7 @@ async def open_relay(
         ssl_context=settings.amqp_ssl_context(),
     )
     ledger = PgLedger(async_engine(settings, "ledgerq-relay", pool_size=2))
-    publisher = AioPublisher(connection, Topology(settings.amqp_prefix))
+    publisher = AioPublisher(connection, topology(settings))
     relay_ledger: RelayLedger = _watched(ledger, watch)
     try:
         relay = Relay(
@@ -222,7 +222,7 @@ async def open_worker(
         worker_ledger,
         registry,
         config,
-        consume=partial(AioConsumption.consume, connection, Topology(settings.amqp_prefix)),
+        consume=partial(AioConsumption.consume, connection, topology(settings)),
         sync_engine=handlers_sync,
         async_engine=handlers_async,
         alert=alert,
@@ -271,7 +271,7 @@ async def open_reconciler(
     try:
         publisher = await ThreadedPublisher.open(
             settings.amqp_url,
-            Topology(settings.amqp_prefix),
+            topology(settings),
             config.confirm_timeout,
             settings.connect_wait_s,
             settings.amqp_ssl_context(),
@@ -287,6 +287,11 @@ async def open_reconciler(
     finally:
         await publisher.close()
         await ledger.dispose()
+
+
+def topology(settings: Settings) -> Topology:
+    """The broker objects and messages of this deployment (its prefix, its queue type)."""
+    return Topology(settings.amqp_prefix, settings.queue_type)
 
 
 def _stop_event(*also: Callable[[], None]) -> asyncio.Event:

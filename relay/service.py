@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ledgerq.ledger import tracing
-from ledgerq.ledger.errors import SchemaMissingError
+from ledgerq.ledger.errors import ConfigError, SchemaMissingError
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.protocol import RelayLedger
 from ledgerq.relay.broker.base import Publisher, PublishOutcome
@@ -131,8 +131,8 @@ class Relay:
             try:
                 counts = await self.run_once()
                 self.failing = False
-            except SchemaMissingError:  # no amount of retrying brings tables back
-                raise
+            except (SchemaMissingError, ConfigError):  # retrying brings no tables back and
+                raise  # fixes no setting (a broker queue of another LEDGERQ_QUEUE_TYPE)
             except Exception:  # a dropped DB connection or the like: log, back off, go on
                 self.failing = True
                 log.exception("relay batch failed; retrying after the poll interval")

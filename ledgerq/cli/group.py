@@ -101,6 +101,9 @@ def _help(field: str, default: str = "") -> str:
 @click.option("--database-url", metavar="URL", default=None, help=_help("database_url"))
 @click.option("--amqp-url", metavar="URL", default=None, help=_help("amqp_url"))
 @click.option("--amqp-prefix", metavar="TEXT", default=None, help=_help("amqp_prefix", "ledgerq"))
+@click.option(
+    "--queue-type", metavar="classic|quorum", default=None, help=_help("queue_type", "classic")
+)
 @click.option("--connect-wait", metavar="SECONDS", default=None, help=_help("connect_wait_s", "10"))
 @click.option(
     "--event-loop", metavar="uvloop|asyncio", default=None, help=_help("event_loop", "uvloop")
@@ -113,6 +116,7 @@ def cli(
     database_url: str | None,
     amqp_url: str | None,
     amqp_prefix: str | None,
+    queue_type: str | None,
     connect_wait: str | None,
     event_loop: str | None,
     log_format: str | None,
@@ -129,6 +133,7 @@ def cli(
         database_url=database_url,
         amqp_url=amqp_url,
         amqp_prefix=amqp_prefix,
+        queue_type=queue_type,
         connect_wait_s=connect_wait,
         event_loop=event_loop,
         log_format=log_format,

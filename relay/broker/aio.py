@@ -52,7 +52,12 @@ from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceU
 from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
 from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.tls import amqp_certificate_problem
-from ledgerq.relay.broker.base import BrokerConnectionError, OnDelivery, PublishOutcome
+from ledgerq.relay.broker.base import (
+    BrokerConnectionError,
+    OnDelivery,
+    PublishOutcome,
+    TopologyMismatchError,
+)
 from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
 
 log = logging.getLogger("ledgerq.broker")
@@ -164,9 +169,12 @@ async def _declare_base(channel: AbstractChannel, topology: Topology) -> None:
 
 
 async def _declare_queue(channel: AbstractChannel, spec: QueueSpec) -> AbstractQueue:
-    queue = await channel.declare_queue(
-        spec.name, durable=spec.durable, arguments=cast(FieldTable, dict(spec.arguments))
-    )
+    try:
+        queue = await channel.declare_queue(
+            spec.name, durable=spec.durable, arguments=cast(FieldTable, dict(spec.arguments))
+        )
+    except aiormq.exceptions.ChannelPreconditionFailed as exc:
+        raise TopologyMismatchError.of(spec.name, _reason(exc, "")) from exc
     await queue.bind(spec.exchange, routing_key=spec.routing_key)
     return queue
 

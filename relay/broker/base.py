@@ -2,7 +2,9 @@
 
 Modelled on dramatiq's broker: a few methods, each docstring a contract, and one
 error type. An adapter turns every way a connection or channel can fail into
-:class:`BrokerConnectionError`; nothing else of a client library crosses.
+:class:`BrokerConnectionError`; nothing else of a client library crosses. The one
+exception is :class:`TopologyMismatchError`: the broker refused to declare a queue
+because it exists with other arguments, which retrying cannot fix.
 """
 
 from __future__ import annotations
@@ -11,12 +13,26 @@ from collections.abc import Awaitable, Callable, Sequence
 from enum import Enum
 from typing import Protocol
 
-from ledgerq.ledger.errors import LedgerqError
+from ledgerq.ledger.errors import ConfigError, LedgerqError
 from ledgerq.ledger.model import DueTask
 
 
 class BrokerConnectionError(LedgerqError):
     """The connection or channel to RabbitMQ failed (closed, reset, timed out)."""
+
+
+class TopologyMismatchError(ConfigError):
+    """RabbitMQ refused a declaration (``PRECONDITION_FAILED``): the queue exists
+    with other arguments, e.g. it was declared as another ``LEDGERQ_QUEUE_TYPE``."""
+
+    @classmethod
+    def of(cls, queue: str, reply: str) -> TopologyMismatchError:
+        return cls(
+            f"RabbitMQ refused to declare the queue {queue!r}: {reply}. It exists with other "
+            "arguments, e.g. as another LEDGERQ_QUEUE_TYPE; a queue's type cannot change in "
+            "place: drain it (stop the relay, let the workers empty it), delete it, then start "
+            "again (docs/howto.md, 'Run on a RabbitMQ cluster')"
+        )
 
 
 class PublishOutcome(Enum):

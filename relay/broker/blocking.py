@@ -36,7 +36,7 @@ from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceU
 from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
 from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.tls import amqp_certificate_problem
-from ledgerq.relay.broker.base import PublishOutcome
+from ledgerq.relay.broker.base import PublishOutcome, TopologyMismatchError
 from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
 
 log = logging.getLogger("ledgerq.broker")
@@ -52,6 +52,8 @@ _REFUSALS = (
     pika.exceptions.ProbableAccessDeniedError,
 )
 CONNECT_ATTEMPTS = 2
+#: AMQP's reply code for a declaration whose arguments differ from the existing one's.
+PRECONDITION_FAILED = 406
 RETRY_EVERY_S = 0.5
 
 
@@ -123,15 +125,26 @@ class BlockingPublisher:
         exchanges, queues = self._topology.base()
         for exchange in exchanges:
             self._channel.exchange_declare(exchange.name, exchange.type, durable=exchange.durable)
-        for queue in queues:
-            self._declare(queue)
+        try:
+            for queue in queues:
+                self._declare(queue)
+        except TopologyMismatchError:
+            self.close()  # not retried: the caller gets the error
+            raise
 
     def _reason(self, exc: BaseException) -> str:
         reason = "; ".join(str(a) for a in exc.args) or "connection refused or timed out"
         return mask_text(reason, secrets_of(self._url))
 
     def _declare(self, spec: QueueSpec) -> None:
-        self._channel.queue_declare(spec.name, durable=spec.durable, arguments=dict(spec.arguments))
+        try:
+            self._channel.queue_declare(
+                spec.name, durable=spec.durable, arguments=dict(spec.arguments)
+            )
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if exc.reply_code != PRECONDITION_FAILED:
+                raise
+            raise TopologyMismatchError.of(spec.name, str(exc.reply_text)) from exc
         self._channel.queue_bind(spec.name, spec.exchange, routing_key=spec.routing_key)
 
     def publish_many(self, tasks: Sequence[DueTask]) -> list[PublishOutcome]:

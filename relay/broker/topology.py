@@ -7,7 +7,13 @@ at them. The broker never holds a delayed task: only due rows are published.
 
 Both adapters (:mod:`.aio` for the relay and the worker, :mod:`.blocking` for
 the reconciler) declare exactly these objects and send exactly these messages,
-because RabbitMQ refuses a re-declaration whose arguments differ.
+because RabbitMQ refuses a re-declaration whose arguments differ. That refusal
+(a queue declared before as another type, say) is
+:class:`~.base.TopologyMismatchError`, a configuration error: nothing retries it.
+
+``queue_type`` (``LEDGERQ_QUEUE_TYPE``) picks classic queues (the default: one
+node, ten priority levels in the broker) or quorum queues (replicated across a
+cluster; a delivery limit; see :attr:`Topology._type_arguments` on priorities).
 """
 
 from __future__ import annotations
@@ -22,6 +28,14 @@ from ledgerq.ledger.model import DueTask
 
 #: Classic queues get this many priority levels (task priority 0-9).
 MAX_PRIORITY = 9
+#: ``LEDGERQ_QUEUE_TYPE``: classic queues (one node; priorities in the broker), or
+#: quorum queues (replicated with Raft across a cluster's nodes).
+QUEUE_TYPES = ("classic", "quorum")
+#: Deliveries of one message a quorum queue allows before it dead-letters it: a
+#: message whose every delivery kills its consumer stops circulating, and the
+#: reconciler, finding its row still published, publishes the row again later
+#: (counted as a new publication, so its stall window doubles).
+DELIVERY_LIMIT = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +75,21 @@ class MessageSpec:
 @dataclass(frozen=True)
 class Topology:
     prefix: str = "ledgerq"
+    queue_type: str = "classic"
+
+    def __post_init__(self) -> None:
+        if self.queue_type not in QUEUE_TYPES:
+            raise ValueError(f"queue_type must be one of {QUEUE_TYPES}, got {self.queue_type!r}")
+
+    @property
+    def _type_arguments(self) -> dict[str, Any]:
+        """Quorum queues: declared as such, with the delivery limit. RabbitMQ 3.x
+        quorum queues have no priorities (``x-max-priority`` is refused); 4.x ones
+        have two (priority 5-9 before 0-4) without any argument. Either way the
+        relay already publishes higher priority first."""
+        if self.queue_type == "quorum":
+            return {"x-queue-type": "quorum", "x-delivery-limit": DELIVERY_LIMIT}
+        return {"x-max-priority": MAX_PRIORITY}
 
     @cached_property
     def exchange(self) -> ExchangeSpec:
@@ -72,7 +101,10 @@ class Topology:
 
     @cached_property
     def dead_letter_queue(self) -> QueueSpec:
-        return QueueSpec(self.prefix + ".dead-letters", self.dead_letter_exchange.name, "")
+        arguments = {"x-queue-type": "quorum"} if self.queue_type == "quorum" else {}
+        return QueueSpec(
+            self.prefix + ".dead-letters", self.dead_letter_exchange.name, "", arguments
+        )
 
     def base(self) -> tuple[tuple[ExchangeSpec, ...], tuple[QueueSpec, ...]]:
         """What every declarer declares first: both exchanges and the dead-letter queue."""
@@ -84,10 +116,7 @@ class Topology:
             self.prefix + ".q." + name,
             self.exchange.name,
             name,
-            {
-                "x-dead-letter-exchange": self.dead_letter_exchange.name,
-                "x-max-priority": MAX_PRIORITY,
-            },
+            {"x-dead-letter-exchange": self.dead_letter_exchange.name, **self._type_arguments},
         )
 
     def message(self, task: DueTask) -> MessageSpec:
