@@ -43,7 +43,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from ledgerq.ledger.errors import ConfigError as ConfigError
-from ledgerq.ledger.masking import MASK, mask_url
+from ledgerq.ledger.masking import MASK, mask_url, split_urls
 from ledgerq.ledger.tls import (
     AMQP_TLS_URL_PARAMETERS,
     TLSFileError,
@@ -105,7 +105,7 @@ SETTINGS = (
         "amqp_url",
         "LEDGERQ_AMQP_URL",
         "--amqp-url",
-        "RabbitMQ URL (amqp:// or amqps://)",
+        "RabbitMQ URL (amqp:// or amqps://); a cluster's nodes as URLs separated by commas",
         secret=True,
     ),
     Setting(
@@ -348,6 +348,11 @@ class Settings:
         direct URL if given, else the ledger's own unless that is a transaction pooler."""
         return self.direct_database_url or (None if self.pooled else self.database_url)
 
+    @property
+    def amqp_urls(self) -> tuple[str, ...]:
+        """The broker nodes of ``amqp_url``, in the order they are tried."""
+        return tuple(split_urls(self.amqp_url))
+
     def secret_urls(self) -> tuple[str, ...]:
         return tuple(getattr(self, s.field) or "" for s in SETTINGS if s.secret)
 
@@ -408,7 +413,13 @@ def parse_database_url(value: object) -> str:
 
 
 def parse_amqp_url(value: object) -> str:
-    text = str(value)
+    """One AMQP URL, or several separated by commas (the nodes of a cluster: the
+    services connect to whichever answers, in order, and fail over to the next)."""
+    urls = split_urls(str(value))
+    return ",".join(_parse_one_amqp_url(url) for url in urls)
+
+
+def _parse_one_amqp_url(text: str) -> str:
     expected = "expected a URL such as amqp://guest@127.0.0.1:5672/ or amqps://..."
     try:
         parts = urlsplit(text)

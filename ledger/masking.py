@@ -102,15 +102,26 @@ def _replace(text: str, spans: Iterable[tuple[int, int]]) -> str:
     return "".join(out)
 
 
+#: Where one URL of a comma-separated list ends: before ``,scheme://``.
+_NEXT_URL = re.compile(r",(?=\s*[a-zA-Z][a-zA-Z0-9+.-]*://)")
+
+
+def split_urls(text: str) -> list[str]:
+    """The URLs of a comma-separated list (``LEDGERQ_AMQP_URL`` may name several
+    nodes); a single URL is a list of one. A comma inside a URL stays in it."""
+    return [part.strip() for part in _NEXT_URL.split(text)]
+
+
 def mask_url(url: str) -> str:
-    """``url`` with its password and secret query values replaced by ``***``."""
-    return _replace(url, _spans(url))
+    """``url`` with its password and secret query values replaced by ``***`` (each
+    URL of a comma-separated list on its own)."""
+    return ",".join(_replace(part, _spans(part)) for part in split_urls(url))
 
 
 def secrets_of(*urls: str) -> set[str]:
     """The secrets :func:`mask_url` would hide in ``urls``, as written and decoded."""
     found: set[str] = set()
-    for url in urls:
+    for url in (part for listed in urls for part in split_urls(listed)):
         for begin, end in _spans(url):
             raw = url[begin:end].strip("'")
             plain = unquote(raw)

@@ -46,10 +46,9 @@ from tenacity import (
     stop_after_delay,
     wait_fixed,
 )
-from yarl import URL
 
 from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceUnavailableError
-from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
+from ledgerq.ledger.masking import mask_text, mask_url, secrets_of, split_urls
 from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.tls import amqp_certificate_problem
 from ledgerq.relay.broker.base import (
@@ -58,6 +57,7 @@ from ledgerq.relay.broker.base import (
     PublishOutcome,
     TopologyMismatchError,
 )
+from ledgerq.relay.broker.failover import FailoverConnection
 from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
 
 log = logging.getLogger("ledgerq.broker")
@@ -87,12 +87,14 @@ def _reason(exc: BaseException, url: str) -> str:
 
 
 async def _attempt(
-    url: str, name: str, budget: float, ssl_context: ssl.SSLContext | None
+    urls: Sequence[str], first: int, name: str, budget: float, ssl_context: ssl.SSLContext | None
 ) -> AbstractRobustConnection:
-    """One connect, given up after ``budget`` seconds; a failed one is closed."""
+    """One connect to ``urls[first]``, given up after ``budget`` seconds; a failed
+    one is closed. Its reconnects go round the other nodes (:mod:`.failover`)."""
+    url = urls[first % len(urls)]
     try:
-        connection = aio_pika.RobustConnection(
-            URL(url), ssl_context=ssl_context, client_properties={"connection_name": name}
+        connection = FailoverConnection(
+            urls, first, ssl_context=ssl_context, client_properties={"connection_name": name}
         )
     except (ValueError, TypeError) as exc:
         raise ConfigError(
@@ -134,9 +136,12 @@ async def connect(
     ssl_context: ssl.SSLContext | None = None,
 ) -> AbstractRobustConnection:
     """A robust connection within ``wait_s`` seconds (see the module docstring);
-    ``ssl_context`` is the TLS context of an ``amqps://`` URL."""
+    ``ssl_context`` is the TLS context of an ``amqps://`` URL. ``url`` may list
+    several nodes (comma-separated): each attempt tries the next."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
+    urls = split_urls(url)
+    tried = 0
     try:
         async for attempt in AsyncRetrying(
             stop=stop_after_delay(wait_s),
@@ -147,7 +152,8 @@ async def connect(
         ):
             with attempt:
                 budget = max(deadline - loop.time(), 0.0) + ATTEMPT_TIMEOUT_S
-                return await _attempt(url, name, budget, ssl_context)
+                tried += 1
+                return await _attempt(urls, tried - 1, name, budget, ssl_context)
     except _REFUSALS as exc:
         raise CredentialsRefusedError("RabbitMQ", url, _reason(exc, url)) from exc
     except _CONNECTION_ERRORS as exc:

@@ -33,7 +33,7 @@ import pika
 import pika.exceptions
 
 from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceUnavailableError
-from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
+from ledgerq.ledger.masking import mask_text, mask_url, secrets_of, split_urls
 from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.tls import amqp_certificate_problem
 from ledgerq.relay.broker.base import PublishOutcome, TopologyMismatchError
@@ -81,20 +81,7 @@ class BlockingPublisher:
         if self._channel is not None and self._channel.is_open:
             return
         self.close()
-        try:
-            params = pika.URLParameters(self._url)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(
-                f"LEDGERQ_AMQP_URL / --amqp-url (RabbitMQ) cannot be used: "
-                f"{mask_url(self._url)!r}: {self._reason(exc)}"
-            ) from exc
-        params.connection_attempts = 1
-        if self._ssl_context is not None:
-            params.ssl_options = pika.SSLOptions(self._ssl_context, params.host)
-        # A confirm that does not come within the timeout fails the connection (pika
-        # has no per-publish confirm timeout): the rest of the page waits.
-        params.socket_timeout = self._timeout
-        params.blocked_connection_timeout = self._timeout
+        params = [self._parameters(url) for url in split_urls(self._url)]
         deadline = time.monotonic() + wait_s
         attempt = 0
         while True:
@@ -118,8 +105,27 @@ class BlockingPublisher:
             time.sleep(RETRY_EVERY_S)
         self._declared.clear()
 
-    def _open(self, params: pika.URLParameters) -> None:
-        self._connection = pika.BlockingConnection(params)
+    def _parameters(self, url: str) -> pika.URLParameters:
+        try:
+            params = pika.URLParameters(url)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                f"LEDGERQ_AMQP_URL / --amqp-url (RabbitMQ) cannot be used: "
+                f"{mask_url(url)!r}: {self._reason(exc)}"
+            ) from exc
+        params.connection_attempts = 1
+        if self._ssl_context is not None:
+            params.ssl_options = pika.SSLOptions(self._ssl_context, params.host)
+        # A confirm that does not come within the timeout fails the connection (pika
+        # has no per-publish confirm timeout): the rest of the page waits.
+        params.socket_timeout = self._timeout
+        params.blocked_connection_timeout = self._timeout
+        return params
+
+    def _open(self, params: Sequence[pika.URLParameters]) -> None:
+        """Connect to the first node of ``params`` that answers (pika tries them in
+        order), then declare the base topology."""
+        self._connection = pika.BlockingConnection(list(params))
         self._channel = self._connection.channel()
         self._channel.confirm_delivery()
         exchanges, queues = self._topology.base()

@@ -112,6 +112,7 @@ class Cluster:
             LEDGERQ_DATABASE_URL=self.settings.database_url,
             LEDGERQ_AMQP_URL=self.settings.amqp_url,
             LEDGERQ_AMQP_PREFIX=self.settings.amqp_prefix,
+            LEDGERQ_QUEUE_TYPE=self.settings.queue_type,
             PYTHONPATH=os.getcwd(),
         )
         if member.starts == 0:
@@ -266,7 +267,7 @@ async def live_summary(ledger: PgLedger) -> dict[str, int]:
 
 
 def queue_depth(settings: Settings, queue: str = "default") -> int:
-    conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
+    conn = pika.BlockingConnection([pika.URLParameters(url) for url in settings.amqp_urls])
     try:
         name = Topology(settings.amqp_prefix).task_queue(queue).name
         ok = conn.channel().queue_declare(name, passive=True)

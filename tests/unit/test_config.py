@@ -132,3 +132,11 @@ def test_settings_built_in_code_are_checked_too_naming_the_field() -> None:
         replace(Settings(), amqp_prefix="amq.reserved")
     with pytest.raises(TypeError):
         Settings.from_env({}, no_such_setting="1")
+
+
+def test_the_amqp_url_may_list_the_nodes_of_a_cluster() -> None:
+    listed = "amqp://g:g@mq-0:5672/, amqp://g:g@mq-1:5672/"
+    settings = Settings.from_env({"LEDGERQ_AMQP_URL": listed})
+    assert settings.amqp_urls == ("amqp://g:g@mq-0:5672/", "amqp://g:g@mq-1:5672/")
+    with pytest.raises(ConfigError, match="is not an AMQP URL: 'http://mq-1/'"):
+        Settings.from_env({"LEDGERQ_AMQP_URL": "amqp://g:g@mq-0/,http://mq-1/"})

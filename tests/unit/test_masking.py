@@ -10,7 +10,7 @@ import pytest
 
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.errors import CredentialsRefusedError, ServiceUnavailableError
-from ledgerq.ledger.masking import SecretFilter, mask_text, mask_url, secrets_of
+from ledgerq.ledger.masking import SecretFilter, mask_text, mask_url, secrets_of, split_urls
 
 SECRET = "s3cr3t-Pw"
 
@@ -110,3 +110,19 @@ def test_errors_and_settings_never_show_a_password() -> None:
     settings = Settings(database_url=f"postgresql://app:{SECRET}@db/x", amqp_url=url)
     assert SECRET not in repr(settings)
     assert settings.masked()["database_url"] == "postgresql+psycopg://app:***@db/x"
+
+
+def test_each_url_of_a_node_list_is_masked_on_its_own() -> None:
+    listed = "amqp://app:pw-one@mq-0:5672/,amqp://app:pw-two@mq-1:5672/,amqps://app:pw-3x@mq-2/"
+    assert split_urls(listed) == [
+        "amqp://app:pw-one@mq-0:5672/",
+        "amqp://app:pw-two@mq-1:5672/",
+        "amqps://app:pw-3x@mq-2/",
+    ]
+    assert mask_url(listed) == (
+        "amqp://app:***@mq-0:5672/,amqp://app:***@mq-1:5672/,amqps://app:***@mq-2/"
+    )
+    assert {"pw-one", "pw-two", "pw-3x"} <= secrets_of(listed)
+    # A comma that does not start another URL stays inside its URL (and its password).
+    assert split_urls("postgresql://u:a,b@db/x") == ["postgresql://u:a,b@db/x"]
+    assert mask_url("postgresql://u:a,b@db/x") == "postgresql://u:***@db/x"
