@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import click
+import kubernetes_validate
 import pytest
 import yaml
 
 from ledgerq.cli import cli
+from ledgerq.ledger.config import SETTINGS, Settings
 from ledgerq.metrics import RelayMetrics, WorkerMetrics, new_registry
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -131,3 +133,69 @@ def test_the_grafana_dashboard_queries_only_metrics_ledgerq_exports() -> None:
     used = {m for e in exprs for m in re.findall(r"\b(?:ledgerq|process)_[a-z_]+", e)}
     assert any(m.startswith("ledgerq_") for m in used)
     assert used <= _exported_names(), used - _exported_names()
+
+
+#: The Kubernetes versions the manifests are validated against: the oldest one we
+#: document support for, and the newest the validator ships schemas for.
+K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("path", sorted((DEPLOY / "k8s").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_manifest_is_valid_against_the_kubernetes_schemas(path: Path, version: str) -> None:
+    for document in _documents(path):
+        if document["kind"] == "Kustomization":  # kustomize's own file, not an API object
+            continue
+        try:  # strict: an unknown (misspelled) field fails too
+            kubernetes_validate.validate(document, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{path.name} ({document['kind']}) on Kubernetes {version}: {exc.message}")
+
+
+def test_kustomization_lists_every_manifest_but_the_secret_example() -> None:
+    [kustomization] = _documents(DEPLOY / "k8s" / "kustomization.yaml")
+    on_disk = {p.name for p in (DEPLOY / "k8s").glob("*.yaml")}
+    assert set(kustomization["resources"]) == on_disk - {
+        "kustomization.yaml",
+        "secret.example.yaml",
+    }
+
+
+def test_the_disruption_budget_covers_the_worker_pods() -> None:
+    [budget] = _documents(DEPLOY / "k8s" / "worker-pdb.yaml")
+    [deployment] = _documents(DEPLOY / "k8s" / "worker-deployment.yaml")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert budget["spec"]["maxUnavailable"] == 1 < deployment["spec"]["replicas"]
+
+
+def test_the_configmap_holds_valid_settings_with_quorum_queues() -> None:
+    [configmap] = _documents(DEPLOY / "k8s" / "configmap.yaml")
+    settings = Settings.from_env(configmap["data"])  # every value parses
+    assert settings.queue_type == "quorum"
+    assert {s.env for s in SETTINGS} >= set(configmap["data"])
+
+
+def test_the_compose_cluster_profile_names_the_nodes_its_config_joins() -> None:
+    [compose] = _documents(DEPLOY / "compose.yaml")
+    services = compose["services"]
+    nodes = ["rabbitmq", "rabbitmq-1", "rabbitmq-2"]
+    assert [services[n]["hostname"] for n in nodes] == nodes
+    assert all(services[n].get("profiles") == ["cluster"] for n in nodes[1:])
+    cookies = {services[n]["environment"]["RABBITMQ_ERLANG_COOKIE"] for n in nodes}
+    assert len(cookies) == 1, "the nodes of one cluster share one Erlang cookie"
+    config = (DEPLOY / "rabbitmq" / "cluster.conf").read_text()
+    listed = re.findall(r"classic_config\.nodes\.\d+ = rabbit@(\S+)", config)
+    assert listed == nodes
+    # The URL list the file's comment tells people to set parses, one URL per node.
+    [example] = re.findall(r"LEDGERQ_AMQP_URL=(\S+)", (DEPLOY / "compose.yaml").read_text())
+    assert [u.split("@")[1].split(":")[0] for u in Settings(amqp_url=example).amqp_urls] == nodes
+
+
+def test_the_image_is_slim_and_runs_as_a_non_root_user() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    [base] = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", dockerfile, re.MULTILINE)
+    assert base.endswith("-slim"), base
+    final_stage = dockerfile.rsplit("\nFROM ", 1)[1]
+    [user] = re.findall(r"^USER (\S+)$", final_stage, re.MULTILINE)
+    assert user.split(":")[0] not in ("root", "0"), user
