@@ -129,13 +129,16 @@ _NOT_SOURCE = shutil.ignore_patterns(
 
 
 def _can_build_without_isolation() -> bool:
-    """Whether this environment's setuptools can make a wheel by itself (it needs the
-    ``wheel`` package below setuptools 70.1, which has bdist_wheel built in)."""
-    if importlib.util.find_spec("wheel") is not None:
-        return True
+    """Whether this environment's setuptools can make a wheel by itself: it must be
+    as new as [build-system] requires, and it needs the ``wheel`` package below
+    setuptools 70.1, which has bdist_wheel built in."""
     version = importlib.metadata.version("setuptools")
     numbers = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
-    return numbers >= (70, 1)
+    [required] = [r for r in PYPROJECT["build-system"]["requires"] if r.startswith("setuptools")]
+    minimum = tuple(int(p) for p in required.partition(">=")[2].split(".") if p.isdigit())
+    if numbers < minimum:
+        return False
+    return importlib.util.find_spec("wheel") is not None or numbers >= (70, 1)
 
 
 def build_wheel(source: Path, out: Path) -> Path:
