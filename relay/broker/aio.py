@@ -52,8 +52,13 @@ from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceU
 from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
 from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.tls import amqp_certificate_problem
-from ledgerq.relay.broker.base import BrokerConnectionError, OnDelivery, PublishOutcome
-from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
+from ledgerq.relay.broker.base import (
+    BrokerConnectionError,
+    OnDelivery,
+    PublishOutcome,
+    QueueMismatchError,
+)
+from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology, mismatch
 
 log = logging.getLogger("ledgerq.broker")
 
@@ -164,9 +169,12 @@ async def _declare_base(channel: AbstractChannel, topology: Topology) -> None:
 
 
 async def _declare_queue(channel: AbstractChannel, spec: QueueSpec) -> AbstractQueue:
-    queue = await channel.declare_queue(
-        spec.name, durable=spec.durable, arguments=cast(FieldTable, dict(spec.arguments))
-    )
+    try:
+        queue = await channel.declare_queue(
+            spec.name, durable=spec.durable, arguments=cast(FieldTable, dict(spec.arguments))
+        )
+    except aiormq.exceptions.ChannelPreconditionFailed as exc:
+        raise QueueMismatchError(mismatch(spec, str(exc))) from exc
     await queue.bind(spec.exchange, routing_key=spec.routing_key)
     return queue
 
@@ -209,6 +217,10 @@ class AioPublisher:
     async def publish_many(self, tasks: Sequence[DueTask], timeout: float) -> list[PublishOutcome]:
         try:
             channel = await self._ready({t.queue for t in tasks})
+        except QueueMismatchError as exc:  # the broker closed the channel; log it loudly
+            log.error("%s", exc)
+            self._channel = None
+            return [PublishOutcome.FAILED] * len(tasks)
         except _CONNECTION_ERRORS as exc:
             log.warning("cannot open a publishing channel: %s", exc)
             self._channel = None

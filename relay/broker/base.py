@@ -11,12 +11,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from enum import Enum
 from typing import Protocol
 
-from ledgerq.ledger.errors import LedgerqError
+from ledgerq.ledger.errors import ConfigError, LedgerqError
 from ledgerq.ledger.model import DueTask
 
 
 class BrokerConnectionError(LedgerqError):
     """The connection or channel to RabbitMQ failed (closed, reset, timed out)."""
+
+
+class QueueMismatchError(ConfigError):
+    """RabbitMQ refused to declare a task queue (``PRECONDITION_FAILED``): a queue of
+    that name exists with other arguments than ledgerq's topology (for instance a
+    quorum queue, or one declared without ``x-max-priority``). Retrying cannot help;
+    the message names the queue and the way out (docs/howto.md, "Upgrade a broker
+    queue")."""
 
 
 class PublishOutcome(Enum):

@@ -36,8 +36,11 @@ from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceU
 from ledgerq.ledger.masking import mask_text, mask_url, secrets_of
 from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.tls import amqp_certificate_problem
-from ledgerq.relay.broker.base import PublishOutcome
-from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
+from ledgerq.relay.broker.base import PublishOutcome, QueueMismatchError
+from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology, mismatch
+
+#: The AMQP reply code of a declaration whose arguments differ from the queue's.
+PRECONDITION_FAILED = 406
 
 log = logging.getLogger("ledgerq.broker")
 
@@ -131,7 +134,15 @@ class BlockingPublisher:
         return mask_text(reason, secrets_of(self._url))
 
     def _declare(self, spec: QueueSpec) -> None:
-        self._channel.queue_declare(spec.name, durable=spec.durable, arguments=dict(spec.arguments))
+        try:
+            self._channel.queue_declare(
+                spec.name, durable=spec.durable, arguments=dict(spec.arguments)
+            )
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if exc.reply_code != PRECONDITION_FAILED:
+                raise
+            self._channel = None
+            raise QueueMismatchError(mismatch(spec, exc.reply_text)) from exc
         self._channel.queue_bind(spec.name, spec.exchange, routing_key=spec.routing_key)
 
     def publish_many(self, tasks: Sequence[DueTask]) -> list[PublishOutcome]:

@@ -101,6 +101,18 @@ class Topology:
         )
 
 
+def mismatch(spec: QueueSpec, detail: str) -> str:
+    """The one line an operator reads when RabbitMQ refuses ``spec``'s arguments."""
+    wanted = ", ".join(f"{k}={v}" for k, v in spec.arguments.items())
+    return (
+        f"RabbitMQ refused to declare queue {spec.name!r} ({detail}): a queue of that name "
+        f"exists with other arguments; ledgerq declares it durable, classic, with {wanted}. "
+        f"Stop its producers' relays, let the workers drain it, delete it "
+        f"(rabbitmqctl delete_queue {spec.name}) and start again: the ledger re-publishes "
+        "what it held (docs/howto.md, 'Upgrade a broker queue')"
+    )
+
+
 def message_body(task_id: int, epoch: int, *, alone: bool = False) -> bytes:
     """``{"id":…,"epoch":…}``, plus ``"alone":true`` for a suspect (run it alone)."""
     body: dict[str, object] = {"id": task_id, "epoch": epoch}
