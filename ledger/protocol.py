@@ -39,6 +39,7 @@ from ledgerq.ledger.model import (
     Outcome,
     TaskTiming,
 )
+from ledgerq.ledger.producer import TaskSpec
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, PauseReport, RateLimit, Scope
 
 
@@ -155,9 +156,16 @@ class SchedulingLedger(Protocol):
         """Set (or with None lift) a kind's rate limit, audited."""
         ...
 
-    async def register_limits(self, limits: Mapping[str, RateLimit | None]) -> list[str]:
-        """A worker's kinds and their limits (None: no limit) at its start; the kinds
-        whose stored limit changed."""
+    async def register_limits(self, limits: Mapping[str, RateLimit]) -> list[str]:
+        """The limits of a worker's ``@task(rate_limit=...)`` kinds, at its start; the
+        kinds whose stored limit changed (a changed limit starts a full bucket). Kinds
+        the worker has no limit for are left as they are (an operator's
+        ``ledgerq kinds limit`` stands until cleared)."""
+        ...
+
+    async def enqueue(self, specs: Sequence[TaskSpec]) -> list[int]:
+        """Insert ``specs`` in one committed transaction of the ledger's own (the
+        periodic enqueuer's); the ids inserted."""
         ...
 
     async def kinds(self) -> list[dict[str, Any]]:

@@ -195,19 +195,15 @@ FROM picked p JOIN ledgerq_tasks t ON t.id = p.id
 ORDER BY p.part, 4 DESC, t.attempts > 0, t.run_at, t.id
 
 -- name: register_limits
--- A worker's @task(rate_limit=...) kinds at its start: each kind's limit is
--- set (a new bucket starts full); a kind the worker registers without a limit
--- has its limit cleared. The bucket's tokens are kept when the limit is
--- unchanged, so workers restarting do not refill it.
+-- The rate limits of a worker's @task(rate_limit=...) kinds, at its start. A
+-- new kind's bucket starts full; a changed limit refills it; an unchanged one
+-- keeps its tokens (workers restarting do not refill it) and is not written.
 INSERT INTO ledgerq_kinds AS k (kind, rate_per_s, burst, tokens)
-SELECT r.kind, r.rate, r.burst, COALESCE(r.burst, 0)
+SELECT r.kind, r.rate, r.burst, r.burst
 FROM unnest(CAST(:kinds AS text[]), CAST(:rates AS float8[]), CAST(:bursts AS float8[]))
      AS r(kind, rate, burst)
 ON CONFLICT (kind) DO UPDATE
-SET rate_per_s = excluded.rate_per_s, burst = excluded.burst,
-    tokens = CASE WHEN k.rate_per_s IS NOT DISTINCT FROM excluded.rate_per_s
-                       AND k.burst IS NOT DISTINCT FROM excluded.burst
-                  THEN k.tokens ELSE COALESCE(excluded.burst, 0) END,
+SET rate_per_s = excluded.rate_per_s, burst = excluded.burst, tokens = excluded.burst,
     updated_at = now()
 WHERE k.rate_per_s IS DISTINCT FROM excluded.rate_per_s
    OR k.burst IS DISTINCT FROM excluded.burst

@@ -27,7 +27,9 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import cast
 
+from ledgerq.consumers.periodic import CatchUp, PeriodicConfig, PeriodicEnqueuer
 from ledgerq.consumers.registry import Registry
 from ledgerq.consumers.worker import Worker, WorkerConfig
 from ledgerq.faults import probe_from_env
@@ -190,6 +192,34 @@ async def open_relay(
 
 
 @asynccontextmanager
+async def scheduling(
+    settings: Settings, ledger: PgLedger, registry: Registry
+) -> AsyncIterator[PeriodicEnqueuer | None]:
+    """What a worker does for the other processes' scheduling: write its kinds' rate
+    limits into the ledger (the relays meter by them), and, if it has periodic kinds,
+    run a :class:`PeriodicEnqueuer` beside it (every worker does; the ledger lets one
+    task per period through) until the block ends."""
+    limits = registry.rate_limits()
+    if limits:
+        changed = await ledger.register_limits(limits)
+        if changed:
+            log.info("rate limits written for %s", ", ".join(changed))
+    schedules = registry.schedules()
+    if not schedules:
+        yield None
+        return
+    catch_up = cast(CatchUp, settings.periodic_catch_up)  # validated by Settings
+    enqueuer = PeriodicEnqueuer(ledger, schedules, PeriodicConfig(catch_up=catch_up))
+    stop = asyncio.Event()
+    loop = asyncio.create_task(enqueuer.run(stop), name="ledgerq-periodic")
+    try:
+        yield enqueuer
+    finally:
+        stop.set()
+        await loop
+
+
+@asynccontextmanager
 async def open_worker(
     settings: Settings,
     registry: Registry,
@@ -235,7 +265,8 @@ async def open_worker(
         _watch_readiness(
             health, ledger, connection, lambda: None if worker.consuming else "not consuming"
         )
-        yield worker
+        async with scheduling(settings, ledger, registry):
+            yield worker
     finally:
         if health is not None:
             health.stopping()

@@ -109,14 +109,14 @@ class PgScheduling(PgBase):
                     options={"rate_per_s": rate, "burst": burst},
                 )
 
-    async def register_limits(self, limits: Mapping[str, RateLimit | None]) -> list[str]:
+    async def register_limits(self, limits: Mapping[str, RateLimit]) -> list[str]:
         if not limits:
             return []
         kinds = sorted(limits)  # one lock order for workers starting together
         params = {
             "kinds": kinds,
-            "rates": [None if limits[k] is None else limits[k].rate_per_s for k in kinds],  # type: ignore[union-attr]
-            "bursts": [None if limits[k] is None else limits[k].burst for k in kinds],  # type: ignore[union-attr]
+            "rates": [limits[k].rate_per_s for k in kinds],
+            "bursts": [limits[k].burst for k in kinds],
         }
         return [str(r[0]) for r in await self._rows(Q.register_limits, params)]
 
