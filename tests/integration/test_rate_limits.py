@@ -1,0 +1,97 @@
+"""Rate limits per kind (issue 14): metered by the relays from a token bucket in the
+ledger, so the limit holds across every relay and worker together, and the tasks
+beyond it wait in the ledger (pending), not in a worker's memory."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import AsyncExitStack
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from ledgerq import Registry, TaskSpec, enqueue_many
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import sync_engine
+from ledgerq.ledger.scheduling import RateLimit
+from ledgerq.relay.service import RelayConfig
+from tests.harness import Pipeline
+
+RATE = 20.0
+
+
+class Poll:
+    """The relay's wake-up with no notifications: it polls."""
+
+    async def wait(self, timeout: float) -> bool:
+        await asyncio.sleep(timeout)
+        return False
+
+
+def enqueue(settings: Settings, specs: list[TaskSpec]) -> list[int]:
+    engine = sync_engine(settings, "ledgerq-rate-producer", pool_size=1)
+    try:
+        with Session(engine) as session, session.begin():
+            return enqueue_many(session, specs)
+    finally:
+        engine.dispose()
+
+
+async def test_a_rate_limit_holds_across_two_relays_and_two_workers(
+    settings: Settings, ledger: PgLedger
+) -> None:
+    starts: list[float] = []
+    registry = Registry()
+
+    @registry.task("t.charge", rate_limit=f"{RATE:g}/s")
+    async def charge(payload: Any, ctx: Any) -> None:
+        starts.append(time.monotonic())
+
+    @registry.task("t.free")
+    async def free(payload: Any, ctx: Any) -> None:
+        pass
+
+    limited = enqueue(settings, [TaskSpec("t.charge") for _ in range(140)])
+    unlimited = enqueue(settings, [TaskSpec("t.free") for _ in range(200)])
+    relay = RelayConfig(batch_size=50, poll_interval=0.2, confirm_timeout=5)
+    stop = asyncio.Event()
+    async with AsyncExitStack() as stack:
+        pipes = [
+            await stack.enter_async_context(Pipeline(settings, registry, relay=relay))
+            for _ in range(2)
+        ]
+        # The workers wrote the limit at start; both relays meter by it.
+        [row] = await ledger.kinds()
+        assert (row["kind"], row["rate_per_s"], row["burst"]) == ("t.charge", RATE, RATE)
+        loops = [asyncio.create_task(p.relay.run(stop, Poll())) for p in pipes]
+        # Unlimited kinds are not held back behind the limited one.
+        assert set((await pipes[0].settle(unlimited, timeout=10)).values()) == {"succeeded"}
+        assert len(starts) < 60
+        # While the limit meters, the rest waits in the ledger, not in a worker.
+        waiting = await pipes[0].statuses(limited)
+        assert list(waiting.values()).count("pending") > 60
+        deadline = time.monotonic() + 20
+        while len(starts) < len(limited) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        stop.set()
+        await asyncio.gather(*loops)
+    assert len(starts) == len(limited)
+    starts.sort()
+    # A full bucket (burst = one second's worth) at first, then RATE per second.
+    measured = (len(starts) - RATE) / (starts[-1] - starts[0])
+    assert abs(measured - RATE) <= 0.1 * RATE, f"{measured:.1f}/s against a limit of {RATE}/s"
+
+
+async def test_an_operator_limit_and_a_workers_limit_share_the_table(ledger: PgLedger) -> None:
+    await ledger.set_limit("t.slow", RateLimit.parse("10/m"), actor="ops")
+    assert await ledger.register_limits({"t.fast": RateLimit.parse("5/s")}) == ["t.fast"]
+    # The same limit again writes nothing (a restarting worker keeps the bucket).
+    assert await ledger.register_limits({"t.fast": RateLimit.parse("5/s")}) == []
+    rows = {r["kind"]: (r["rate_per_s"], r["burst"]) for r in await ledger.kinds()}
+    assert rows == {"t.slow": (10 / 60, 1.0), "t.fast": (5.0, 5.0)}
+    await ledger.set_limit("t.slow", None, actor="ops")
+    rows = {r["kind"]: (r["rate_per_s"], r["burst"]) for r in await ledger.kinds()}
+    assert rows["t.slow"] == (None, None)
+    assert [a["action"] for a in await ledger.audit()] == ["set-limit", "set-limit"]
