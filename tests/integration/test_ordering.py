@@ -1,0 +1,146 @@
+"""Ordering keys (issue 14): tasks that share an ordering key run one at a time, in
+the order their transactions committed, across any number of relays and workers.
+
+The relay's ``select_due`` publishes a keyed task only when no other live task of
+its key is ahead of it (published or running, or pending with a smaller id): a
+retried task holds back the later ones until it ends; a dead one releases the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from ledgerq import Registry, RetryPolicy, TaskSpec, enqueue_many
+from ledgerq.compose import open_ledger
+from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.model import Outcome
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import sync_engine
+from ledgerq.relay.service import RelayConfig
+from tests.harness import Pipeline
+
+
+class Poll:
+    async def wait(self, timeout: float) -> bool:
+        await asyncio.sleep(timeout)
+        return False
+
+
+def enqueue(settings: Settings, specs: list[TaskSpec]) -> list[int]:
+    engine = sync_engine(settings, "ledgerq-ordering-producer", pool_size=1)
+    try:
+        with Session(engine) as session, session.begin():
+            return enqueue_many(session, specs)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+async def pg(settings: Settings) -> AsyncIterator[PgLedger]:
+    async with open_ledger(settings, "ledgerq-ordering", pool_size=3) as ledger:
+        yield ledger
+
+
+async def due(pg: PgLedger) -> list[int]:
+    """What a relay batch publishes now (marked published)."""
+    async with pg.publish_batch(100) as batch:
+        return sorted(await batch.mark_published(batch.rows))
+
+
+async def test_one_task_per_key_is_out_at_a_time_and_a_retry_holds_the_rest(
+    settings: Settings, pg: PgLedger
+) -> None:
+    a1, a2, a3 = enqueue(settings, [TaskSpec("t.o", ordering_key="a") for _ in range(3)])
+    b1, free = enqueue(settings, [TaskSpec("t.o", ordering_key="b"), TaskSpec("t.o")])
+    assert await due(pg) == [a1, b1, free]
+    assert await due(pg) == []  # a1 and b1 are out: their keys wait
+    [run] = await pg.claim([(a1, 0)], "w", 30)
+    await pg.finish([Outcome.failed(run.fence, "boom", delay=0.0)])
+    assert await due(pg) == [a1]  # the retry goes again, a2 still waits behind it
+    [run] = await pg.claim([(a1, 1)], "w", 30)
+    await pg.finish([Outcome.failed(run.fence, "boom again", final=True)])
+    assert await due(pg) == [a2]  # a dead task releases the next
+    [run] = await pg.claim([(a2, 0)], "w", 30)
+    await pg.finish([Outcome.succeeded(run.fence)])
+    assert await due(pg) == [a3]
+
+
+async def test_a_retry_waiting_out_its_backoff_holds_its_key(
+    settings: Settings, pg: PgLedger
+) -> None:
+    first, second = enqueue(settings, [TaskSpec("t.o", ordering_key="k") for _ in range(2)])
+    assert await due(pg) == [first]
+    [run] = await pg.claim([(first, 0)], "w", 30)
+    await pg.finish([Outcome.failed(run.fence, "boom", delay=3600.0)])
+    assert await due(pg) == []
+
+
+async def test_four_workers_run_each_key_one_at_a_time_in_commit_order(
+    settings: Settings,
+) -> None:
+    """4 relays and 4 workers (concurrency 8 each); 12 keys of 8 tasks, each task
+    committed in its own transaction, keys interleaved; one task in five fails its
+    first attempt. Per key: no two runs overlap, and the tasks ran in commit order."""
+    runs: dict[str, list[tuple[int, float, float, bool]]] = defaultdict(list)
+    failed_once: set[int] = set()
+    registry = Registry()
+
+    @registry.task("t.ordered")
+    async def ordered(payload: dict[str, Any], ctx: Any) -> None:
+        started = time.monotonic()
+        await asyncio.sleep(random.uniform(0, 0.02))
+        fails = payload["seq"] % 5 == 2 and ctx.task.id not in failed_once
+        runs[payload["key"]].append((payload["seq"], started, time.monotonic(), fails))
+        if fails:
+            failed_once.add(ctx.task.id)
+            raise RuntimeError("first attempt fails")
+
+    committed: dict[str, list[int]] = defaultdict(list)
+    for seq in range(8):
+        for k in range(12):
+            key = f"account-{k}"
+            spec = TaskSpec(
+                "t.ordered",
+                {"key": key, "seq": seq},
+                ordering_key=key,
+                retry=RetryPolicy.fixed(0.1),
+            )
+            committed[key] += enqueue(settings, [spec])
+    ids = [i for key_ids in committed.values() for i in key_ids]
+    worker = WorkerConfig(concurrency=8, lease_s=30, heartbeat_s=5, grace_s=5)
+    relay = RelayConfig(batch_size=50, poll_interval=0.05, confirm_timeout=5)
+    stop = asyncio.Event()
+    async with AsyncExitStack() as stack:
+        pipes = [
+            await stack.enter_async_context(
+                Pipeline(settings, registry, worker=worker, relay=relay)
+            )
+            for _ in range(4)
+        ]
+        loops = [asyncio.create_task(p.relay.run(stop, Poll())) for p in pipes]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            statuses = await pipes[0].statuses(ids)
+            if set(statuses.values()) == {"succeeded"}:
+                break
+            await asyncio.sleep(0.2)
+        stop.set()
+        await asyncio.gather(*loops)
+    assert set(statuses.values()) == {"succeeded"}
+    for key, attempts in runs.items():
+        attempts.sort(key=lambda r: r[1])
+        for (_, _, ended, _), (_, began, _, _) in zip(attempts, attempts[1:], strict=False):
+            assert ended <= began, f"{key}: two runs overlapped"
+        succeeded = [seq for seq, _, _, failed in attempts if not failed]
+        assert succeeded == list(range(8)), f"{key} ran out of commit order: {succeeded}"
+    assert len(failed_once) == 12 * 2  # seq 2 and 7 of each key failed once, and held theirs
