@@ -49,6 +49,7 @@ def run_suite(
     history_rows: int,
     phase: Any,
     repeat: int = 1,
+    ordering_keys: int = 0,
 ) -> None:
     progress = phase("raw aio-pika ceiling", 1)
     publish, consume = bench.run(raw_ceiling(bench.settings.amqp_url, tasks))
@@ -70,6 +71,8 @@ def run_suite(
             for i in range(repeat)
         ]
         result["drain_per_s"], result["drain_runs"] = _median(runs), [round(r) for r in runs]
+        if ordering_keys:
+            _ordered_drain(bench, result, tasks, phase, repeat, ordering_keys)
     if handler in ("both", "db"):
         runs = [
             bench.drain(
@@ -108,6 +111,30 @@ def run_suite(
     result["worker_rss_mb"] = bench.worker_peak_rss_mb()
     if result["raw_publish_per_s"]:
         result["drain_vs_raw_publish"] = round(result["drain_per_s"] / publish, 3)
+
+
+def _ordered_drain(
+    bench: Bench, result: dict[str, Any], tasks: int, phase: Any, repeat: int, keys: int
+) -> None:
+    """The no-op drain again with the tasks spread over ``keys`` ordering keys (each
+    key's tasks one at a time), next to the unordered one of the same sitting."""
+    runs = [
+        bench.drain(
+            tasks,
+            "demo.noop",
+            phase(f"drain, {keys} ordering keys ({i + 1}/{repeat})", 1),
+            keys=keys,
+        )
+        for i in range(repeat)
+    ]
+    result["drain_ordered_per_s"], result["drain_ordered_runs"] = (
+        _median(runs),
+        [round(r) for r in runs],
+    )
+    unordered = result["drain_per_s"]
+    result["ordered_ratio"] = (
+        round(result["drain_ordered_per_s"] / unordered, 3) if unordered else None
+    )
 
 
 def _median(values: list[float]) -> int:

@@ -14,6 +14,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -78,7 +79,7 @@ async def test_one_task_per_key_is_out_at_a_time_and_a_retry_holds_the_rest(
 async def test_a_retry_waiting_out_its_backoff_holds_its_key(
     settings: Settings, pg: PgLedger
 ) -> None:
-    first, second = enqueue(settings, [TaskSpec("t.o", ordering_key="k") for _ in range(2)])
+    first, _second = enqueue(settings, [TaskSpec("t.o", ordering_key="k") for _ in range(2)])
     assert await due(pg) == [first]
     [run] = await pg.claim([(first, 0)], "w", 30)
     await pg.finish([Outcome.failed(run.fence, "boom", delay=3600.0)])
@@ -139,7 +140,7 @@ async def test_four_workers_run_each_key_one_at_a_time_in_commit_order(
     assert set(statuses.values()) == {"succeeded"}
     for key, attempts in runs.items():
         attempts.sort(key=lambda r: r[1])
-        for (_, _, ended, _), (_, began, _, _) in zip(attempts, attempts[1:], strict=False):
+        for (_, _, ended, _), (_, began, _, _) in pairwise(attempts):
             assert ended <= began, f"{key}: two runs overlapped"
         succeeded = [seq for seq, _, _, failed in attempts if not failed]
         assert succeeded == list(range(8)), f"{key} ran out of commit order: {succeeded}"
