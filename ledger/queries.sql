@@ -125,6 +125,8 @@ SELECT task_id FROM ledgerq_unique_keys WHERE kind = :kind AND key = :business_k
 -- drain of the tasks that aged before it; then the rest by priority, a retried
 -- task (attempts > 0) behind the never-run tasks of its priority, then by due
 -- time and id. fresh skips what aged took and fills the batch up to :limit.
+-- Each CTE returns the columns the relay needs, so nothing joins back to the
+-- hot table.
 WITH buckets AS (
     SELECT kind, clock_timestamp() AS at,
            LEAST(burst, tokens + rate_per_s * GREATEST(
@@ -134,7 +136,8 @@ WITH buckets AS (
     ORDER BY kind
     FOR UPDATE SKIP LOCKED
 ), aged AS (
-    SELECT t.id FROM ledgerq_tasks t
+    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+    FROM ledgerq_tasks t
     WHERE t.status = 'pending' AND t.run_at <= now() - make_interval(secs => :aging_s)
       AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
       AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
@@ -147,7 +150,8 @@ WITH buckets AS (
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ), fresh AS (
-    SELECT t.id FROM ledgerq_tasks t
+    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+    FROM ledgerq_tasks t
     WHERE t.status = 'pending' AND t.run_at <= now()
       AND t.id <> ALL(ARRAY(SELECT id FROM aged))
       AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
@@ -161,10 +165,11 @@ WITH buckets AS (
     LIMIT GREATEST(:limit - (SELECT count(*) FROM aged), 0)
     FOR UPDATE SKIP LOCKED
 ), metered AS (
-    SELECT l.id, b.kind
+    SELECT l.*
     FROM buckets b
     CROSS JOIN LATERAL (
-        SELECT t.id FROM ledgerq_tasks t
+        SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+        FROM ledgerq_tasks t
         WHERE t.status = 'pending' AND t.run_at <= now() AND t.kind = b.kind
           AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
           AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
@@ -184,15 +189,14 @@ WITH buckets AS (
     WHERE k.kind = b.kind
     RETURNING k.kind
 ), picked AS (
-    SELECT id, true AS aged, 0 AS part FROM aged
-    UNION ALL SELECT id, false, 1 FROM fresh
-    UNION ALL SELECT id, false, 2 FROM metered
+    SELECT aged.*, true AS aged, 0 AS part FROM aged
+    UNION ALL SELECT fresh.*, false, 1 FROM fresh
+    UNION ALL SELECT metered.*, false, 2 FROM metered
 )
-SELECT t.id, t.kind, t.queue,
-       CASE WHEN p.aged THEN 9 ELSE t.priority END AS priority,
-       t.epoch, t.suspect, t.trace_context
-FROM picked p JOIN ledgerq_tasks t ON t.id = p.id
-ORDER BY p.part, 4 DESC, t.attempts > 0, t.run_at, t.id
+SELECT id, kind, queue, CASE WHEN aged THEN 9 ELSE priority END AS priority,
+       epoch, suspect, trace_context
+FROM picked
+ORDER BY part, 4 DESC, attempts > 0, run_at, id
 
 -- name: register_limits
 -- The rate limits of a worker's @task(rate_limit=...) kinds, at its start. A

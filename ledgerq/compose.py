@@ -42,7 +42,12 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.base import first_line
-from ledgerq.ledger.pg.engines import async_engine, sync_engine
+from ledgerq.ledger.pg.engines import (
+    RECONCILER_PLANNER,
+    RELAY_PLANNER,
+    async_engine,
+    sync_engine,
+)
 from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.pg.notify import Wakeup
 from ledgerq.ledger.protocol import InspectionLedger, RelayLedger, WorkerLedger
@@ -166,7 +171,7 @@ async def open_relay(
         name="ledgerq-relay",
         ssl_context=settings.amqp_ssl_context(),
     )
-    ledger = PgLedger(async_engine(settings, "ledgerq-relay", pool_size=2))
+    ledger = PgLedger(async_engine(settings, "ledgerq-relay", pool_size=2, planner=RELAY_PLANNER))
     publisher = AioPublisher(connection, Topology(settings.amqp_prefix))
     relay_ledger: RelayLedger = _watched(ledger, watch)
     try:
@@ -295,7 +300,9 @@ async def open_reconciler(
     config = config or ReconcilerConfig()
     alert = alert or alert_hook(settings)
     check_schema(settings)
-    ledger = PgLedger(async_engine(settings, "ledgerq-reconciler", pool_size=2))
+    ledger = PgLedger(
+        async_engine(settings, "ledgerq-reconciler", pool_size=2, planner=RECONCILER_PLANNER)
+    )
     try:
         publisher = await ThreadedPublisher.open(
             settings.amqp_url,

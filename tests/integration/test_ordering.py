@@ -12,78 +12,53 @@ import asyncio
 import random
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from itertools import pairwise
 from typing import Any
 
-import pytest
-from sqlalchemy.orm import Session
-
-from ledgerq import Registry, RetryPolicy, TaskSpec, enqueue_many
-from ledgerq.compose import open_ledger
+from ledgerq import Registry, RetryPolicy, TaskSpec
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import sync_engine
 from ledgerq.relay.service import RelayConfig
-from tests.harness import Pipeline
+from tests.harness import Pipeline, Poll, enqueue_committed
 
 
-class Poll:
-    async def wait(self, timeout: float) -> bool:
-        await asyncio.sleep(timeout)
-        return False
-
-
-def enqueue(settings: Settings, specs: list[TaskSpec]) -> list[int]:
-    engine = sync_engine(settings, "ledgerq-ordering-producer", pool_size=1)
-    try:
-        with Session(engine) as session, session.begin():
-            return enqueue_many(session, specs)
-    finally:
-        engine.dispose()
-
-
-@pytest.fixture
-async def pg(settings: Settings) -> AsyncIterator[PgLedger]:
-    async with open_ledger(settings, "ledgerq-ordering", pool_size=3) as ledger:
-        yield ledger
-
-
-async def due(pg: PgLedger) -> list[int]:
+async def due(ledger: PgLedger) -> list[int]:
     """What a relay batch publishes now (marked published)."""
-    async with pg.publish_batch(100) as batch:
+    async with ledger.publish_batch(100) as batch:
         return sorted(await batch.mark_published(batch.rows))
 
 
 async def test_one_task_per_key_is_out_at_a_time_and_a_retry_holds_the_rest(
-    settings: Settings, pg: PgLedger
+    settings: Settings, ledger: PgLedger
 ) -> None:
-    a1, a2, a3 = enqueue(settings, [TaskSpec("t.o", ordering_key="a") for _ in range(3)])
-    b1, free = enqueue(settings, [TaskSpec("t.o", ordering_key="b"), TaskSpec("t.o")])
-    assert await due(pg) == [a1, b1, free]
-    assert await due(pg) == []  # a1 and b1 are out: their keys wait
-    [run] = await pg.claim([(a1, 0)], "w", 30)
-    await pg.finish([Outcome.failed(run.fence, "boom", delay=0.0)])
-    assert await due(pg) == [a1]  # the retry goes again, a2 still waits behind it
-    [run] = await pg.claim([(a1, 1)], "w", 30)
-    await pg.finish([Outcome.failed(run.fence, "boom again", final=True)])
-    assert await due(pg) == [a2]  # a dead task releases the next
-    [run] = await pg.claim([(a2, 0)], "w", 30)
-    await pg.finish([Outcome.succeeded(run.fence)])
-    assert await due(pg) == [a3]
+    a1, a2, a3 = enqueue_committed(settings, [TaskSpec("t.o", ordering_key="a") for _ in range(3)])
+    b1, free = enqueue_committed(settings, [TaskSpec("t.o", ordering_key="b"), TaskSpec("t.o")])
+    assert await due(ledger) == [a1, b1, free]
+    assert await due(ledger) == []  # a1 and b1 are out: their keys wait
+    [run] = await ledger.claim([(a1, 0)], "w", 30)
+    await ledger.finish([Outcome.failed(run.fence, "boom", delay=0.0)])
+    assert await due(ledger) == [a1]  # the retry goes again, a2 still waits behind it
+    [run] = await ledger.claim([(a1, 1)], "w", 30)
+    await ledger.finish([Outcome.failed(run.fence, "boom again", final=True)])
+    assert await due(ledger) == [a2]  # a dead task releases the next
+    [run] = await ledger.claim([(a2, 0)], "w", 30)
+    await ledger.finish([Outcome.succeeded(run.fence)])
+    assert await due(ledger) == [a3]
 
 
 async def test_a_retry_waiting_out_its_backoff_holds_its_key(
-    settings: Settings, pg: PgLedger
+    settings: Settings, ledger: PgLedger
 ) -> None:
-    first, _second = enqueue(settings, [TaskSpec("t.o", ordering_key="k") for _ in range(2)])
-    assert await due(pg) == [first]
-    [run] = await pg.claim([(first, 0)], "w", 30)
-    await pg.finish([Outcome.failed(run.fence, "boom", delay=3600.0)])
-    assert await due(pg) == []
+    first, _second = enqueue_committed(
+        settings, [TaskSpec("t.o", ordering_key="k") for _ in range(2)]
+    )
+    assert await due(ledger) == [first]
+    [run] = await ledger.claim([(first, 0)], "w", 30)
+    await ledger.finish([Outcome.failed(run.fence, "boom", delay=3600.0)])
+    assert await due(ledger) == []
 
 
 async def test_four_workers_run_each_key_one_at_a_time_in_commit_order(
@@ -116,7 +91,7 @@ async def test_four_workers_run_each_key_one_at_a_time_in_commit_order(
                 ordering_key=key,
                 retry=RetryPolicy.fixed(0.1),
             )
-            committed[key] += enqueue(settings, [spec])
+            committed[key] += enqueue_committed(settings, [spec])
     ids = [i for key_ids in committed.values() for i in key_ids]
     worker = WorkerConfig(concurrency=8, lease_s=30, heartbeat_s=5, grace_s=5)
     relay = RelayConfig(batch_size=50, poll_interval=0.05, confirm_timeout=5)

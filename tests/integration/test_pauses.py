@@ -13,25 +13,15 @@ from collections import Counter
 from typing import Any
 
 import psycopg
-from sqlalchemy.orm import Session
 
-from ledgerq import Registry, TaskSpec, enqueue_many
+from ledgerq import Registry, TaskSpec
 from ledgerq.compose import open_ledger
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import libpq_url, sync_engine
-from tests.harness import Pipeline
+from ledgerq.ledger.pg.engines import libpq_url
+from tests.harness import Pipeline, enqueue_committed
 from tests.support import ledgerq
-
-
-def enqueue(settings: Settings, specs: list[TaskSpec]) -> list[int]:
-    engine = sync_engine(settings, "ledgerq-pauses-producer", pool_size=1)
-    try:
-        with Session(engine) as session, session.begin():
-            return enqueue_many(session, specs)
-    finally:
-        engine.dispose()
 
 
 def counting_registry(runs: Counter[int]) -> Registry:
@@ -51,8 +41,8 @@ async def test_a_paused_queue_waits_in_the_ledger_until_resumed(
     runs: Counter[int] = Counter()
     report = await ledger.pause("queue", "other", actor="ops", reason="downstream down")
     assert (report.changed, report.unpublished) == (True, 0)
-    held = enqueue(settings, [TaskSpec("t.a", queue="other") for _ in range(3)])
-    free = enqueue(settings, [TaskSpec("t.a") for _ in range(3)])
+    held = enqueue_committed(settings, [TaskSpec("t.a", queue="other") for _ in range(3)])
+    free = enqueue_committed(settings, [TaskSpec("t.a") for _ in range(3)])
     config = WorkerConfig(
         queues=("default", "other"), concurrency=8, lease_s=30, heartbeat_s=5, grace_s=5
     )
@@ -76,8 +66,8 @@ async def test_pausing_takes_back_published_tasks_whose_messages_then_claim_noth
     settings: Settings, ledger: PgLedger
 ) -> None:
     runs: Counter[int] = Counter()
-    paused = enqueue(settings, [TaskSpec("t.a") for _ in range(4)])
-    other = enqueue(settings, [TaskSpec("t.b") for _ in range(2)])
+    paused = enqueue_committed(settings, [TaskSpec("t.a") for _ in range(4)])
+    other = enqueue_committed(settings, [TaskSpec("t.b") for _ in range(2)])
     async with Pipeline(settings, Registry(), start_worker=False) as pipe:
         await pipe.relay.run_once()
         assert set((await pipe.statuses(paused + other)).values()) == {"published"}
@@ -114,7 +104,7 @@ async def test_pausing_twice_or_resuming_what_runs_changes_nothing_and_is_not_au
 async def test_the_reconciler_does_not_publish_overdue_paused_tasks(
     settings: Settings, ledger: PgLedger
 ) -> None:
-    [paused, free] = enqueue(settings, [TaskSpec("t.a", queue="other"), TaskSpec("t.a")])
+    [paused, free] = enqueue_committed(settings, [TaskSpec("t.a", queue="other"), TaskSpec("t.a")])
     await ledger.pause("queue", "other", actor="ops")
     with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
         conn.execute("UPDATE ledgerq_tasks SET run_at = now() - interval '1 hour'")

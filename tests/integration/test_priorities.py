@@ -14,44 +14,22 @@ Rows are created as a producer creates them; raw SQL only simulates time passing
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pika
 import psycopg
 import pytest
-from sqlalchemy.orm import Session
 
-from ledgerq import Registry, TaskSpec, enqueue_many
-from ledgerq.compose import open_ledger
+from ledgerq import Registry, TaskSpec
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import libpq_url, sync_engine
+from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.relay.broker.base import QueueMismatchError
 from ledgerq.relay.broker.topology import Topology
-from tests.harness import Pipeline
-
-Enqueue = Callable[..., list[int]]
-
-
-@pytest.fixture
-async def pg(settings: Settings) -> AsyncIterator[PgLedger]:
-    async with open_ledger(settings, "ledgerq-priorities", pool_size=3) as ledger:
-        yield ledger
-
-
-@pytest.fixture
-def enqueue(settings: Settings) -> Iterator[Enqueue]:
-    engine = sync_engine(settings, "ledgerq-priorities-producer", pool_size=1)
-
-    def create(specs: Sequence[TaskSpec]) -> list[int]:
-        with Session(engine) as session, session.begin():
-            return enqueue_many(session, specs)
-
-    yield create
-    engine.dispose()
+from tests.harness import Pipeline, enqueue_committed
 
 
 def make_due_earlier(settings: Settings, ids: Sequence[int], seconds: float) -> None:
@@ -64,7 +42,9 @@ def make_due_earlier(settings: Settings, ids: Sequence[int], seconds: float) -> 
         )
 
 
-async def taken(pg: PgLedger, limit: int = 100, aging_s: float = 300.0) -> list[tuple[int, int]]:
+async def taken(
+    ledger: PgLedger, limit: int = 100, aging_s: float = 300.0
+) -> list[tuple[int, int]]:
     """(id, priority) of what one relay batch would publish, in its order (rolled back)."""
 
     class Peek(Exception):
@@ -72,54 +52,56 @@ async def taken(pg: PgLedger, limit: int = 100, aging_s: float = 300.0) -> list[
 
     rows: list[tuple[int, int]] = []
     with pytest.raises(Peek):
-        async with pg.publish_batch(limit, aging_s) as batch:
+        async with ledger.publish_batch(limit, aging_s) as batch:
             rows = [(r.id, r.priority) for r in batch.rows]
             raise Peek
     return rows
 
 
-async def test_the_relay_takes_higher_priorities_first(pg: PgLedger, enqueue: Enqueue) -> None:
-    ids = enqueue([TaskSpec("t.p", priority=p) for p in (0, 5, 9, 3, 5)])
-    assert await taken(pg) == [(ids[2], 9), (ids[1], 5), (ids[4], 5), (ids[3], 3), (ids[0], 0)]
+async def test_the_relay_takes_higher_priorities_first(
+    ledger: PgLedger, settings: Settings
+) -> None:
+    ids = enqueue_committed(settings, [TaskSpec("t.p", priority=p) for p in (0, 5, 9, 3, 5)])
+    assert await taken(ledger) == [(ids[2], 9), (ids[1], 5), (ids[4], 5), (ids[3], 3), (ids[0], 0)]
 
 
 async def test_a_retried_task_goes_behind_the_never_run_tasks_of_its_priority(
-    pg: PgLedger, enqueue: Enqueue
+    ledger: PgLedger, settings: Settings
 ) -> None:
-    [first] = enqueue([TaskSpec("t.p", priority=5)])
-    [claimed] = await pg.claim([(first, 0)], "w", 30)
-    await pg.finish([Outcome.failed(claimed.fence, "boom", delay=0.0)])
+    [first] = enqueue_committed(settings, [TaskSpec("t.p", priority=5)])
+    [claimed] = await ledger.claim([(first, 0)], "w", 30)
+    await ledger.finish([Outcome.failed(claimed.fence, "boom", delay=0.0)])
     # Enqueued after the retry became due: by due time alone it would come second.
-    later = enqueue([TaskSpec("t.p", priority=5), TaskSpec("t.p", priority=4)])
-    assert await taken(pg) == [(later[0], 5), (first, 5), (later[1], 4)]
+    later = enqueue_committed(settings, [TaskSpec("t.p", priority=5), TaskSpec("t.p", priority=4)])
+    assert await taken(ledger) == [(later[0], 5), (first, 5), (later[1], 4)]
 
 
 async def test_an_aged_task_goes_first_and_is_published_at_the_top_priority(
-    pg: PgLedger, enqueue: Enqueue, settings: Settings
+    ledger: PgLedger, settings: Settings
 ) -> None:
-    [low] = enqueue([TaskSpec("t.p", priority=0)])
-    high = enqueue([TaskSpec("t.p", priority=9) for _ in range(5)])
+    [low] = enqueue_committed(settings, [TaskSpec("t.p", priority=0)])
+    high = enqueue_committed(settings, [TaskSpec("t.p", priority=9) for _ in range(5)])
     make_due_earlier(settings, [low], 400)
-    assert await taken(pg, limit=1, aging_s=300) == [(low, 9)]
+    assert await taken(ledger, limit=1, aging_s=300) == [(low, 9)]
     # Not yet aged: it waits behind the higher priorities, at its own.
-    assert await taken(pg, limit=6, aging_s=500) == [*((h, 9) for h in high), (low, 0)]
+    assert await taken(ledger, limit=6, aging_s=500) == [*((h, 9) for h in high), (low, 0)]
     # Aging off (0): priority alone decides.
-    assert (await taken(pg, limit=1, aging_s=0)) == [(high[0], 9)]
+    assert (await taken(ledger, limit=1, aging_s=0)) == [(high[0], 9)]
 
 
 async def test_aging_bounds_the_wait_of_a_low_priority_task_under_a_stream_of_high(
-    pg: PgLedger, enqueue: Enqueue
+    ledger: PgLedger, settings: Settings
 ) -> None:
     """A relay draining a constant stream of priority-9 work, 5 tasks per round, as
     many arriving each round: the priority-0 task starts within the aging time (plus a
     round) with aging on, and never with aging off."""
 
     async def rounds_until_low_is_published(aging_s: float, rounds: int) -> float | None:
-        [low] = enqueue([TaskSpec("t.low", priority=0)])
+        [low] = enqueue_committed(settings, [TaskSpec("t.low", priority=0)])
         started = asyncio.get_running_loop().time()
         for _ in range(rounds):
-            enqueue([TaskSpec("t.high", priority=9) for _ in range(5)])
-            async with pg.publish_batch(5, aging_s) as batch:
+            enqueue_committed(settings, [TaskSpec("t.high", priority=9) for _ in range(5)])
+            async with ledger.publish_batch(5, aging_s) as batch:
                 await batch.mark_published(batch.rows)
                 if low in {r.id for r in batch.rows}:
                     return asyncio.get_running_loop().time() - started
@@ -127,15 +109,13 @@ async def test_aging_bounds_the_wait_of_a_low_priority_task_under_a_stream_of_hi
         return None
 
     assert await rounds_until_low_is_published(aging_s=0, rounds=30) is None
-    await pg.truncate()
+    await ledger.truncate()
     waited = await rounds_until_low_is_published(aging_s=0.5, rounds=60)
     assert waited is not None, "the low-priority task never started"
     assert 0.5 <= waited < 0.5 + 1.0
 
 
-async def test_the_broker_delivers_a_backlog_highest_priority_first(
-    settings: Settings, enqueue: Enqueue
-) -> None:
+async def test_the_broker_delivers_a_backlog_highest_priority_first(settings: Settings) -> None:
     """Published in two batches, low priorities first, then consumed one at a time
     (concurrency 1, prefetch 1): the broker hands out the high ones first."""
     order: list[int] = []
@@ -146,9 +126,13 @@ async def test_the_broker_delivers_a_backlog_highest_priority_first(
         order.append(int(payload["p"]))
 
     async with Pipeline(settings, registry, start_worker=False) as pipe:
-        low = enqueue([TaskSpec("t.ordered", {"p": p}, priority=p) for p in (0, 1, 2)])
+        low = enqueue_committed(
+            settings, [TaskSpec("t.ordered", {"p": p}, priority=p) for p in (0, 1, 2)]
+        )
         await pipe.relay.run_once()
-        high = enqueue([TaskSpec("t.ordered", {"p": p}, priority=p) for p in (7, 8, 9)])
+        high = enqueue_committed(
+            settings, [TaskSpec("t.ordered", {"p": p}, priority=p) for p in (7, 8, 9)]
+        )
         await pipe.relay.run_once()
         assert set((await pipe.statuses(low + high)).values()) == {"published"}
     config = WorkerConfig(concurrency=1, prefetch=1, lease_s=30, heartbeat_s=5, grace_s=5)
@@ -158,7 +142,7 @@ async def test_the_broker_delivers_a_backlog_highest_priority_first(
 
 
 async def test_a_queue_declared_without_priorities_is_refused_with_the_way_out(
-    settings: Settings, enqueue: Enqueue
+    settings: Settings,
 ) -> None:
     """An older or hand-made queue (here: no ``x-max-priority``) makes RabbitMQ refuse
     ledgerq's declaration (PRECONDITION_FAILED). The worker stops with one line naming
@@ -170,7 +154,7 @@ async def test_a_queue_declared_without_priorities_is_refused_with_the_way_out(
         connection.channel().queue_declare(name, durable=True)
     finally:
         connection.close()
-    [task_id] = enqueue([TaskSpec("t.p", priority=3)])
+    [task_id] = enqueue_committed(settings, [TaskSpec("t.p", priority=3)])
     with pytest.raises(
         QueueMismatchError, match=rf"queue '{name}'.*x-max-priority=9.*delete_queue"
     ):

@@ -9,34 +9,14 @@ import time
 from contextlib import AsyncExitStack
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from ledgerq import Registry, TaskSpec, enqueue_many
+from ledgerq import Registry, TaskSpec
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import sync_engine
 from ledgerq.ledger.scheduling import RateLimit
 from ledgerq.relay.service import RelayConfig
-from tests.harness import Pipeline
+from tests.harness import Pipeline, Poll, enqueue_committed
 
 RATE = 20.0
-
-
-class Poll:
-    """The relay's wake-up with no notifications: it polls."""
-
-    async def wait(self, timeout: float) -> bool:
-        await asyncio.sleep(timeout)
-        return False
-
-
-def enqueue(settings: Settings, specs: list[TaskSpec]) -> list[int]:
-    engine = sync_engine(settings, "ledgerq-rate-producer", pool_size=1)
-    try:
-        with Session(engine) as session, session.begin():
-            return enqueue_many(session, specs)
-    finally:
-        engine.dispose()
 
 
 async def test_a_rate_limit_holds_across_two_relays_and_two_workers(
@@ -53,8 +33,8 @@ async def test_a_rate_limit_holds_across_two_relays_and_two_workers(
     async def free(payload: Any, ctx: Any) -> None:
         pass
 
-    limited = enqueue(settings, [TaskSpec("t.charge") for _ in range(140)])
-    unlimited = enqueue(settings, [TaskSpec("t.free") for _ in range(200)])
+    limited = enqueue_committed(settings, [TaskSpec("t.charge") for _ in range(140)])
+    unlimited = enqueue_committed(settings, [TaskSpec("t.free") for _ in range(200)])
     relay = RelayConfig(batch_size=50, poll_interval=0.2, confirm_timeout=5)
     stop = asyncio.Event()
     async with AsyncExitStack() as stack:
