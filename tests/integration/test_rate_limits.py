@@ -9,9 +9,12 @@ import time
 from contextlib import AsyncExitStack
 from typing import Any
 
+import psycopg
+
 from ledgerq import Registry, TaskSpec
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.scheduling import RateLimit
 from ledgerq.relay.service import RelayConfig
 from tests.harness import Pipeline, Poll, enqueue_committed
@@ -75,3 +78,25 @@ async def test_an_operator_limit_and_a_workers_limit_share_the_table(ledger: PgL
     rows = {r["kind"]: (r["rate_per_s"], r["burst"]) for r in await ledger.kinds()}
     assert rows["t.slow"] == (None, None)
     assert [a["action"] for a in await ledger.audit()] == ["set-limit", "set-limit"]
+
+
+async def test_the_reconciler_leaves_rate_limited_and_held_keys_to_the_relays(
+    settings: Settings, ledger: PgLedger
+) -> None:
+    """Standing in for a relay that is down, the reconciler publishes an overdue task
+    only if a relay could: not a rate-limited kind's (only relays meter), not a keyed
+    task with an earlier live task of its key."""
+    await ledger.set_limit("t.limited", RateLimit.parse("1/s"), actor="ops")
+    _limited, first, _second, free = enqueue_committed(
+        settings,
+        [
+            TaskSpec("t.limited"),
+            TaskSpec("t.k", ordering_key="k"),
+            TaskSpec("t.k", ordering_key="k"),
+            TaskSpec("t.free"),
+        ],
+    )
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
+        conn.execute("UPDATE ledgerq_tasks SET run_at = now() - interval '1 hour'")
+    async with ledger.overdue_batch(0, 100, 60) as batch:
+        assert [r.id for r in batch.rows] == [first, free]
