@@ -16,11 +16,14 @@ from contextlib import AsyncExitStack
 from itertools import pairwise
 from typing import Any
 
+import psycopg
+
 from ledgerq import Registry, RetryPolicy, TaskSpec
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.relay.service import RelayConfig
 from tests.harness import Pipeline, Poll, enqueue_committed
 
@@ -120,3 +123,28 @@ async def test_four_workers_run_each_key_one_at_a_time_in_commit_order(
         succeeded = [seq for seq, _, _, failed in attempts if not failed]
         assert succeeded == list(range(8)), f"{key} ran out of commit order: {succeeded}"
     assert len(failed_once) == 12 * 2  # seq 2 and 7 of each key failed once, and held theirs
+
+
+async def test_a_worker_that_dies_holds_its_key_until_its_lease_is_expired(
+    settings: Settings, ledger: PgLedger
+) -> None:
+    """The worker holding a key's task dies (it never finishes, its lease runs out):
+    the key's later tasks wait; the reconciler expires the lease, the task is retried
+    first, and the rest follow in order."""
+    first, second = enqueue_committed(
+        settings, [TaskSpec("t.o", ordering_key="k", retry=RetryPolicy.fixed(0)) for _ in range(2)]
+    )
+    assert await due(ledger) == [first]
+    await ledger.claim([(first, 0)], "dead-worker", 30)
+    assert await due(ledger) == []
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
+        conn.execute("UPDATE ledgerq_tasks SET lease_until = now() - interval '1 minute'")
+    assert await due(ledger) == []  # an expired lease still holds the key
+    silent = await ledger.silent_workers()
+    async with ledger.expired_batch(0, 100, silent, 60) as expired:
+        assert [r.id for r in expired.rows] == [first]
+        await expired.finish([r.outcome() for r in expired.rows])
+    assert await due(ledger) == [first]  # retried, ahead of the second
+    [run] = await ledger.claim([(first, 1)], "w", 30)
+    await ledger.finish([Outcome.succeeded(run.fence)])
+    assert await due(ledger) == [second]
