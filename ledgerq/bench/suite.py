@@ -66,20 +66,13 @@ def run_suite(
     bench.start_workers()
     result["drain_per_s"] = result["drain_db_per_s"] = 0
     if handler in ("both", "noop"):
-        runs = [
-            bench.drain(tasks, "demo.noop", phase(f"drain, no-op ({i + 1}/{repeat})", 1))
-            for i in range(repeat)
-        ]
+        runs = _drains(bench, tasks, "demo.noop", "drain, no-op", phase, repeat)
         result["drain_per_s"], result["drain_runs"] = _median(runs), [round(r) for r in runs]
         if ordering_keys:
             _ordered_drain(bench, result, tasks, phase, repeat, ordering_keys)
     if handler in ("both", "db"):
-        runs = [
-            bench.drain(
-                tasks, "demo.receipt", phase(f"drain, one-row DB handler ({i + 1}/{repeat})", 1)
-            )
-            for i in range(repeat)
-        ]
+        label = "drain, one-row DB handler"
+        runs = _drains(bench, tasks, "demo.receipt", label, phase, repeat)
         result["drain_db_per_s"], result["drain_db_runs"] = _median(runs), [round(r) for r in runs]
     probes = max(10, min(int(idle_rate * 10), tasks // 2))
     idle = bench.latency(idle_rate, probes / idle_rate, 1, phase("latency, idle", 1))
@@ -93,15 +86,8 @@ def run_suite(
     if history_rows:
         bench.reset()
         bench.fill_history(history_rows)
-        runs = [
-            bench.drain(
-                tasks,
-                "demo.noop",
-                phase(f"drain, full history ({i + 1}/{repeat})", 1),
-                keep_filler=True,
-            )
-            for i in range(repeat)
-        ]
+        label = "drain, full history"
+        runs = _drains(bench, tasks, "demo.noop", label, phase, repeat, keep_filler=True)
         with_history = _median(runs)
         result["drain_history_runs"] = [round(r) for r in runs]
         result["drain_per_s_with_history"] = round(with_history)
@@ -118,15 +104,9 @@ def _ordered_drain(
 ) -> None:
     """The no-op drain again with the tasks spread over ``keys`` ordering keys (each
     key's tasks one at a time), next to the unordered one of the same sitting."""
-    runs = [
-        bench.drain(
-            tasks,
-            "demo.noop",
-            phase(f"drain, {keys} ordering keys ({i + 1}/{repeat})", 1),
-            keys=keys,
-        )
-        for i in range(repeat)
-    ]
+    runs = _drains(
+        bench, tasks, "demo.noop", f"drain, {keys} ordering keys", phase, repeat, keys=keys
+    )
     result["drain_ordered_per_s"], result["drain_ordered_runs"] = (
         _median(runs),
         [round(r) for r in runs],
@@ -135,6 +115,16 @@ def _ordered_drain(
     result["ordered_ratio"] = (
         round(result["drain_ordered_per_s"] / unordered, 3) if unordered else None
     )
+
+
+def _drains(
+    bench: Bench, tasks: int, kind: str, label: str, phase: Any, repeat: int, **options: Any
+) -> list[float]:
+    """``repeat`` drains of ``tasks`` tasks of ``kind``, each with its progress bar."""
+    return [
+        bench.drain(tasks, kind, phase(f"{label} ({i + 1}/{repeat})", 1), **options)
+        for i in range(repeat)
+    ]
 
 
 def _median(values: list[float]) -> int:
