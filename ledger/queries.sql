@@ -118,7 +118,8 @@ SELECT task_id FROM ledgerq_unique_keys WHERE kind = :kind AND key = :business_k
 --   holds is skipped this batch), refilled for the time since it was last
 --   touched (at most burst), at most that many whole tokens' worth of its
 --   tasks are taken, and taken charges the bucket for them, all in this
---   statement. The bucket stays locked until this batch commits, so relays
+--   statement. A bucket nothing was taken from is not written: its refill is
+--   computed from the same refilled_at next time, capped at burst. The bucket stays locked until this batch commits, so relays
 --   never meter one kind at once and never take the same tokens.
 -- Order: first the aged tasks (due for :aging_s or longer), oldest first and
 -- published at priority 9, so a task waits at most about :aging_s plus the
@@ -186,7 +187,7 @@ WITH buckets AS (
     SET tokens = b.avail - (SELECT count(*) FROM metered m WHERE m.kind = b.kind),
         refilled_at = b.at
     FROM buckets b
-    WHERE k.kind = b.kind
+    WHERE k.kind = b.kind AND EXISTS (SELECT 1 FROM metered m WHERE m.kind = b.kind)
     RETURNING k.kind
 ), picked AS (
     SELECT aged.*, true AS aged, 0 AS part FROM aged

@@ -125,6 +125,19 @@ def test_the_cli_pauses_lists_and_resumes_with_json(settings: Settings) -> None:
     resumed = json.loads(ledgerq(settings, "queues", "resume", "emails", "--json").stdout)
     assert (resumed["action"], resumed["changed"]) == ("resume", True)
     assert json.loads(ledgerq(settings, "queues", "list", "--json").stdout) == []
+    limited = ledgerq(settings, "kinds", "limit", "t.charge", "20/s", "--json")
+    assert limited.returncode == 0, limited.stderr
+    assert json.loads(limited.stdout) == {"kind": "t.charge", "rate_per_s": 20.0, "burst": 20.0}
+    assert ledgerq(settings, "kinds", "pause", "t.charge").returncode == 0
+    [kind] = json.loads(ledgerq(settings, "kinds", "list", "--json").stdout)
+    assert (kind["kind"], kind["rate_per_s"], kind["paused"], kind["pending"]) == (
+        "t.charge",
+        20.0,
+        True,
+        0,
+    )
+    wrong = ledgerq(settings, "kinds", "limit", "t.charge", "20/fortnight")
+    assert (wrong.returncode, wrong.stderr.count("\n")) == (64, 1)
     bad = ledgerq(settings, "kinds", "pause", "no spaces")
     assert (bad.returncode, bad.stderr.count("\n")) == (64, 1)
     assert "malformed" in bad.stderr
