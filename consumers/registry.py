@@ -8,7 +8,9 @@ defaults the worker applies when running the handler.
 Scheduling options (issue 14) are read by other processes, not by the handler's
 run: ``rate_limit="20/s"`` (also ``/m``, ``/h``; ``burst`` the bucket size) is
 written into the ledger (``ledgerq_kinds``) when a worker starts, and every
-relay meters the kind by it; ``every=SECONDS`` or ``cron="*/5 * * * *"`` makes
+relay meters the kind by it; ``ordering="block"`` makes a dead task of the
+kind hold its ordering key (the default, ``release``, lets the next run), also
+written at worker start; ``every=SECONDS`` or ``cron="*/5 * * * *"`` makes
 the kind periodic: each worker runs a
 :class:`~ledgerq.consumers.periodic.PeriodicEnqueuer` that enqueues one task per
 period on ``queue``.
@@ -26,6 +28,8 @@ from ledgerq.ledger.scheduling import RateLimit
 from ledgerq.ledger.validation import check_name
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: ``@task(ordering=...)``: what a dead task does to its ordering key.
+ORDERINGS = ("release", "block")
 
 
 class RegistryError(ValueError):
@@ -47,6 +51,9 @@ class Handler:
     rate_limit: RateLimit | None = None
     #: When the kind is periodic: its schedule.
     schedule: Schedule | None = None
+    #: What a dead task of this kind does to its ordering key: ``release`` lets the
+    #: key's later tasks run, ``block`` holds them until an operator acts.
+    ordering: str = "release"
 
 
 class Registry:
@@ -64,6 +71,7 @@ class Registry:
         every: float | None = None,
         cron: str | None = None,
         queue: str = "default",
+        ordering: str = "release",
     ) -> Callable[[F], F]:
         """Decorator: register ``fn`` as the handler of ``kind``."""
         try:
@@ -80,6 +88,8 @@ class Registry:
             raise RegistryError(f"handler timeout must be positive, got {timeout!r}")
         if burst is not None and limit is None:
             raise RegistryError(f"burst needs a rate_limit ({kind!r})")
+        if ordering not in ORDERINGS:
+            raise RegistryError(f"ordering must be 'release' or 'block', got {ordering!r}")
 
         def register(fn: F) -> F:
             params = [
@@ -100,7 +110,7 @@ class Registry:
             if group_commit and not is_async:
                 raise RegistryError(f"group_commit needs an async handler ({fn.__qualname__})")
             self._handlers[kind] = Handler(
-                kind, fn, is_async, timeout, group_commit, limit, schedule
+                kind, fn, is_async, timeout, group_commit, limit, schedule, ordering
             )
             return fn
 
@@ -115,6 +125,10 @@ class Registry:
     def rate_limits(self) -> dict[str, RateLimit]:
         """The kinds with a rate limit, and theirs (written to the ledger at worker start)."""
         return {h.kind: h.rate_limit for h in self._handlers.values() if h.rate_limit}
+
+    def orderings(self) -> dict[str, str]:
+        """Every kind and what its dead tasks do to their ordering keys."""
+        return {h.kind: h.ordering for h in self._handlers.values()}
 
     def schedules(self) -> list[Schedule]:
         """The periodic kinds' schedules."""

@@ -163,6 +163,11 @@ class SchedulingLedger(Protocol):
         ``ledgerq kinds limit`` stands until cleared)."""
         ...
 
+    async def register_ordering(self, orderings: Mapping[str, str]) -> list[str]:
+        """What a dead task of each of a worker's kinds does to its ordering key
+        (``release`` or ``block``), at its start; the kinds whose setting changed."""
+        ...
+
     async def enqueue(self, specs: Sequence[TaskSpec]) -> list[int]:
         """Insert ``specs`` in one committed transaction of the ledger's own (the
         periodic enqueuer's); the ids inserted."""

@@ -112,7 +112,9 @@ SELECT task_id FROM ledgerq_unique_keys WHERE kind = :kind AND key = :business_k
 --   read once per statement (an InitPlan), not once per row;
 -- * an ordered task (ordering_key) is published only when no other live task
 --   of its key is ahead of it: one already published or running, or one
---   pending with a smaller id (a retry waiting out its backoff is one);
+--   pending with a smaller id (a retry waiting out its backoff is one); nor
+--   while an earlier task of its key of a kind registered with
+--   ordering="block" (ledgerq_kinds.ordering) lies dead in history;
 -- * a rate-limited kind (ledgerq_kinds.rate_per_s) comes only through
 --   metered: its token bucket is locked (SKIP LOCKED: a bucket another relay
 --   holds is skipped this batch), refilled for the time since it was last
@@ -143,10 +145,14 @@ WITH buckets AS (
       AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
       AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
       AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
-      AND (t.ordering_key IS NULL OR NOT EXISTS (
+      AND (t.ordering_key IS NULL OR (NOT EXISTS (
           SELECT 1 FROM ledgerq_tasks e
           WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
-            AND (e.status <> 'pending' OR e.id < t.id)))
+            AND (e.status <> 'pending' OR e.id < t.id))
+        AND NOT EXISTS (
+          SELECT 1 FROM ledgerq_history h
+          WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
+            AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')))))
     ORDER BY t.run_at, t.id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -158,10 +164,14 @@ WITH buckets AS (
       AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
       AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
       AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
-      AND (t.ordering_key IS NULL OR NOT EXISTS (
+      AND (t.ordering_key IS NULL OR (NOT EXISTS (
           SELECT 1 FROM ledgerq_tasks e
           WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
-            AND (e.status <> 'pending' OR e.id < t.id)))
+            AND (e.status <> 'pending' OR e.id < t.id))
+        AND NOT EXISTS (
+          SELECT 1 FROM ledgerq_history h
+          WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
+            AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')))))
     ORDER BY t.priority DESC, t.attempts > 0, t.run_at, t.id
     LIMIT GREATEST(:limit - (SELECT count(*) FROM aged), 0)
     FOR UPDATE SKIP LOCKED
@@ -174,10 +184,14 @@ WITH buckets AS (
         WHERE t.status = 'pending' AND t.run_at <= now() AND t.kind = b.kind
           AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
           AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
-          AND (t.ordering_key IS NULL OR NOT EXISTS (
+          AND (t.ordering_key IS NULL OR (NOT EXISTS (
               SELECT 1 FROM ledgerq_tasks e
               WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
-                AND (e.status <> 'pending' OR e.id < t.id)))
+                AND (e.status <> 'pending' OR e.id < t.id))
+            AND NOT EXISTS (
+              SELECT 1 FROM ledgerq_history h
+              WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
+                AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')))))
         ORDER BY t.priority DESC, t.attempts > 0, t.run_at, t.id
         LIMIT CAST(floor(LEAST(b.avail, :limit)) AS bigint)
         FOR UPDATE SKIP LOCKED
@@ -213,6 +227,27 @@ SET rate_per_s = excluded.rate_per_s, burst = excluded.burst, tokens = excluded.
 WHERE k.rate_per_s IS DISTINCT FROM excluded.rate_per_s
    OR k.burst IS DISTINCT FROM excluded.burst
 RETURNING k.kind
+
+-- name: register_ordering
+-- A worker's kinds at its start and what a dead task of each does to its
+-- ordering key: 'block' holds the key's later tasks until an operator acts,
+-- 'release' (the default) lets them go. A 'block' kind gets a row; a 'release'
+-- kind is written only if it has a row that says otherwise.
+WITH r AS (
+    SELECT * FROM unnest(CAST(:kinds AS text[]), CAST(:orderings AS text[])) AS r(kind, ordering)
+), blocking AS (
+    INSERT INTO ledgerq_kinds AS k (kind, ordering)
+    SELECT kind, ordering FROM r WHERE ordering = 'block'
+    ON CONFLICT (kind) DO UPDATE SET ordering = 'block', updated_at = now()
+    WHERE k.ordering <> 'block'
+    RETURNING k.kind
+), releasing AS (
+    UPDATE ledgerq_kinds k SET ordering = 'release', updated_at = now()
+    FROM r
+    WHERE k.kind = r.kind AND r.ordering = 'release' AND k.ordering <> 'release'
+    RETURNING k.kind
+)
+SELECT kind FROM blocking UNION ALL SELECT kind FROM releasing
 
 -- name: mark_published
 -- After a confirmed publish, by the relay (the row is pending and locked since
@@ -393,7 +428,7 @@ FOR UPDATE OF t SKIP LOCKED
 -- have published them; the reconciler stands in for a relay that is down. It
 -- keeps the relay's scheduling rules that decide whether a row may go at all
 -- (select_due): nothing paused, nothing rate-limited (only relays meter), and
--- no ordered task with a live task of its key ahead of it.
+-- no ordered task with a live (or blocking dead) task of its key ahead of it.
 SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect
 FROM ledgerq_tasks t
 WHERE t.status = 'pending' AND t.id > :after
@@ -401,10 +436,14 @@ WHERE t.status = 'pending' AND t.id > :after
   AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
   AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
   AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
-  AND (t.ordering_key IS NULL OR NOT EXISTS (
+  AND (t.ordering_key IS NULL OR (NOT EXISTS (
       SELECT 1 FROM ledgerq_tasks e
       WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
-        AND (e.status <> 'pending' OR e.id < t.id)))
+        AND (e.status <> 'pending' OR e.id < t.id))
+    AND NOT EXISTS (
+      SELECT 1 FROM ledgerq_history h
+      WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
+        AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')))))
 ORDER BY t.id
 LIMIT :limit
 FOR UPDATE OF t SKIP LOCKED

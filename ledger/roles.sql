@@ -53,13 +53,15 @@ GRANT UPDATE (status, epoch, attempts, publishes, run_at, published_at, started_
               heartbeat_at, lease_until, worker, checkpoint, last_error, suspect, attempt_log)
     ON ledgerq_tasks TO ledgerq_service;
 GRANT INSERT ON ledgerq_history TO ledgerq_service;
-GRANT SELECT (id, kind, attempts, status, last_error) ON ledgerq_history TO ledgerq_service;
+GRANT SELECT (id, kind, attempts, status, last_error, ordering_key)
+    ON ledgerq_history TO ledgerq_service;
 -- Scheduling (select_due, select_overdue): the relay and the reconciler read
 -- the pauses, and the relay locks and charges the token buckets; a worker
--- registers its kinds' rate limits at start (register_limits).
+-- registers its kinds' rate limits and ordering at start (register_limits,
+-- register_ordering). The key probe reads dead history rows' ordering_key.
 GRANT SELECT ON ledgerq_pauses TO ledgerq_service;
-GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens),
-      UPDATE (rate_per_s, burst, tokens, refilled_at, updated_at)
+GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens, ordering),
+      UPDATE (rate_per_s, burst, tokens, refilled_at, updated_at, ordering)
     ON ledgerq_kinds TO ledgerq_service;
 -- Operator: `ledgerq stats`, `show`, `tasks list` and `tasks audit` read the
 -- tables whole.

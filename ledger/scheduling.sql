@@ -46,11 +46,14 @@ SET rate_per_s = excluded.rate_per_s, burst = excluded.burst, tokens = excluded.
 RETURNING kind
 
 -- name: list_kinds
--- Every kind with a limit or a pause, and how many of its tasks wait.
+-- Every kind with a limit, a pause or ordering "block", and how many of its
+-- tasks wait.
 SELECT n.kind, k.rate_per_s, k.burst, p.paused_at IS NOT NULL AS paused,
+       COALESCE(k.ordering, 'release') AS ordering,
        (SELECT count(*) FROM ledgerq_tasks t WHERE t.kind = n.kind AND t.status = 'pending')
            AS pending
-FROM (SELECT kind FROM ledgerq_kinds UNION SELECT name FROM ledgerq_pauses WHERE scope = 'kind')
+FROM (SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL OR ordering = 'block'
+      UNION SELECT name FROM ledgerq_pauses WHERE scope = 'kind')
      AS n(kind)
 LEFT JOIN ledgerq_kinds k ON k.kind = n.kind
 LEFT JOIN ledgerq_pauses p ON p.scope = 'kind' AND p.name = n.kind

@@ -54,6 +54,7 @@ class LedgerQueries:
     once_task_id: TextClause
     select_due: TextClause
     register_limits: TextClause
+    register_ordering: TextClause
     mark_published: TextClause
     claim: TextClause
     whereabouts: TextClause

@@ -201,14 +201,14 @@ async def scheduling(
     settings: Settings, ledger: PgLedger, registry: Registry
 ) -> AsyncIterator[PeriodicEnqueuer | None]:
     """What a worker does for the other processes' scheduling: write its kinds' rate
-    limits into the ledger (the relays meter by them), and, if it has periodic kinds,
+    limits and ordering settings into the ledger (the relays meter and hold keys by
+    them), and, if it has periodic kinds,
     run a :class:`PeriodicEnqueuer` beside it (every worker does; the ledger lets one
     task per period through) until the block ends."""
-    limits = registry.rate_limits()
-    if limits:
-        changed = await ledger.register_limits(limits)
-        if changed:
-            log.info("rate limits written for %s", ", ".join(changed))
+    changed = await ledger.register_limits(registry.rate_limits())
+    changed += await ledger.register_ordering(registry.orderings())
+    if changed:
+        log.info("scheduling settings written for %s", ", ".join(sorted(set(changed))))
     schedules = registry.schedules()
     if not schedules:
         yield None

@@ -120,6 +120,13 @@ class PgScheduling(PgBase):
         }
         return [str(r[0]) for r in await self._rows(Q.register_limits, params)]
 
+    async def register_ordering(self, orderings: Mapping[str, str]) -> list[str]:
+        if not orderings:
+            return []
+        kinds = sorted(orderings)
+        params = {"kinds": kinds, "orderings": [orderings[k] for k in kinds]}
+        return [str(r[0]) for r in await self._rows(Q.register_ordering, params)]
+
     async def kinds(self) -> list[dict[str, Any]]:
         rows = await self._rows(SQ.list_kinds, {})
         return [{k: jsonable(v) for k, v in r._mapping.items()} for r in rows]

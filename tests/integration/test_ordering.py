@@ -3,7 +3,8 @@ the order their transactions committed, across any number of relays and workers.
 
 The relay's ``select_due`` publishes a keyed task only when no other live task of
 its key is ahead of it (published or running, or pending with a smaller id): a
-retried task holds back the later ones until it ends; a dead one releases the next.
+retried task holds back the later ones until it ends; a dead one releases the next,
+unless its kind was registered with ``ordering="block"``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from ledgerq import Registry, RetryPolicy, TaskSpec
+from ledgerq import Action, Registry, RetryPolicy, TaskFilter, TaskSpec
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Outcome
@@ -148,3 +149,38 @@ async def test_a_worker_that_dies_holds_its_key_until_its_lease_is_expired(
     [run] = await ledger.claim([(first, 1)], "w", 30)
     await ledger.finish([Outcome.succeeded(run.fence)])
     assert await due(ledger) == [second]
+
+
+async def test_a_blocking_kind_holds_its_key_on_death_until_an_operator_acts(
+    settings: Settings, ledger: PgLedger
+) -> None:
+    """``@task(..., ordering="block")``: a dead task holds its key. The operator
+    retries it (it goes first again), or retries and cancels it (the key moves on)."""
+    registry = Registry()
+    registry.task("t.block", ordering="block")(lambda payload, ctx: None)
+    registry.task("t.release")(lambda payload, ctx: None)
+    assert await ledger.register_ordering(registry.orderings()) == ["t.block"]
+    assert await ledger.register_ordering(registry.orderings()) == []  # unchanged: no write
+    first, second = enqueue_committed(
+        settings, [TaskSpec("t.block", ordering_key="k"), TaskSpec("t.release", ordering_key="k")]
+    )
+
+    async def dies(task_id: int, epoch: int) -> None:
+        assert await due(ledger) == [task_id]
+        [run] = await ledger.claim([(task_id, epoch)], "w", 30)
+        await ledger.finish([Outcome.failed(run.fence, "boom", final=True)])
+
+    await dies(first, 0)
+    assert await due(ledger) == []  # held by the dead task
+    await ledger.act(Action.retry(), TaskFilter(ids=(first,)), actor="ops")
+    await dies(first, 2)
+    assert await due(ledger) == []
+    await ledger.act(Action.retry(), TaskFilter(ids=(first,)), actor="ops")
+    await ledger.act(Action.cancel(), TaskFilter(ids=(first,)), actor="ops")
+    assert await due(ledger) == [second]
+    # The same death of a "release" kind lets the key move on at once.
+    third, fourth = enqueue_committed(
+        settings, [TaskSpec("t.release", ordering_key="j"), TaskSpec("t.release", ordering_key="j")]
+    )
+    await dies(third, 0)
+    assert await due(ledger) == [fourth]

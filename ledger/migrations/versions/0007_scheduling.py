@@ -20,6 +20,10 @@ nothing:
   the "is a task of my key ahead of me" probe. Every live row is non-terminal
   (terminal rows move to history), so no status predicate is needed.
 
+On history, ``ledgerq_history_ordering (ordering_key, id) WHERE ordering_key IS
+NOT NULL AND status = 'dead'``: the probe for a dead task of a kind registered
+with ``ordering="block"``, which holds its key.
+
 New tables (both tiny: one row per kind or queue an operator or a worker named):
 
 - ``ledgerq_pauses (scope, name)``: a paused queue (``scope = 'queue'``) or kind
@@ -27,8 +31,9 @@ New tables (both tiny: one row per kind or queue an operator or a worker named):
   pause survives restarts; ``ledgerq_audit`` records who paused and resumed.
 - ``ledgerq_kinds (kind)``: what the relay must know about a kind without
   importing its handler: its rate limit (``rate_per_s``, ``burst``) and the token
-  bucket itself (``tokens``, ``refilled_at``), shared by every relay. Workers
-  write the limits of their ``@task(rate_limit=...)`` kinds at start.
+  bucket itself (``tokens``, ``refilled_at``), shared by every relay, and what
+  a dead task does to its ordering key (``ordering``: ``release`` or
+  ``block``). Workers write their ``@task`` kinds' settings at start.
 
 Periodic tasks need no table: each period's task is enqueued with ``once=True``
 under the key ``periodic:<period start>`` in ``ledgerq_unique_keys`` (0005).
@@ -57,6 +62,8 @@ _UPGRADE = [
        WHERE status = 'pending'""",
     """CREATE INDEX ledgerq_tasks_ordering ON ledgerq_tasks (ordering_key, id)
        WHERE ordering_key IS NOT NULL""",
+    """CREATE INDEX ledgerq_history_ordering ON ledgerq_history (ordering_key, id)
+       WHERE ordering_key IS NOT NULL AND status = 'dead'""",
     """
     CREATE TABLE ledgerq_pauses (
         scope     text        NOT NULL,
@@ -76,7 +83,9 @@ _UPGRADE = [
         tokens      double precision NOT NULL DEFAULT 0,
         refilled_at timestamptz      NOT NULL DEFAULT now(),
         updated_at  timestamptz      NOT NULL DEFAULT now(),
+        ordering    text             NOT NULL DEFAULT 'release',
         CONSTRAINT ledgerq_kinds_pk PRIMARY KEY (kind),
+        CONSTRAINT ledgerq_kinds_ordering CHECK (ordering IN ('release', 'block')),
         CONSTRAINT ledgerq_kinds_rate CHECK (
             (rate_per_s IS NULL AND burst IS NULL) OR (rate_per_s > 0 AND burst >= 1))
     )
@@ -86,6 +95,7 @@ _UPGRADE = [
 _DOWNGRADE = [
     "DROP TABLE ledgerq_kinds",
     "DROP TABLE ledgerq_pauses",
+    "DROP INDEX ledgerq_history_ordering",
     "DROP INDEX ledgerq_tasks_ordering",
     "DROP INDEX ledgerq_tasks_waiting",
     "DROP INDEX ledgerq_tasks_due",
