@@ -122,7 +122,8 @@ def kinds() -> None:
 @json_option
 @pass_settings
 def kinds_list(settings: Settings, as_json: bool) -> None:
-    """Kinds with a rate limit or a pause, and how many of their tasks are pending."""
+    """Kinds with a rate limit, a pause or ordering "block", and how many of their
+    tasks are pending."""
     rows: list[dict[str, Any]] = _with_ledger(settings, lambda ledger: ledger.kinds())
 
     def render(console: Console) -> None:
@@ -130,11 +131,12 @@ def kinds_list(settings: Settings, as_json: bool) -> None:
             console.print("no kind is limited or paused")
             return
         table = Table(box=box.SIMPLE_HEAD)
-        for column in ("kind", "rate limit", "paused", "pending"):
+        for column in ("kind", "rate limit", "paused", "a dead task", "pending"):
             table.add_column(column)
         for r in rows:
             limit = "" if r["rate_per_s"] is None else str(RateLimit(r["rate_per_s"], r["burst"]))
-            table.add_row(Text(r["kind"]), limit, "yes" if r["paused"] else "", str(r["pending"]))
+            paused, dead = "yes" if r["paused"] else "", f"{r['ordering']}s its key"
+            table.add_row(Text(r["kind"]), limit, paused, dead, str(r["pending"]))
         console.print(table)
 
     emit(rows, as_json, render)
