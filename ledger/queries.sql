@@ -114,7 +114,8 @@ SELECT task_id FROM ledgerq_unique_keys WHERE kind = :kind AND key = :business_k
 --   of its key is ahead of it: one already published or running, or one
 --   pending with a smaller id (a retry waiting out its backoff is one); nor
 --   while an earlier task of its key of a kind registered with
---   ordering="block" (ledgerq_kinds.ordering) lies dead in history;
+--   ordering="block" (ledgerq_kinds.ordering) lies dead in history (that probe
+--   runs only when some kind blocks: the cardinality test comes first);
 -- * a rate-limited kind (ledgerq_kinds.rate_per_s) comes only through
 --   metered: its token bucket is locked (SKIP LOCKED: a bucket another relay
 --   holds is skipped this batch), refilled for the time since it was last
@@ -149,10 +150,11 @@ WITH buckets AS (
           SELECT 1 FROM ledgerq_tasks e
           WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
             AND (e.status <> 'pending' OR e.id < t.id))
-        AND NOT EXISTS (
-          SELECT 1 FROM ledgerq_history h
-          WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
-            AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')))))
+        AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
+          AND EXISTS (
+            SELECT 1 FROM ledgerq_history h
+            WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
+              AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
     ORDER BY t.run_at, t.id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -168,10 +170,11 @@ WITH buckets AS (
           SELECT 1 FROM ledgerq_tasks e
           WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
             AND (e.status <> 'pending' OR e.id < t.id))
-        AND NOT EXISTS (
-          SELECT 1 FROM ledgerq_history h
-          WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
-            AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')))))
+        AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
+          AND EXISTS (
+            SELECT 1 FROM ledgerq_history h
+            WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
+              AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
     ORDER BY t.priority DESC, t.attempts > 0, t.run_at, t.id
     LIMIT GREATEST(:limit - (SELECT count(*) FROM aged), 0)
     FOR UPDATE SKIP LOCKED
@@ -188,10 +191,11 @@ WITH buckets AS (
               SELECT 1 FROM ledgerq_tasks e
               WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
                 AND (e.status <> 'pending' OR e.id < t.id))
-            AND NOT EXISTS (
-              SELECT 1 FROM ledgerq_history h
-              WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
-                AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')))))
+            AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
+              AND EXISTS (
+                SELECT 1 FROM ledgerq_history h
+                WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
+                  AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
         ORDER BY t.priority DESC, t.attempts > 0, t.run_at, t.id
         LIMIT CAST(floor(LEAST(b.avail, :limit)) AS bigint)
         FOR UPDATE SKIP LOCKED
@@ -440,10 +444,11 @@ WHERE t.status = 'pending' AND t.id > :after
       SELECT 1 FROM ledgerq_tasks e
       WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
         AND (e.status <> 'pending' OR e.id < t.id))
-    AND NOT EXISTS (
-      SELECT 1 FROM ledgerq_history h
-      WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
-        AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')))))
+    AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
+      AND EXISTS (
+        SELECT 1 FROM ledgerq_history h
+        WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
+          AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
 ORDER BY t.id
 LIMIT :limit
 FOR UPDATE OF t SKIP LOCKED

@@ -72,6 +72,11 @@ async def main(backlog: int) -> None:
             "pause",
         ),
         ("a rate-limited kind holds half", lambda i: TaskSpec("lim" if i % 2 else "k"), "limit"),
+        (
+            "1,000 ordering keys, their kind blocks",
+            lambda i: TaskSpec("k", ordering_key=f"k{i % 1000}"),
+            "block",
+        ),
     ]
     # As the relay opens it (ledgerq.compose.open_relay), unless --default-planner.
     planner = () if "--default-planner" in sys.argv else RELAY_PLANNER
@@ -84,6 +89,8 @@ async def main(backlog: int) -> None:
                 enqueue_many(session, specs(backlog, make))
             if rule == "pause":
                 await ledger.pause("queue", "held", actor="perf")
+            if rule == "block":
+                await ledger.register_ordering({"k": "block"})
             if rule == "limit":
                 await ledger.set_limit("lim", RateLimit.parse("100/s"), actor="perf")
             await batch_ms(ledger)  # warm
