@@ -4,6 +4,16 @@ A handler takes ``(payload, ctx)``. It may be a plain function (run in the
 worker's thread pool, ``ctx.session`` is a ``Session``) or ``async def`` (run on
 the event loop, ``ctx.session`` is an ``AsyncSession``). Options given here are
 defaults the worker applies when running the handler.
+
+Scheduling options (issue 14) are read by other processes, not by the handler's
+run: ``rate_limit="20/s"`` (also ``/m``, ``/h``; ``burst`` the bucket size) is
+written into the ledger (``ledgerq_kinds``) when a worker starts, and every
+relay meters the kind by it; ``ordering="block"`` makes a dead task of the
+kind hold its ordering key (the default, ``release``, lets the next run), also
+written at worker start; ``every=SECONDS`` or ``cron="*/5 * * * *"`` makes
+the kind periodic: each worker runs a
+:class:`~ledgerq.consumers.periodic.PeriodicEnqueuer` that enqueues one task per
+period on ``queue``.
 """
 
 from __future__ import annotations
@@ -13,9 +23,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ledgerq.consumers.periodic import Schedule
+from ledgerq.ledger.scheduling import RateLimit
 from ledgerq.ledger.validation import check_name
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: ``@task(ordering=...)``: what a dead task does to its ordering key.
+ORDERINGS = ("release", "block")
 
 
 class RegistryError(ValueError):
@@ -33,6 +47,13 @@ class Handler:
     #: Run back to back with other tasks of group-commit kinds in one transaction
     #: (see consumers.group): for short handlers that only write to the database.
     group_commit: bool = False
+    #: Tasks of this kind published per second at most, across every relay.
+    rate_limit: RateLimit | None = None
+    #: When the kind is periodic: its schedule.
+    schedule: Schedule | None = None
+    #: What a dead task of this kind does to its ordering key: ``release`` lets the
+    #: key's later tasks run, ``block`` holds them until an operator acts.
+    ordering: str = "release"
 
 
 class Registry:
@@ -40,15 +61,35 @@ class Registry:
         self._handlers: dict[str, Handler] = {}
 
     def task(
-        self, kind: str, *, timeout: float | None = None, group_commit: bool = False
+        self,
+        kind: str,
+        *,
+        timeout: float | None = None,
+        group_commit: bool = False,
+        rate_limit: str | None = None,
+        burst: float | None = None,
+        every: float | None = None,
+        cron: str | None = None,
+        queue: str = "default",
+        ordering: str = "release",
     ) -> Callable[[F], F]:
         """Decorator: register ``fn`` as the handler of ``kind``."""
         try:
             check_name(kind, "kind")
-        except ValueError as exc:
+            limit = None if rate_limit is None else RateLimit.parse(rate_limit, burst)
+            schedule = (
+                None
+                if every is None and cron is None
+                else Schedule(kind, every, cron, check_name(queue, "queue"))
+            )
+        except ValueError as exc:  # InvalidTaskError and ScheduleError are ValueErrors
             raise RegistryError(str(exc)) from exc
         if timeout is not None and timeout <= 0:
             raise RegistryError(f"handler timeout must be positive, got {timeout!r}")
+        if burst is not None and limit is None:
+            raise RegistryError(f"burst needs a rate_limit ({kind!r})")
+        if ordering not in ORDERINGS:
+            raise RegistryError(f"ordering must be 'release' or 'block', got {ordering!r}")
 
         def register(fn: F) -> F:
             params = [
@@ -68,7 +109,9 @@ class Registry:
             is_async = inspect.iscoroutinefunction(fn)
             if group_commit and not is_async:
                 raise RegistryError(f"group_commit needs an async handler ({fn.__qualname__})")
-            self._handlers[kind] = Handler(kind, fn, is_async, timeout, group_commit)
+            self._handlers[kind] = Handler(
+                kind, fn, is_async, timeout, group_commit, limit, schedule, ordering
+            )
             return fn
 
         return register
@@ -78,6 +121,18 @@ class Registry:
 
     def kinds(self) -> list[str]:
         return sorted(self._handlers)
+
+    def rate_limits(self) -> dict[str, RateLimit]:
+        """The kinds with a rate limit, and theirs (written to the ledger at worker start)."""
+        return {h.kind: h.rate_limit for h in self._handlers.values() if h.rate_limit}
+
+    def orderings(self) -> dict[str, str]:
+        """Every kind and what its dead tasks do to their ordering keys."""
+        return {h.kind: h.ordering for h in self._handlers.values()}
+
+    def schedules(self) -> list[Schedule]:
+        """The periodic kinds' schedules."""
+        return [h.schedule for h in self._handlers.values() if h.schedule is not None]
 
     def __iter__(self) -> Iterator[Handler]:
         return iter(self._handlers.values())

@@ -172,6 +172,18 @@ SETTINGS = (
         )
         for status in ("succeeded", "dead", "cancelled")
     ),
+    Setting(
+        "priority_aging_s",
+        "LEDGERQ_PRIORITY_AGING_S",
+        None,
+        "seconds a due task waits before the relay publishes it ahead of every priority (0: never)",
+    ),
+    Setting(
+        "periodic_catch_up",
+        "LEDGERQ_PERIODIC_CATCH_UP",
+        None,
+        "after an outage, periodic tasks enqueue the latest missed period (latest) or none",
+    ),
     Setting("log_format", "LEDGERQ_LOG_FORMAT", "--log-format", "log lines as text or json"),
     Setting(
         "metrics_port",
@@ -229,6 +241,12 @@ class Settings:
     retention_succeeded_days: float = 7.0
     retention_dead_days: float = 90.0
     retention_cancelled_days: float = 30.0
+    #: A task due this long is published ahead of every priority (0: never); see
+    #: docs/reference.md#priorities-and-aging.
+    priority_aging_s: float = 300.0
+    #: ``latest``: after an outage a periodic task runs once for the latest missed
+    #: period; ``none``: missed periods are skipped (see ledgerq.consumers.periodic).
+    periodic_catch_up: str = "latest"
     #: ``text`` or ``json`` log lines.
     log_format: str = "text"
     #: Port of the services' metrics and health endpoints (0: not served).
@@ -532,6 +550,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "retention_succeeded_days": _number(0, 36_500, "days", float),
     "retention_dead_days": _number(0, 36_500, "days", float),
     "retention_cancelled_days": _number(0, 36_500, "days", float),
+    "priority_aging_s": _number(0, 31_536_000, "seconds", float),
+    "periodic_catch_up": _choice("latest", "none"),
     "log_format": _choice("text", "json"),
     "metrics_port": parse_port,
     "alert_webhook": _optional_text,

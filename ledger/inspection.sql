@@ -50,8 +50,10 @@ SELECT id, EXTRACT(EPOCH FROM created_at)::float8 AS created,
 FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 
 -- name: truncate
--- Every task, every permanent de-duplication key and the audit trail.
-TRUNCATE ledgerq_tasks, ledgerq_history, ledgerq_unique_keys, ledgerq_audit_tasks, ledgerq_audit
+-- Every task, every permanent de-duplication key, the audit trail, and the
+-- scheduling state (pauses, rate limits and their buckets).
+TRUNCATE ledgerq_tasks, ledgerq_history, ledgerq_unique_keys, ledgerq_audit_tasks, ledgerq_audit,
+         ledgerq_pauses, ledgerq_kinds
 
 -- name: clear_finished
 -- Finished rows go; synthetic ones (ids <= 0) stay.

@@ -107,13 +107,13 @@ WITH m AS (
                                  publishes, lease_until, heartbeat_at, worker, checkpoint,
                                  last_error, timeout_s, parent_id, created_at, published_at,
                                  started_at, finished_at, suspect, result, attempt_log,
-                                 cancel_requested_at)
+                                 cancel_requested_at, trace_context, ordering_key)
     SELECT id, kind, queue, payload, business_key, NULL, priority,
            shard, run_at, 'cancelled', attempts, max_attempts, retry, epoch,
            publishes, NULL, heartbeat_at, NULL, checkpoint,
            last_error, timeout_s, parent_id, created_at, published_at,
            started_at, now(), suspect, NULL, attempt_log,
-           now()
+           now(), trace_context, ordering_key
     FROM gone
     RETURNING id
 )
@@ -143,11 +143,11 @@ WITH m AS (
 INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, attempts, max_attempts, retry, epoch, publishes,
                            checkpoint, last_error, timeout_s, parent_id, created_at,
-                           attempt_log)
+                           attempt_log, trace_context, ordering_key)
 SELECT id, kind, queue, payload, business_key, NULL, priority, shard,
        now(), 'pending', 0, max_attempts, retry, epoch + 1, 0,
        checkpoint, last_error, timeout_s, parent_id, created_at,
-       attempt_log
+       attempt_log, trace_context, ordering_key
 FROM revived
 RETURNING id
 

@@ -62,6 +62,9 @@ class TaskSpec:
     timeout: float | timedelta | None = None
     shard: int = 0
     parent_id: int | None = None
+    #: Tasks sharing an ordering key run one at a time, in commit order (see
+    #: docs/howto.md#run-tasks-in-order-per-key).
+    ordering_key: str | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> TaskSpec:
         # Before the generated __init__, so an unknown keyword (``enqueue`` passes its
@@ -113,6 +116,7 @@ class TaskSpec:
             if self.parent_id is None
             else v.check_int_option(self.parent_id, "parent_id", minimum=1),
             "trace_context": tracing.current_context(),
+            "ordering_key": v.check_key(self.ordering_key, "ordering_key"),
         }
 
 

@@ -39,6 +39,8 @@ from ledgerq.ledger.model import (
     Outcome,
     TaskTiming,
 )
+from ledgerq.ledger.producer import TaskSpec
+from ledgerq.ledger.scheduling import DEFAULT_AGING_S, PauseReport, RateLimit, Scope
 
 
 class PublishBatch(Protocol):
@@ -69,8 +71,14 @@ class FinishingLedger(Protocol):
 
 
 class RelayLedger(Protocol):
-    def publish_batch(self, limit: int) -> AbstractAsyncContextManager[PublishBatch]:
-        """Lock up to ``limit`` due pending rows (SKIP LOCKED) for the block."""
+    def publish_batch(
+        self, limit: int, aging_s: float = DEFAULT_AGING_S
+    ) -> AbstractAsyncContextManager[PublishBatch]:
+        """Lock up to ``limit`` due pending rows (SKIP LOCKED) for the block, in the
+        scheduling order (:mod:`ledgerq.ledger.scheduling`): nothing paused, no
+        ordered task with a live task of its key ahead, rate-limited kinds within
+        their buckets (charged when the block commits), rows due ``aging_s`` or
+        longer first (0: no aging), then by priority with retries behind."""
         ...
 
 
@@ -122,6 +130,51 @@ class ReconcilerLedger(Protocol):
         """Lock a page (ids > ``after``) of running rows whose lease ran out and whose
         worker is in ``silent``, or whose lease ran out over ``settle_s`` ago; each
         row's ``in_flight`` is its worker's count from ``silent`` (1 if absent)."""
+        ...
+
+
+class SchedulingLedger(Protocol):
+    """The operator's pauses and rate limits (``scheduling.sql``), and the limits
+    workers register for their kinds."""
+
+    async def pause(
+        self, scope: Scope, name: str, *, actor: str, reason: str | None = None
+    ) -> PauseReport:
+        """Pause a queue or a kind (audited); published, unclaimed tasks of it go back
+        to pending. Pausing what is paused changes nothing."""
+        ...
+
+    async def resume(self, scope: Scope, name: str, *, actor: str) -> PauseReport:
+        """Lift a pause (audited). Resuming what is not paused changes nothing."""
+        ...
+
+    async def pauses(self) -> list[dict[str, Any]]:
+        """Every pause in force: scope, name, paused_at, actor, reason."""
+        ...
+
+    async def set_limit(self, kind: str, limit: RateLimit | None, *, actor: str) -> None:
+        """Set (or with None lift) a kind's rate limit, audited."""
+        ...
+
+    async def register_limits(self, limits: Mapping[str, RateLimit]) -> list[str]:
+        """The limits of a worker's ``@task(rate_limit=...)`` kinds, at its start; the
+        kinds whose stored limit changed (a changed limit starts a full bucket). Kinds
+        the worker has no limit for are left as they are (an operator's
+        ``ledgerq kinds limit`` stands until cleared)."""
+        ...
+
+    async def register_ordering(self, orderings: Mapping[str, str]) -> list[str]:
+        """What a dead task of each of a worker's kinds does to its ordering key
+        (``release`` or ``block``), at its start; the kinds whose setting changed."""
+        ...
+
+    async def enqueue(self, specs: Sequence[TaskSpec]) -> list[int]:
+        """Insert ``specs`` in one committed transaction of the ledger's own (the
+        periodic enqueuer's); the ids inserted."""
+        ...
+
+    async def kinds(self) -> list[dict[str, Any]]:
+        """Every kind with a limit or a pause: its limit, whether paused, how many wait."""
         ...
 
 
@@ -246,6 +299,7 @@ class Ledger(
     InspectionLedger,
     RetentionLedger,
     OperationsLedger,
+    SchedulingLedger,
     Protocol,
 ):
     """The whole seam."""

@@ -14,29 +14,30 @@
 -- name: insert_task
 INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
-                           trace_context)
+                           trace_context, ordering_key)
 VALUES (:kind, :queue, CAST(:payload AS jsonb), :business_key, :dedupe_key, :priority, :shard,
         COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
         'pending', :max_attempts,
-        CAST(:retry AS jsonb), :timeout_s, :parent_id, CAST(:trace_context AS jsonb))
+        CAST(:retry AS jsonb), :timeout_s, :parent_id, CAST(:trace_context AS jsonb),
+        :ordering_key)
 ON CONFLICT (kind, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
 -- name: insert_tasks
 INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
-                           trace_context)
+                           trace_context, ordering_key)
 SELECT r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority, r.shard,
        COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
-       r.retry, r.timeout_s, r.parent_id, r.trace_context
+       r.retry, r.timeout_s, r.parent_id, r.trace_context, r.ordering_key
 FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
          AS (kind text, queue text, payload jsonb, business_key text, dedupe_key text,
              priority smallint, shard smallint, run_at timestamptz, delay_s float8,
              max_attempts integer,
              retry jsonb, timeout_s double precision, parent_id bigint,
-             trace_context jsonb)) WITH ORDINALITY
+             trace_context jsonb, ordering_key text)) WITH ORDINALITY
      AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, delay_s,
-          max_attempts, retry, timeout_s, parent_id, trace_context, n)
+          max_attempts, retry, timeout_s, parent_id, trace_context, ordering_key, n)
 ORDER BY r.n
 ON CONFLICT (kind, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
@@ -57,10 +58,11 @@ WITH claimed AS (
     RETURNING task_id
 )
 INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
-                           run_at, status, max_attempts, retry, timeout_s, parent_id)
+                           run_at, status, max_attempts, retry, timeout_s, parent_id,
+                           ordering_key)
 SELECT claimed.task_id, :kind, :queue, CAST(:payload AS jsonb), :business_key, NULL, :priority,
        :shard, COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
-       'pending', :max_attempts, CAST(:retry AS jsonb), :timeout_s, :parent_id
+       'pending', :max_attempts, CAST(:retry AS jsonb), :timeout_s, :parent_id, :ordering_key
 FROM claimed
 RETURNING id
 
@@ -74,9 +76,9 @@ WITH r AS (
              AS (kind text, queue text, payload jsonb, business_key text, dedupe_key text,
                  priority smallint, shard smallint, run_at timestamptz, delay_s float8,
                  max_attempts integer, retry jsonb, timeout_s double precision,
-                 parent_id bigint, once boolean)) WITH ORDINALITY
+                 parent_id bigint, once boolean, ordering_key text)) WITH ORDINALITY
          AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, delay_s,
-              max_attempts, retry, timeout_s, parent_id, once, n)
+              max_attempts, retry, timeout_s, parent_id, once, ordering_key, n)
     ORDER BY r.n
 ), claimed AS (
     INSERT INTO ledgerq_unique_keys (kind, key, task_id)
@@ -85,10 +87,11 @@ WITH r AS (
     RETURNING task_id
 )
 INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
-                           run_at, status, max_attempts, retry, timeout_s, parent_id)
+                           run_at, status, max_attempts, retry, timeout_s, parent_id,
+                           ordering_key)
 SELECT r.new_id, r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority, r.shard,
        COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
-       r.retry, r.timeout_s, r.parent_id
+       r.retry, r.timeout_s, r.parent_id, r.ordering_key
 FROM r
 WHERE NOT r.once OR r.new_id IN (SELECT task_id FROM claimed)
 ORDER BY r.n
@@ -103,12 +106,152 @@ SELECT task_id FROM ledgerq_unique_keys WHERE kind = :kind AND key = :business_k
 -- The relay's claim. SKIP LOCKED: relays never wait for or collide with each
 -- other; the lock is held until the confirmed rows are marked published.
 -- trace_context: the producer's trace, which the publish span continues.
-SELECT id, kind, queue, priority, epoch, suspect, trace_context
-FROM ledgerq_tasks
-WHERE status = 'pending' AND run_at <= now()
-ORDER BY priority DESC, run_at, id
-LIMIT :limit
-FOR UPDATE SKIP LOCKED
+--
+-- Scheduling (docs/design.md, "Scheduling"), each rule a predicate or a CTE:
+-- * paused queues and kinds (ledgerq_pauses) are not published: each list is
+--   read once per statement (an InitPlan), not once per row;
+-- * an ordered task (ordering_key) is published only when no other live task
+--   of its key is ahead of it: one already published or running, or one
+--   pending with a smaller id (a retry waiting out its backoff is one); nor
+--   while an earlier task of its key of a kind registered with
+--   ordering="block" (ledgerq_kinds.ordering) lies dead in history (that probe
+--   runs only when some kind blocks: the cardinality test comes first);
+-- * a rate-limited kind (ledgerq_kinds.rate_per_s) comes only through
+--   metered: its token bucket is locked (SKIP LOCKED: a bucket another relay
+--   holds is skipped this batch), refilled for the time since it was last
+--   touched (at most burst), at most that many whole tokens' worth of its
+--   tasks are taken, and taken charges the bucket for them, all in this
+--   statement. A bucket nothing was taken from is not written: its refill is
+--   computed from the same refilled_at next time, capped at burst. The bucket stays locked until this batch commits, so relays
+--   never meter one kind at once and never take the same tokens.
+-- Order: first the aged tasks (due for :aging_s or longer), oldest first and
+-- published at priority 9, so a task waits at most about :aging_s plus the
+-- drain of the tasks that aged before it; then the rest by priority, a retried
+-- task (attempts > 0) behind the never-run tasks of its priority, then by due
+-- time and id. fresh skips what aged took and fills the batch up to :limit.
+-- Each CTE returns the columns the relay needs, so nothing joins back to the
+-- hot table.
+WITH buckets AS (
+    SELECT kind, clock_timestamp() AS at,
+           LEAST(burst, tokens + rate_per_s * GREATEST(
+               EXTRACT(EPOCH FROM clock_timestamp() - refilled_at), 0)) AS avail
+    FROM ledgerq_kinds
+    WHERE rate_per_s IS NOT NULL
+    ORDER BY kind
+    FOR UPDATE SKIP LOCKED
+), aged AS (
+    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+    FROM ledgerq_tasks t
+    WHERE t.status = 'pending' AND t.run_at <= now() - make_interval(secs => :aging_s)
+      AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
+      AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
+      AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
+      AND (t.ordering_key IS NULL OR (NOT EXISTS (
+          SELECT 1 FROM ledgerq_tasks e
+          WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
+            AND (e.status <> 'pending' OR e.id < t.id))
+        AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
+          AND EXISTS (
+            SELECT 1 FROM ledgerq_history h
+            WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
+              AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
+    ORDER BY t.run_at, t.id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), fresh AS (
+    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+    FROM ledgerq_tasks t
+    WHERE t.status = 'pending' AND t.run_at <= now()
+      AND t.id <> ALL(ARRAY(SELECT id FROM aged))
+      AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
+      AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
+      AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
+      AND (t.ordering_key IS NULL OR (NOT EXISTS (
+          SELECT 1 FROM ledgerq_tasks e
+          WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
+            AND (e.status <> 'pending' OR e.id < t.id))
+        AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
+          AND EXISTS (
+            SELECT 1 FROM ledgerq_history h
+            WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
+              AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
+    ORDER BY t.priority DESC, t.attempts > 0, t.run_at, t.id
+    LIMIT GREATEST(:limit - (SELECT count(*) FROM aged), 0)
+    FOR UPDATE SKIP LOCKED
+), metered AS (
+    SELECT l.*
+    FROM buckets b
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+        FROM ledgerq_tasks t
+        WHERE t.status = 'pending' AND t.run_at <= now() AND t.kind = b.kind
+          AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
+          AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
+          AND (t.ordering_key IS NULL OR (NOT EXISTS (
+              SELECT 1 FROM ledgerq_tasks e
+              WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
+                AND (e.status <> 'pending' OR e.id < t.id))
+            AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
+              AND EXISTS (
+                SELECT 1 FROM ledgerq_history h
+                WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
+                  AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
+        ORDER BY t.priority DESC, t.attempts > 0, t.run_at, t.id
+        LIMIT CAST(floor(LEAST(b.avail, :limit)) AS bigint)
+        FOR UPDATE SKIP LOCKED
+    ) l
+), taken AS (
+    UPDATE ledgerq_kinds k
+    SET tokens = b.avail - (SELECT count(*) FROM metered m WHERE m.kind = b.kind),
+        refilled_at = b.at
+    FROM buckets b
+    WHERE k.kind = b.kind AND EXISTS (SELECT 1 FROM metered m WHERE m.kind = b.kind)
+    RETURNING k.kind
+), picked AS (
+    SELECT aged.*, true AS aged, 0 AS part FROM aged
+    UNION ALL SELECT fresh.*, false, 1 FROM fresh
+    UNION ALL SELECT metered.*, false, 2 FROM metered
+)
+SELECT id, kind, queue, CASE WHEN aged THEN 9 ELSE priority END AS priority,
+       epoch, suspect, trace_context
+FROM picked
+ORDER BY part, 4 DESC, attempts > 0, run_at, id
+
+-- name: register_limits
+-- The rate limits of a worker's @task(rate_limit=...) kinds, at its start. A
+-- new kind's bucket starts full; a changed limit refills it; an unchanged one
+-- keeps its tokens (workers restarting do not refill it) and is not written.
+INSERT INTO ledgerq_kinds AS k (kind, rate_per_s, burst, tokens)
+SELECT r.kind, r.rate, r.burst, r.burst
+FROM unnest(CAST(:kinds AS text[]), CAST(:rates AS float8[]), CAST(:bursts AS float8[]))
+     AS r(kind, rate, burst)
+ON CONFLICT (kind) DO UPDATE
+SET rate_per_s = excluded.rate_per_s, burst = excluded.burst, tokens = excluded.burst,
+    updated_at = now()
+WHERE k.rate_per_s IS DISTINCT FROM excluded.rate_per_s
+   OR k.burst IS DISTINCT FROM excluded.burst
+RETURNING k.kind
+
+-- name: register_ordering
+-- A worker's kinds at its start and what a dead task of each does to its
+-- ordering key: 'block' holds the key's later tasks until an operator acts,
+-- 'release' (the default) lets them go. A 'block' kind gets a row; a 'release'
+-- kind is written only if it has a row that says otherwise.
+WITH r AS (
+    SELECT * FROM unnest(CAST(:kinds AS text[]), CAST(:orderings AS text[])) AS r(kind, ordering)
+), blocking AS (
+    INSERT INTO ledgerq_kinds AS k (kind, ordering)
+    SELECT kind, ordering FROM r WHERE ordering = 'block'
+    ON CONFLICT (kind) DO UPDATE SET ordering = 'block', updated_at = now()
+    WHERE k.ordering <> 'block'
+    RETURNING k.kind
+), releasing AS (
+    UPDATE ledgerq_kinds k SET ordering = 'release', updated_at = now()
+    FROM r
+    WHERE k.kind = r.kind AND r.ordering = 'release' AND k.ordering <> 'release'
+    RETURNING k.kind
+)
+SELECT kind FROM blocking UNION ALL SELECT kind FROM releasing
 
 -- name: mark_published
 -- After a confirmed publish, by the relay (the row is pending and locked since
@@ -205,7 +348,7 @@ WITH m AS (
                                  publishes, lease_until, heartbeat_at, worker, checkpoint,
                                  last_error, timeout_s, parent_id, created_at, published_at,
                                  started_at, finished_at, suspect, result, attempt_log,
-                                 cancel_requested_at, trace_context)
+                                 cancel_requested_at, trace_context, ordering_key)
     SELECT id, kind, queue, payload, business_key, NULL, priority,
            shard, run_at, ended_as, attempts, max_attempts, retry, epoch,
            publishes, NULL, heartbeat_at, worker, checkpoint,
@@ -215,7 +358,7 @@ WITH m AS (
                'attempt', attempts, 'worker', worker, 'started_at', started_at,
                'ended_at', now(), 'error', new_error, 'outcome', ended_as,
                'cancel_requested_at', cancel_requested_at)),
-           cancel_requested_at, trace_context
+           cancel_requested_at, trace_context, ordering_key
     FROM ended
     RETURNING id, kind, attempts, status, last_error
 ), retried AS (
@@ -286,14 +429,29 @@ FOR UPDATE OF t SKIP LOCKED
 
 -- name: select_overdue
 -- Pending rows due for longer than the default stall window: the relay should
--- have published them; the reconciler stands in for a relay that is down.
-SELECT id, kind, queue, priority, epoch, suspect
-FROM ledgerq_tasks
-WHERE status = 'pending' AND id > :after
-  AND run_at < now() - make_interval(secs => :default_stall_s)
-ORDER BY id
+-- have published them; the reconciler stands in for a relay that is down. It
+-- keeps the relay's scheduling rules that decide whether a row may go at all
+-- (select_due): nothing paused, nothing rate-limited (only relays meter), and
+-- no ordered task with a live (or blocking dead) task of its key ahead of it.
+SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect
+FROM ledgerq_tasks t
+WHERE t.status = 'pending' AND t.id > :after
+  AND t.run_at < now() - make_interval(secs => :default_stall_s)
+  AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
+  AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
+  AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
+  AND (t.ordering_key IS NULL OR (NOT EXISTS (
+      SELECT 1 FROM ledgerq_tasks e
+      WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
+        AND (e.status <> 'pending' OR e.id < t.id))
+    AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
+      AND EXISTS (
+        SELECT 1 FROM ledgerq_history h
+        WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
+          AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
+ORDER BY t.id
 LIMIT :limit
-FOR UPDATE SKIP LOCKED
+FOR UPDATE OF t SKIP LOCKED
 
 
 -- name: silent_workers

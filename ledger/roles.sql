@@ -32,7 +32,7 @@ GRANT USAGE ON SCHEMA public TO ledgerq_producer, ledgerq_service, ledgerq_opera
 -- runs with the producer's rights and calls only pg_notify, which every role
 -- may call.
 GRANT INSERT (id, kind, queue, payload, business_key, dedupe_key, priority, shard, run_at,
-              status, max_attempts, retry, timeout_s, parent_id, trace_context)
+              status, max_attempts, retry, timeout_s, parent_id, trace_context, ordering_key)
     ON ledgerq_tasks TO ledgerq_producer;
 GRANT SELECT (id, kind, dedupe_key) ON ledgerq_tasks TO ledgerq_producer;
 GRANT USAGE ON SEQUENCE ledgerq_task_id_seq TO ledgerq_producer;
@@ -53,10 +53,20 @@ GRANT UPDATE (status, epoch, attempts, publishes, run_at, published_at, started_
               heartbeat_at, lease_until, worker, checkpoint, last_error, suspect, attempt_log)
     ON ledgerq_tasks TO ledgerq_service;
 GRANT INSERT ON ledgerq_history TO ledgerq_service;
-GRANT SELECT (id, kind, attempts, status, last_error) ON ledgerq_history TO ledgerq_service;
+GRANT SELECT (id, kind, attempts, status, last_error, ordering_key)
+    ON ledgerq_history TO ledgerq_service;
+-- Scheduling (select_due, select_overdue): the relay and the reconciler read
+-- the pauses, and the relay locks and charges the token buckets; a worker
+-- registers its kinds' rate limits and ordering at start (register_limits,
+-- register_ordering). The key probe reads dead history rows' ordering_key.
+GRANT SELECT ON ledgerq_pauses TO ledgerq_service;
+GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens, ordering),
+      UPDATE (rate_per_s, burst, tokens, refilled_at, updated_at, ordering)
+    ON ledgerq_kinds TO ledgerq_service;
 -- Operator: `ledgerq stats`, `show`, `tasks list` and `tasks audit` read the
 -- tables whole.
-GRANT SELECT ON ledgerq_tasks, ledgerq_history, ledgerq_audit, ledgerq_audit_tasks
+GRANT SELECT ON ledgerq_tasks, ledgerq_history, ledgerq_audit, ledgerq_audit_tasks,
+                ledgerq_pauses, ledgerq_kinds
     TO ledgerq_operator;
 -- Retention (the reconciler's pass) and `ledgerq purge`: history's day
 -- partitions are created, dropped and purged only through these functions,
@@ -75,13 +85,17 @@ GRANT DELETE ON ledgerq_tasks, ledgerq_history TO ledgerq_admin;
 GRANT INSERT ON ledgerq_history, ledgerq_audit_tasks TO ledgerq_admin;
 GRANT INSERT (id, kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, status,
               attempts, max_attempts, retry, epoch, publishes, checkpoint, last_error, timeout_s,
-              parent_id, created_at, attempt_log)
+              parent_id, created_at, attempt_log, trace_context, ordering_key)
     ON ledgerq_tasks TO ledgerq_admin;
 GRANT UPDATE (status, run_at, epoch, published_at, publishes, max_attempts, priority,
               cancel_requested_at)
     ON ledgerq_tasks TO ledgerq_admin;
 GRANT INSERT, UPDATE (matched, changed, skipped, finished_at) ON ledgerq_audit TO ledgerq_admin;
 GRANT USAGE ON SEQUENCE ledgerq_audit_id_seq TO ledgerq_admin;
+-- `ledgerq queues|kinds pause|resume` and `ledgerq kinds limit` (scheduling.sql).
+GRANT INSERT, DELETE ON ledgerq_pauses TO ledgerq_admin;
+GRANT INSERT (kind, rate_per_s, burst, tokens), UPDATE (rate_per_s, burst, tokens, updated_at)
+    ON ledgerq_kinds TO ledgerq_admin;
 -- Every command but `migrate` and the producer's enqueue checks the schema's
 -- revision at start.
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service, ledgerq_operator;

@@ -53,6 +53,8 @@ class LedgerQueries:
     insert_tasks_once: TextClause
     once_task_id: TextClause
     select_due: TextClause
+    register_limits: TextClause
+    register_ordering: TextClause
     mark_published: TextClause
     claim: TextClause
     whereabouts: TextClause
@@ -119,6 +121,18 @@ class OperationsQueries:
 
 
 @dataclass(frozen=True)
+class SchedulingQueries:
+    """``scheduling.sql``: the operator's pauses and rate limits."""
+
+    pause: TextClause
+    unpublish_paused: TextClause
+    resume: TextClause
+    list_pauses: TextClause
+    set_limit: TextClause
+    list_kinds: TextClause
+
+
+@dataclass(frozen=True)
 class RoleGrants:
     """``roles.sql``: the least-privilege roles (docs/security.md, "Database roles").
     Each block is a script of several statements with no parameters, for psql or for
@@ -133,4 +147,5 @@ Q: LedgerQueries = load(LedgerQueries, "ledgerq.ledger", "queries.sql")
 IQ: InspectionQueries = load(InspectionQueries, "ledgerq.ledger", "inspection.sql")
 RQ: RetentionQueries = load(RetentionQueries, "ledgerq.ledger", "retention.sql")
 OQ: OperationsQueries = load(OperationsQueries, "ledgerq.ledger", "operations.sql")
+SQ: SchedulingQueries = load(SchedulingQueries, "ledgerq.ledger", "scheduling.sql")
 ROLES: RoleGrants = load(RoleGrants, "ledgerq.ledger", "roles.sql")

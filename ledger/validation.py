@@ -241,15 +241,20 @@ def resolve_due(run_at: object, delay: object) -> tuple[datetime | None, float]:
     return None, check_optional_seconds(delay, "delay") or 0.0
 
 
-def check_business_key(value: object) -> str | None:
+def check_key(value: object, what: str) -> str | None:
+    """A business key or an ordering key: None, or up to 512 characters of text."""
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > MAX_BUSINESS_KEY:
         raise InvalidTaskError(
-            f"business_key must be a non-empty string of at most {MAX_BUSINESS_KEY} characters, "
+            f"{what} must be a non-empty string of at most {MAX_BUSINESS_KEY} characters, "
             f"got {_short(value)}"
         )
-    return check_text(value, "business_key")
+    return check_text(value, what)
+
+
+def check_business_key(value: object) -> str | None:
+    return check_key(value, "business_key")
 
 
 def check_flag(value: object, what: str) -> bool:

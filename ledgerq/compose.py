@@ -27,7 +27,9 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import cast
 
+from ledgerq.consumers.periodic import CatchUp, PeriodicConfig, PeriodicEnqueuer
 from ledgerq.consumers.registry import Registry
 from ledgerq.consumers.worker import Worker, WorkerConfig
 from ledgerq.faults import probe_from_env
@@ -40,7 +42,13 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.base import first_line
-from ledgerq.ledger.pg.engines import async_engine, session_engine, sync_engine
+from ledgerq.ledger.pg.engines import (
+    RECONCILER_PLANNER,
+    RELAY_PLANNER,
+    async_engine,
+    session_engine,
+    sync_engine,
+)
 from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.pg.notify import Wakeup
 from ledgerq.ledger.protocol import InspectionLedger, RelayLedger, WorkerLedger
@@ -164,7 +172,7 @@ async def open_relay(
         name="ledgerq-relay",
         ssl_context=settings.amqp_ssl_context(),
     )
-    ledger = PgLedger(async_engine(settings, "ledgerq-relay", pool_size=2))
+    ledger = PgLedger(async_engine(settings, "ledgerq-relay", pool_size=2, planner=RELAY_PLANNER))
     publisher = AioPublisher(connection, topology(settings))
     relay_ledger: RelayLedger = _watched(ledger, watch)
     try:
@@ -187,6 +195,34 @@ async def open_relay(
         await publisher.close()
         await connection.close()
         await ledger.dispose()
+
+
+@asynccontextmanager
+async def scheduling(
+    settings: Settings, ledger: PgLedger, registry: Registry
+) -> AsyncIterator[PeriodicEnqueuer | None]:
+    """What a worker does for the other processes' scheduling: write its kinds' rate
+    limits and ordering settings into the ledger (the relays meter and hold keys by
+    them), and, if it has periodic kinds,
+    run a :class:`PeriodicEnqueuer` beside it (every worker does; the ledger lets one
+    task per period through) until the block ends."""
+    changed = await ledger.register_limits(registry.rate_limits())
+    changed += await ledger.register_ordering(registry.orderings())
+    if changed:
+        log.info("scheduling settings written for %s", ", ".join(sorted(set(changed))))
+    schedules = registry.schedules()
+    if not schedules:
+        yield None
+        return
+    catch_up = cast(CatchUp, settings.periodic_catch_up)  # validated by Settings
+    enqueuer = PeriodicEnqueuer(ledger, schedules, PeriodicConfig(catch_up=catch_up))
+    stop = asyncio.Event()
+    loop = asyncio.create_task(enqueuer.run(stop), name="ledgerq-periodic")
+    try:
+        yield enqueuer
+    finally:
+        stop.set()
+        await loop
 
 
 @asynccontextmanager
@@ -235,7 +271,8 @@ async def open_worker(
         _watch_readiness(
             health, ledger, connection, lambda: None if worker.consuming else "not consuming"
         )
-        yield worker
+        async with scheduling(settings, ledger, registry):
+            yield worker
     finally:
         if health is not None:
             health.stopping()
@@ -265,7 +302,7 @@ async def open_reconciler(
     alert = alert or alert_hook(settings)
     check_schema(settings)
     ledger = PgLedger(
-        async_engine(settings, "ledgerq-reconciler", pool_size=2),
+        async_engine(settings, "ledgerq-reconciler", pool_size=2, planner=RECONCILER_PLANNER),
         sessions=session_engine(settings, "ledgerq-reconciler-lock"),
     )
     try:

@@ -26,6 +26,7 @@ from ledgerq.ledger.errors import SchemaMissingError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.protocol import PublishBatch
+from ledgerq.ledger.scheduling import DEFAULT_AGING_S
 
 T = TypeVar("T")
 log = logging.getLogger("ledgerq")
@@ -84,9 +85,11 @@ class WatchedLedger:
         self._watch = watch
 
     @asynccontextmanager
-    async def publish_batch(self, limit: int) -> AsyncIterator[PublishBatch]:
+    async def publish_batch(
+        self, limit: int, aging_s: float = DEFAULT_AGING_S
+    ) -> AsyncIterator[PublishBatch]:
         with self._watch.watching():
-            async with self._ledger.publish_batch(limit) as batch:
+            async with self._ledger.publish_batch(limit, aging_s) as batch:
                 yield batch
 
     async def claim(

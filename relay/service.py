@@ -5,7 +5,10 @@ defaults, :meth:`Relay.run_once` does one batch and returns counts (tests call
 it directly), and :meth:`Relay.run` is the thin loop around it that wakes on
 LISTEN/NOTIFY and also polls.
 
-One batch: ``SELECT ... FOR UPDATE SKIP LOCKED`` the due rows, publish them all
+One batch: ``SELECT ... FOR UPDATE SKIP LOCKED`` the due rows (in the scheduling
+order of :mod:`ledgerq.ledger.scheduling`: aged first, then by priority, retries
+behind, nothing paused, ordered keys one at a time, rate-limited kinds within
+their token buckets), publish them all
 with confirms, ``UPDATE`` the confirmed ones to ``published``, commit. The row
 locks are held through the publish, so a consumer that receives a message
 before the commit waits for it; a second relay skips the locked rows. A
@@ -27,6 +30,7 @@ from ledgerq.ledger import tracing
 from ledgerq.ledger.errors import ConfigError, SchemaMissingError
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.protocol import RelayLedger
+from ledgerq.ledger.scheduling import DEFAULT_AGING_S, aging_param
 from ledgerq.relay.broker.base import Publisher, PublishOutcome
 from ledgerq.relay.probes import Probe, no_probe
 
@@ -46,6 +50,9 @@ class RelayConfig:
     poll_interval: float = 1.0
     #: How long to wait for a publisher confirm before calling the publish failed.
     confirm_timeout: float = 10.0
+    #: A task due this long is published first, at priority 9 (0: no aging); the
+    #: setting LEDGERQ_PRIORITY_AGING_S (see ledgerq.ledger.scheduling).
+    aging_s: float = DEFAULT_AGING_S
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size <= 10_000:
@@ -56,6 +63,7 @@ class RelayConfig:
         # under the connection's idle-in-transaction timeout.
         if not 0.1 <= self.confirm_timeout <= 60:
             raise ValueError(f"confirm_timeout must be 0.1..60 s, got {self.confirm_timeout}")
+        aging_param(self.aging_s)  # ValueError if negative
 
 
 @dataclass
@@ -87,7 +95,7 @@ class Relay:
         """Publish one batch of due rows; return what happened to them."""
         started = time.perf_counter()
         counts = RelayCounts()
-        async with self.ledger.publish_batch(self.config.batch_size) as batch:
+        async with self.ledger.publish_batch(self.config.batch_size, self.config.aging_s) as batch:
             if batch.rows:
                 traced = any(r.trace_context is not None for r in batch.rows)
                 spans = tracing.PublishSpans(batch.rows) if traced else None

@@ -66,6 +66,15 @@ def enqueue_committed(settings: Settings, specs: Sequence[TaskSpec]) -> list[int
         engine.dispose()
 
 
+class Poll:
+    """A relay's wake-up that never fires: the relay just polls (for ``relay.run``
+    in tests that run several relays on one event loop)."""
+
+    async def wait(self, timeout: float) -> bool:
+        await asyncio.sleep(timeout)
+        return False
+
+
 class Pipeline:
     """The relay plus one worker, built by the composition root, in this event loop."""
 

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 from ledgerq.ledger.pg.inspection import PgInspection
 from ledgerq.ledger.pg.operations import PgOperations
 from ledgerq.ledger.pg.retention import PgRetention
+from ledgerq.ledger.pg.scheduling import PgScheduling
 from ledgerq.ledger.pg.services import PgServices
 
 if TYPE_CHECKING:
     from ledgerq.ledger.protocol import Ledger
 
 
-class PgLedger(PgServices, PgInspection, PgRetention, PgOperations):
+class PgLedger(PgServices, PgInspection, PgRetention, PgOperations, PgScheduling):
     """:class:`~ledgerq.ledger.protocol.Ledger` on PostgreSQL, over one async engine."""
 
 

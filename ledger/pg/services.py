@@ -27,6 +27,8 @@ from ledgerq.ledger.model import (
 )
 from ledgerq.ledger.params import fence_params, outcome_params
 from ledgerq.ledger.pg.base import PgBase, translated
+from ledgerq.ledger.producer import TaskSpec, aenqueue_many
+from ledgerq.ledger.scheduling import DEFAULT_AGING_S, aging_param
 from ledgerq.ledger.sql import Q
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 
@@ -88,8 +90,10 @@ class PgServices(PgBase):
                 ]
                 yield PgPublishBatch(conn, rows)
 
-    def publish_batch(self, limit: int) -> AbstractAsyncContextManager[PgPublishBatch]:
-        return self._locked(Q.select_due, {"limit": limit})
+    def publish_batch(
+        self, limit: int, aging_s: float = DEFAULT_AGING_S
+    ) -> AbstractAsyncContextManager[PgPublishBatch]:
+        return self._locked(Q.select_due, {"limit": limit, "aging_s": aging_param(aging_s)})
 
     def stalled_batch(
         self, after: int, limit: int, default_stall_s: float, stalls: Mapping[str, float]
@@ -175,6 +179,12 @@ class PgServices(PgBase):
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
         params = {"id": fence[0], "epoch": fence[1], "checkpoint": json.dumps(state)}
         return bool(await self._rows(Q.save_checkpoint, params))
+
+    # -- periodic enqueuer (consumers.periodic) ------------------------------------
+    async def enqueue(self, specs: Sequence[TaskSpec]) -> list[int]:
+        with translated():
+            async with self.engine.begin() as conn:
+                return await aenqueue_many(conn, specs)
 
     # -- reconciler -----------------------------------------------------------------
     async def silent_workers(self) -> dict[str, int]:

@@ -87,10 +87,16 @@ class Bench:
                 progress(i, n)
         return n / (time.perf_counter() - started)
 
-    def enqueue_batch(self, n: int, kind: str, progress: Progress, chunk: int = 1000) -> float:
+    def enqueue_batch(
+        self, n: int, kind: str, progress: Progress, chunk: int = 1000, keys: int = 0
+    ) -> float:
+        """``keys``: give task i the ordering key ``k<i mod keys>`` (0: unordered)."""
         started = time.perf_counter()
         for first in range(0, n, chunk):
-            specs = [TaskSpec(kind, {"order": i}) for i in range(first, min(first + chunk, n))]
+            specs = [
+                TaskSpec(kind, {"order": i}, ordering_key=f"k{i % keys}" if keys else None)
+                for i in range(first, min(first + chunk, n))
+            ]
             with Session(self.engine) as session, session.begin():
                 enqueue_many(session, specs)
             progress(min(first + chunk, n), n)
@@ -145,15 +151,18 @@ class Bench:
         progress(n, n)
 
     # -- drain -----------------------------------------------------------------
-    def drain(self, n: int, kind: str, progress: Progress, *, keep_filler: bool = False) -> float:
+    def drain(
+        self, n: int, kind: str, progress: Progress, *, keep_filler: bool = False, keys: int = 0
+    ) -> float:
         """From a backlog of ``n`` committed tasks to ``n`` terminal statuses.
 
-        ``keep_filler``: keep the history rows :meth:`fill_history` made (ids <= 0)."""
+        ``keep_filler``: keep the history rows :meth:`fill_history` made (ids <= 0);
+        ``keys``: spread the tasks over that many ordering keys."""
         if keep_filler:
             self.run(self.ledger.clear_finished())
         else:
             self.reset()
-        self.enqueue_batch(n, kind, lambda d, t: None)
+        self.enqueue_batch(n, kind, lambda d, t: None, keys=keys)
         self.start_relay()
         self.wait_finished(n, progress, timeout=max(120.0, n / 50))
         self.stop_relay()

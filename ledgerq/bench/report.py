@@ -72,6 +72,14 @@ def render(result: dict[str, Any], console: Console) -> None:
                 f"{result['history_ratio']:.0%} of the empty-ledger drain",
             )
         )
+    if "drain_ordered_per_s" in result:
+        rows.append(
+            (
+                f"drain, {result['config']['ordering_keys']:,} ordering keys",
+                f"{result['drain_ordered_per_s']:,.0f}/s",
+                f"{result['ordered_ratio']:.0%} of the unordered no-op drain",
+            )
+        )
     for measure, value, note in rows:
         table.add_row(measure, value, note)
     console.print(table)

@@ -49,6 +49,7 @@ def run_suite(
     history_rows: int,
     phase: Any,
     repeat: int = 1,
+    ordering_keys: int = 0,
 ) -> None:
     progress = phase("raw aio-pika ceiling", 1)
     publish, consume = bench.run(raw_ceiling(bench.settings.amqp_url, tasks))
@@ -65,18 +66,13 @@ def run_suite(
     bench.start_workers()
     result["drain_per_s"] = result["drain_db_per_s"] = 0
     if handler in ("both", "noop"):
-        runs = [
-            bench.drain(tasks, "demo.noop", phase(f"drain, no-op ({i + 1}/{repeat})", 1))
-            for i in range(repeat)
-        ]
+        runs = _drains(bench, tasks, "demo.noop", "drain, no-op", phase, repeat)
         result["drain_per_s"], result["drain_runs"] = _median(runs), [round(r) for r in runs]
+        if ordering_keys:
+            _ordered_drain(bench, result, tasks, phase, repeat, ordering_keys)
     if handler in ("both", "db"):
-        runs = [
-            bench.drain(
-                tasks, "demo.receipt", phase(f"drain, one-row DB handler ({i + 1}/{repeat})", 1)
-            )
-            for i in range(repeat)
-        ]
+        label = "drain, one-row DB handler"
+        runs = _drains(bench, tasks, "demo.receipt", label, phase, repeat)
         result["drain_db_per_s"], result["drain_db_runs"] = _median(runs), [round(r) for r in runs]
     probes = max(10, min(int(idle_rate * 10), tasks // 2))
     idle = bench.latency(idle_rate, probes / idle_rate, 1, phase("latency, idle", 1))
@@ -90,15 +86,8 @@ def run_suite(
     if history_rows:
         bench.reset()
         bench.fill_history(history_rows)
-        runs = [
-            bench.drain(
-                tasks,
-                "demo.noop",
-                phase(f"drain, full history ({i + 1}/{repeat})", 1),
-                keep_filler=True,
-            )
-            for i in range(repeat)
-        ]
+        label = "drain, full history"
+        runs = _drains(bench, tasks, "demo.noop", label, phase, repeat, keep_filler=True)
         with_history = _median(runs)
         result["drain_history_runs"] = [round(r) for r in runs]
         result["drain_per_s_with_history"] = round(with_history)
@@ -108,6 +97,34 @@ def run_suite(
     result["worker_rss_mb"] = bench.worker_peak_rss_mb()
     if result["raw_publish_per_s"]:
         result["drain_vs_raw_publish"] = round(result["drain_per_s"] / publish, 3)
+
+
+def _ordered_drain(
+    bench: Bench, result: dict[str, Any], tasks: int, phase: Any, repeat: int, keys: int
+) -> None:
+    """The no-op drain again with the tasks spread over ``keys`` ordering keys (each
+    key's tasks one at a time), next to the unordered one of the same sitting."""
+    runs = _drains(
+        bench, tasks, "demo.noop", f"drain, {keys} ordering keys", phase, repeat, keys=keys
+    )
+    result["drain_ordered_per_s"], result["drain_ordered_runs"] = (
+        _median(runs),
+        [round(r) for r in runs],
+    )
+    unordered = result["drain_per_s"]
+    result["ordered_ratio"] = (
+        round(result["drain_ordered_per_s"] / unordered, 3) if unordered else None
+    )
+
+
+def _drains(
+    bench: Bench, tasks: int, kind: str, label: str, phase: Any, repeat: int, **options: Any
+) -> list[float]:
+    """``repeat`` drains of ``tasks`` tasks of ``kind``, each with its progress bar."""
+    return [
+        bench.drain(tasks, kind, phase(f"{label} ({i + 1}/{repeat})", 1), **options)
+        for i in range(repeat)
+    ]
 
 
 def _median(values: list[float]) -> int:

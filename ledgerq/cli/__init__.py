@@ -8,10 +8,25 @@ from ledgerq.cli.demo import demo
 from ledgerq.cli.group import cli, run_cli
 from ledgerq.cli.inspect import migrate, show, stats
 from ledgerq.cli.purge import purge
+from ledgerq.cli.scheduling import kinds, queues
 from ledgerq.cli.services import reconcile, relay, worker
 from ledgerq.cli.tasks import tasks
 
-for command in (migrate, stats, show, tasks, purge, relay, worker, reconcile, demo, bench, config):
+COMMANDS = (
+    migrate,
+    stats,
+    show,
+    tasks,
+    queues,
+    kinds,
+    purge,
+    relay,
+    worker,
+    reconcile,
+    demo,
+    bench,
+)
+for command in (*COMMANDS, config):
     cli.add_command(command)
 
 

@@ -75,6 +75,12 @@ from ledgerq.ledger.pg.migrate import upgrade
     help="Serve metrics from the relay on this port and worker i on port + 1 + i "
     "(to measure their cost; 0: none).",
 )
+@click.option(
+    "--ordering-keys",
+    default=0,
+    show_default=True,
+    help="Also drain the no-op backlog spread over this many ordering keys (0: skip).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_settings
 def bench(
@@ -90,10 +96,13 @@ def bench(
     as_json: bool,
     repeat: int,
     metrics_port: int,
+    ordering_keys: int,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
-    if tasks < 10 or workers < 1 or concurrency < 1 or repeat < 1:
-        raise click.BadParameter("--tasks >= 10, --workers, --concurrency and --repeat >= 1")
+    if tasks < 10 or workers < 1 or concurrency < 1 or repeat < 1 or ordering_keys < 0:
+        raise click.BadParameter(
+            "--tasks >= 10, --workers, --concurrency and --repeat >= 1, --ordering-keys >= 0"
+        )
     if plot_path:
         require_plotting()
     settings = bench_settings(settings)
@@ -117,6 +126,7 @@ def bench(
             "history_rows": history_rows,
             "repeat": repeat,
             "metrics_port": metrics_port,
+            "ordering_keys": ordering_keys,
             "cpus": _cpus(),
             "python": platform.python_version(),
         }
@@ -129,7 +139,16 @@ def bench(
 
         try:
             run_suite(
-                bench, result, tasks, handler, idle_rate, load_rate, history_rows, phase, repeat
+                bench,
+                result,
+                tasks,
+                handler,
+                idle_rate,
+                load_rate,
+                history_rows,
+                phase,
+                repeat,
+                ordering_keys,
             )
         finally:
             bench.services.stop()

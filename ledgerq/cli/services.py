@@ -75,7 +75,9 @@ def relay(
 ) -> None:
     """Publish due tasks to RabbitMQ with publisher confirms (runs until SIGTERM)."""
     try:
-        config = RelayConfig(batch_size, poll_interval, confirm_timeout)
+        config = RelayConfig(
+            batch_size, poll_interval, confirm_timeout, aging_s=settings.priority_aging_s
+        )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
     run_service(serve_relay(settings, config, metrics_port or 0), settings.event_loop)

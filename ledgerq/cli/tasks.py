@@ -145,7 +145,7 @@ def _confirm(action: Action, matched: int, yes: bool) -> None:
 
 def _act(settings: Settings, action: Action, options: dict[str, Any]) -> None:
     ids = options.pop("ids")
-    actor, reason = options.pop("actor") or _os_user(), options.pop("reason")
+    actor, reason = options.pop("actor") or os_user(), options.pop("reason")
     dry_run, yes, as_json = options.pop("dry_run"), options.pop("yes"), options.pop("as_json")
     selection = _selection(ids=tuple(ids), **options)
 
@@ -172,7 +172,7 @@ def _act(settings: Settings, action: Action, options: dict[str, Any]) -> None:
     emit(report.to_json(), as_json, lambda console: click.echo("\n".join(_report_lines(report))))
 
 
-def _os_user() -> str:
+def os_user() -> str:
     try:
         return getpass.getuser()
     except (KeyError, OSError):

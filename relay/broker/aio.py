@@ -55,10 +55,10 @@ from ledgerq.relay.broker.base import (
     BrokerConnectionError,
     OnDelivery,
     PublishOutcome,
-    TopologyMismatchError,
+    QueueMismatchError,
 )
 from ledgerq.relay.broker.failover import FailoverConnection
-from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
+from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology, mismatch
 
 log = logging.getLogger("ledgerq.broker")
 
@@ -180,7 +180,7 @@ async def _declare_queue(channel: AbstractChannel, spec: QueueSpec) -> AbstractQ
             spec.name, durable=spec.durable, arguments=cast(FieldTable, dict(spec.arguments))
         )
     except aiormq.exceptions.ChannelPreconditionFailed as exc:
-        raise TopologyMismatchError.of(spec.name, _reason(exc, "")) from exc
+        raise QueueMismatchError(mismatch(spec, str(exc))) from exc
     await queue.bind(spec.exchange, routing_key=spec.routing_key)
     return queue
 
@@ -223,6 +223,9 @@ class AioPublisher:
     async def publish_many(self, tasks: Sequence[DueTask], timeout: float) -> list[PublishOutcome]:
         try:
             channel = await self._ready({t.queue for t in tasks})
+        except QueueMismatchError:  # a configuration error: the relay stops on it
+            self._channel = None
+            raise
         except _CONNECTION_ERRORS as exc:
             log.warning("cannot open a publishing channel: %s", exc)
             self._channel = None

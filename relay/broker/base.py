@@ -3,7 +3,7 @@
 Modelled on dramatiq's broker: a few methods, each docstring a contract, and one
 error type. An adapter turns every way a connection or channel can fail into
 :class:`BrokerConnectionError`; nothing else of a client library crosses. The one
-exception is :class:`TopologyMismatchError`: the broker refused to declare a queue
+exception is :class:`QueueMismatchError`: the broker refused to declare a queue
 because it exists with other arguments, which retrying cannot fix.
 """
 
@@ -21,18 +21,12 @@ class BrokerConnectionError(LedgerqError):
     """The connection or channel to RabbitMQ failed (closed, reset, timed out)."""
 
 
-class TopologyMismatchError(ConfigError):
-    """RabbitMQ refused a declaration (``PRECONDITION_FAILED``): the queue exists
-    with other arguments, e.g. it was declared as another ``LEDGERQ_QUEUE_TYPE``."""
-
-    @classmethod
-    def of(cls, queue: str, reply: str) -> TopologyMismatchError:
-        return cls(
-            f"RabbitMQ refused to declare the queue {queue!r}: {reply}. It exists with other "
-            "arguments, e.g. as another LEDGERQ_QUEUE_TYPE; a queue's type cannot change in "
-            "place: drain it (stop the relay, let the workers empty it), delete it, then start "
-            "again (docs/howto.md, 'Run on a RabbitMQ cluster')"
-        )
+class QueueMismatchError(ConfigError):
+    """RabbitMQ refused to declare a queue (``PRECONDITION_FAILED``): a queue of that
+    name exists with other arguments than ledgerq's topology (declared as the other
+    ``LEDGERQ_QUEUE_TYPE``, by hand, or without ``x-max-priority``). Retrying cannot
+    help: the relay, the workers and the reconciler stop with the message, which
+    names the queue and the way out (docs/howto.md, "Upgrade a broker queue")."""
 
 
 class PublishOutcome(Enum):

@@ -36,8 +36,8 @@ from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceU
 from ledgerq.ledger.masking import mask_text, mask_url, secrets_of, split_urls
 from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.tls import amqp_certificate_problem
-from ledgerq.relay.broker.base import PublishOutcome, TopologyMismatchError
-from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology
+from ledgerq.relay.broker.base import PublishOutcome, QueueMismatchError
+from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology, mismatch
 
 log = logging.getLogger("ledgerq.broker")
 
@@ -134,7 +134,7 @@ class BlockingPublisher:
         try:
             for queue in queues:
                 self._declare(queue)
-        except TopologyMismatchError:
+        except QueueMismatchError:
             self.close()  # not retried: the caller gets the error
             raise
 
@@ -150,7 +150,8 @@ class BlockingPublisher:
         except pika.exceptions.ChannelClosedByBroker as exc:
             if exc.reply_code != PRECONDITION_FAILED:
                 raise
-            raise TopologyMismatchError.of(spec.name, str(exc.reply_text)) from exc
+            self._channel = None
+            raise QueueMismatchError(mismatch(spec, exc.reply_text)) from exc
         self._channel.queue_bind(spec.name, spec.exchange, routing_key=spec.routing_key)
 
     def publish_many(self, tasks: Sequence[DueTask]) -> list[PublishOutcome]:

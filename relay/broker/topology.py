@@ -9,7 +9,7 @@ Both adapters (:mod:`.aio` for the relay and the worker, :mod:`.blocking` for
 the reconciler) declare exactly these objects and send exactly these messages,
 because RabbitMQ refuses a re-declaration whose arguments differ. That refusal
 (a queue declared before as another type, say) is
-:class:`~.base.TopologyMismatchError`, a configuration error: nothing retries it.
+:class:`~.base.QueueMismatchError`, a configuration error: nothing retries it.
 
 ``queue_type`` (``LEDGERQ_QUEUE_TYPE``) picks classic queues (the default: one
 node, ten priority levels in the broker) or quorum queues (replicated across a
@@ -128,6 +128,20 @@ class Topology:
             type=task.kind,
             priority=min(max(task.priority, 0), MAX_PRIORITY),
         )
+
+
+def mismatch(spec: QueueSpec, detail: str) -> str:
+    """The one line an operator reads when RabbitMQ refuses ``spec``'s arguments."""
+    wanted = ", ".join(f"{k}={v}" for k, v in spec.arguments.items() if k != "x-queue-type")
+    kind = spec.arguments.get("x-queue-type", "classic")
+    return (
+        f"RabbitMQ refused to declare queue {spec.name!r} ({detail}): a queue of that name "
+        f"exists with other arguments; ledgerq declares it durable, {kind} "
+        f"(LEDGERQ_QUEUE_TYPE), with {wanted}. "
+        f"Stop its producers' relays, let the workers drain it, delete it "
+        f"(rabbitmqctl delete_queue {spec.name}) and start again: the ledger re-publishes "
+        "what it held (docs/howto.md, 'Upgrade a broker queue')"
+    )
 
 
 def message_body(task_id: int, epoch: int, *, alone: bool = False) -> bytes:

@@ -29,6 +29,8 @@ def test_bench_runs_and_prints_every_key(settings: Settings) -> None:
             "50",
             "--load-rate",
             "400",
+            "--ordering-keys",
+            "20",
         ],
         env=ledgerq_env(settings),
         capture_output=True,
@@ -53,6 +55,7 @@ def test_bench_runs_and_prints_every_key(settings: Settings) -> None:
             "worker_rss_mb",
         )
         assert all(data[key] > 0 for key in positive), {k: data[k] for k in positive}
+        assert data["drain_ordered_per_s"] > 0 and data["ordered_ratio"] > 0
     finally:  # the bench declares its queues under <prefix>-bench
         conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
         channel = conn.channel()

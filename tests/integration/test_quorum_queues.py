@@ -17,7 +17,7 @@ from ledgerq import AsyncTaskContext, Registry, TaskSpec
 from ledgerq.compose import open_reconciler, open_relay, open_worker, topology
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
-from ledgerq.relay.broker.base import TopologyMismatchError
+from ledgerq.relay.broker.base import QueueMismatchError
 from ledgerq.relay.broker.topology import DELIVERY_LIMIT
 from ledgerq.relay.service import RelayConfig
 from tests.harness import Pipeline, enqueue_committed
@@ -83,18 +83,18 @@ async def test_a_queue_of_the_other_type_stops_the_services_with_the_setting_to_
     registry.task("t.q")(lambda payload, ctx: None)
     async with open_worker(settings, registry, WorkerConfig(concurrency=1)):
         pass  # the classic queues exist now
-    with pytest.raises(TopologyMismatchError, match="LEDGERQ_QUEUE_TYPE"):
+    with pytest.raises(QueueMismatchError, match="LEDGERQ_QUEUE_TYPE"):
         async with open_worker(quorum, registry, WorkerConfig(concurrency=1)):
             pass
-    with pytest.raises(TopologyMismatchError, match="LEDGERQ_QUEUE_TYPE"):
+    with pytest.raises(QueueMismatchError, match="LEDGERQ_QUEUE_TYPE"):
         async with open_reconciler(quorum) as reconciler:
             await reconciler.run_once()
     # The relay declares on its first publish: its loop stops there, it does not retry.
     enqueue_committed(quorum, [TaskSpec("t.q", {})])
-    with pytest.raises(TopologyMismatchError, match="LEDGERQ_QUEUE_TYPE"):
+    with pytest.raises(QueueMismatchError, match="LEDGERQ_QUEUE_TYPE"):
         async with open_relay(quorum, RelayConfig(poll_interval=0.05)) as relay:
             await asyncio.wait_for(relay.run(asyncio.Event(), _NeverWoken()), 10)
     done = ledgerq(settings, "--queue-type", "quorum", "reconcile")
     assert done.returncode == 78, done.stderr
     [line] = done.stderr.strip().splitlines()
-    assert line.startswith("ledgerq: RabbitMQ refused to declare the queue") and "drain" in line
+    assert line.startswith("ledgerq: RabbitMQ refused to declare queue") and "drain" in line

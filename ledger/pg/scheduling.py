@@ -1,0 +1,132 @@
+"""Pauses and rate limits on PostgreSQL (``scheduling.sql``, and
+``register_limits`` from ``queries.sql``).
+
+A pause or resume is one short transaction: the pause row, the take-back of
+published tasks (a fenced compare-and-set, ``unpublish_paused``) and the audit
+record with each task taken back commit together, so an audit row never
+describes a change that did not happen. Taking a pause that is already in
+force, or lifting one that is not, writes nothing and is not audited.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ledgerq.ledger.actions import jsonable
+from ledgerq.ledger.pg.base import PgBase, translated
+from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope
+from ledgerq.ledger.sql import OQ, SQ, Q
+from ledgerq.ledger.validation import check_name
+
+
+async def _audit(
+    conn: AsyncConnection,
+    action: str,
+    selection: dict[str, str],
+    *,
+    actor: str,
+    reason: str | None = None,
+    options: dict[str, Any] | None = None,
+    task_ids: list[int] | None = None,
+) -> int:
+    """One audit record (and its tasks, outcome ``changed``) in ``conn``'s transaction."""
+    audit_id = int(
+        (
+            await conn.execute(
+                OQ.insert_audit,
+                {
+                    "actor": actor,
+                    "action": action,
+                    "selection": json.dumps(selection),
+                    "options": json.dumps(options or {}),
+                    "reason": reason,
+                },
+            )
+        ).scalar_one()
+    )
+    ids = task_ids or []
+    await conn.execute(
+        OQ.record_audit_batch,
+        {
+            "audit_id": audit_id,
+            "matched": len(ids),
+            "changed": len(ids),
+            "skipped": 0,
+            "task_ids": ids,
+            "outcomes": ["changed"] * len(ids),
+        },
+    )
+    return audit_id
+
+
+class PgScheduling(PgBase):
+    async def pause(
+        self, scope: Scope, name: str, *, actor: str, reason: str | None = None
+    ) -> PauseReport:
+        scope, name = check_scope(scope, name)
+        where = {"scope": scope, "name": name}
+        with translated():
+            async with self.engine.begin() as conn:
+                taken = await conn.execute(SQ.pause, {**where, "actor": actor, "reason": reason})
+                if taken.first() is None:
+                    return PauseReport("pause", scope, name, changed=False)
+                ids = [int(r[0]) for r in await conn.execute(SQ.unpublish_paused, where)]
+                audit_id = await _audit(
+                    conn, "pause", {scope: name}, actor=actor, reason=reason, task_ids=ids
+                )
+        return PauseReport("pause", scope, name, True, len(ids), audit_id)
+
+    async def resume(self, scope: Scope, name: str, *, actor: str) -> PauseReport:
+        scope, name = check_scope(scope, name)
+        with translated():
+            async with self.engine.begin() as conn:
+                lifted = await conn.execute(SQ.resume, {"scope": scope, "name": name})
+                if lifted.first() is None:
+                    return PauseReport("resume", scope, name, changed=False)
+                audit_id = await _audit(conn, "resume", {scope: name}, actor=actor)
+        return PauseReport("resume", scope, name, True, 0, audit_id)
+
+    async def pauses(self) -> list[dict[str, Any]]:
+        rows = await self._rows(SQ.list_pauses, {})
+        return [{k: jsonable(v) for k, v in r._mapping.items()} for r in rows]
+
+    async def set_limit(self, kind: str, limit: RateLimit | None, *, actor: str) -> None:
+        kind = check_name(kind, "kind")
+        rate = None if limit is None else limit.rate_per_s
+        burst = None if limit is None else limit.burst
+        with translated():
+            async with self.engine.begin() as conn:
+                await conn.execute(SQ.set_limit, {"kind": kind, "rate": rate, "burst": burst})
+                await _audit(
+                    conn,
+                    "set-limit",
+                    {"kind": kind},
+                    actor=actor,
+                    options={"rate_per_s": rate, "burst": burst},
+                )
+
+    async def register_limits(self, limits: Mapping[str, RateLimit]) -> list[str]:
+        if not limits:
+            return []
+        kinds = sorted(limits)  # one lock order for workers starting together
+        params = {
+            "kinds": kinds,
+            "rates": [limits[k].rate_per_s for k in kinds],
+            "bursts": [limits[k].burst for k in kinds],
+        }
+        return [str(r[0]) for r in await self._rows(Q.register_limits, params)]
+
+    async def register_ordering(self, orderings: Mapping[str, str]) -> list[str]:
+        if not orderings:
+            return []
+        kinds = sorted(orderings)
+        params = {"kinds": kinds, "orderings": [orderings[k] for k in kinds]}
+        return [str(r[0]) for r in await self._rows(Q.register_ordering, params)]
+
+    async def kinds(self) -> list[dict[str, Any]]:
+        rows = await self._rows(SQ.list_kinds, {})
+        return [{k: jsonable(v) for k, v in r._mapping.items()} for r in rows]

@@ -1,0 +1,167 @@
+"""Priorities with aging (issue 14), each rule shown on the real ledger and broker.
+
+* the relay takes higher priorities first;
+* a retried task goes behind the never-run tasks of its priority (and stays
+  ahead of lower priorities);
+* a task due for the aging time or longer is taken before every priority, and is
+  published at priority 9; with aging off it waits behind a stream of higher work;
+* the broker delivers a queue's backlog highest priority first (``x-max-priority``);
+* a broker queue declared with other arguments is refused with the way out.
+
+Rows are created as a producer creates them; raw SQL only simulates time passing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pika
+import psycopg
+import pytest
+
+from ledgerq import Registry, TaskSpec
+from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.model import Outcome
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import libpq_url
+from ledgerq.relay.broker.base import QueueMismatchError
+from ledgerq.relay.broker.topology import Topology
+from tests.harness import Pipeline, enqueue_committed
+
+
+def make_due_earlier(settings: Settings, ids: Sequence[int], seconds: float) -> None:
+    """Simulate time passing: the tasks became due ``seconds`` ago."""
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
+        conn.execute(
+            "UPDATE ledgerq_tasks SET run_at = now() - make_interval(secs => %s) "
+            "WHERE id = ANY(%s)",
+            (seconds, list(ids)),
+        )
+
+
+async def taken(
+    ledger: PgLedger, limit: int = 100, aging_s: float = 300.0
+) -> list[tuple[int, int]]:
+    """(id, priority) of what one relay batch would publish, in its order (rolled back)."""
+
+    class Peek(Exception):
+        pass
+
+    rows: list[tuple[int, int]] = []
+    with pytest.raises(Peek):
+        async with ledger.publish_batch(limit, aging_s) as batch:
+            rows = [(r.id, r.priority) for r in batch.rows]
+            raise Peek
+    return rows
+
+
+async def test_the_relay_takes_higher_priorities_first(
+    ledger: PgLedger, settings: Settings
+) -> None:
+    ids = enqueue_committed(settings, [TaskSpec("t.p", priority=p) for p in (0, 5, 9, 3, 5)])
+    assert await taken(ledger) == [(ids[2], 9), (ids[1], 5), (ids[4], 5), (ids[3], 3), (ids[0], 0)]
+
+
+async def test_a_retried_task_goes_behind_the_never_run_tasks_of_its_priority(
+    ledger: PgLedger, settings: Settings
+) -> None:
+    [first] = enqueue_committed(settings, [TaskSpec("t.p", priority=5)])
+    [claimed] = await ledger.claim([(first, 0)], "w", 30)
+    await ledger.finish([Outcome.failed(claimed.fence, "boom", delay=0.0)])
+    # Enqueued after the retry became due: by due time alone it would come second.
+    later = enqueue_committed(settings, [TaskSpec("t.p", priority=5), TaskSpec("t.p", priority=4)])
+    assert await taken(ledger) == [(later[0], 5), (first, 5), (later[1], 4)]
+
+
+async def test_an_aged_task_goes_first_and_is_published_at_the_top_priority(
+    ledger: PgLedger, settings: Settings
+) -> None:
+    [low] = enqueue_committed(settings, [TaskSpec("t.p", priority=0)])
+    high = enqueue_committed(settings, [TaskSpec("t.p", priority=9) for _ in range(5)])
+    make_due_earlier(settings, [low], 400)
+    assert await taken(ledger, limit=1, aging_s=300) == [(low, 9)]
+    # Not yet aged: it waits behind the higher priorities, at its own.
+    assert await taken(ledger, limit=6, aging_s=500) == [*((h, 9) for h in high), (low, 0)]
+    # Aging off (0): priority alone decides.
+    assert (await taken(ledger, limit=1, aging_s=0)) == [(high[0], 9)]
+
+
+async def test_aging_bounds_the_wait_of_a_low_priority_task_under_a_stream_of_high(
+    ledger: PgLedger, settings: Settings
+) -> None:
+    """A relay draining a constant stream of priority-9 work, 5 tasks per round, as
+    many arriving each round: the priority-0 task starts within the aging time (plus a
+    round) with aging on, and never with aging off."""
+
+    async def rounds_until_low_is_published(aging_s: float, rounds: int) -> float | None:
+        [low] = enqueue_committed(settings, [TaskSpec("t.low", priority=0)])
+        started = asyncio.get_running_loop().time()
+        for _ in range(rounds):
+            enqueue_committed(settings, [TaskSpec("t.high", priority=9) for _ in range(5)])
+            async with ledger.publish_batch(5, aging_s) as batch:
+                await batch.mark_published(batch.rows)
+                if low in {r.id for r in batch.rows}:
+                    return asyncio.get_running_loop().time() - started
+            await asyncio.sleep(0.05)
+        return None
+
+    assert await rounds_until_low_is_published(aging_s=0, rounds=30) is None
+    await ledger.truncate()
+    waited = await rounds_until_low_is_published(aging_s=0.5, rounds=60)
+    assert waited is not None, "the low-priority task never started"
+    assert 0.5 <= waited < 0.5 + 1.0
+
+
+async def test_the_broker_delivers_a_backlog_highest_priority_first(settings: Settings) -> None:
+    """Published in two batches, low priorities first, then consumed one at a time
+    (concurrency 1, prefetch 1): the broker hands out the high ones first."""
+    order: list[int] = []
+    registry = Registry()
+
+    @registry.task("t.ordered")
+    async def record(payload: dict[str, Any], ctx: object) -> None:
+        order.append(int(payload["p"]))
+
+    async with Pipeline(settings, registry, start_worker=False) as pipe:
+        low = enqueue_committed(
+            settings, [TaskSpec("t.ordered", {"p": p}, priority=p) for p in (0, 1, 2)]
+        )
+        await pipe.relay.run_once()
+        high = enqueue_committed(
+            settings, [TaskSpec("t.ordered", {"p": p}, priority=p) for p in (7, 8, 9)]
+        )
+        await pipe.relay.run_once()
+        assert set((await pipe.statuses(low + high)).values()) == {"published"}
+    config = WorkerConfig(concurrency=1, prefetch=1, lease_s=30, heartbeat_s=5, grace_s=5)
+    async with Pipeline(settings, registry, worker=config) as pipe:
+        await pipe.settle(low + high)
+    assert order == [9, 8, 7, 2, 1, 0]
+
+
+async def test_a_queue_declared_without_priorities_is_refused_with_the_way_out(
+    settings: Settings,
+) -> None:
+    """An older or hand-made queue (here: no ``x-max-priority``) makes RabbitMQ refuse
+    ledgerq's declaration (PRECONDITION_FAILED). The worker stops with one line naming
+    the queue and the fix; so does the relay, at its first batch for that queue,
+    publishing nothing: the task stays pending."""
+    topology = Topology(settings.amqp_prefix)
+    name = topology.task_queue("default").name
+    connection = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
+    try:
+        connection.channel().queue_declare(name, durable=True)
+    finally:
+        connection.close()
+    [task_id] = enqueue_committed(settings, [TaskSpec("t.p", priority=3)])
+    with pytest.raises(
+        QueueMismatchError, match=rf"queue '{name}'.*x-max-priority=9.*delete_queue"
+    ):
+        async with Pipeline(settings, Registry()):
+            pass
+    async with Pipeline(settings, Registry(), start_worker=False) as pipe:
+        with pytest.raises(QueueMismatchError, match=rf"queue '{name}'.*delete_queue"):
+            await pipe.relay.run_once()
+        assert await pipe.statuses([task_id]) == {task_id: "pending"}

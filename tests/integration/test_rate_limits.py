@@ -1,0 +1,101 @@
+"""Rate limits per kind (issue 14): metered by the relays from a token bucket in the
+ledger, so the limit holds across every relay and worker together, and the tasks
+beyond it wait in the ledger (pending), not in a worker's memory."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import AsyncExitStack
+from typing import Any
+
+import psycopg
+
+from ledgerq import Registry, TaskSpec
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import libpq_url
+from ledgerq.ledger.scheduling import RateLimit
+from ledgerq.relay.service import RelayConfig
+from tests.harness import Pipeline, Poll, enqueue_committed
+
+RATE = 20.0
+
+
+async def test_a_rate_limit_holds_across_two_relays_and_two_workers(
+    settings: Settings, ledger: PgLedger
+) -> None:
+    starts: list[float] = []
+    registry = Registry()
+
+    @registry.task("t.charge", rate_limit=f"{RATE:g}/s")
+    async def charge(payload: Any, ctx: Any) -> None:
+        starts.append(time.monotonic())
+
+    @registry.task("t.free")
+    async def free(payload: Any, ctx: Any) -> None:
+        pass
+
+    limited = enqueue_committed(settings, [TaskSpec("t.charge") for _ in range(140)])
+    unlimited = enqueue_committed(settings, [TaskSpec("t.free") for _ in range(200)])
+    relay = RelayConfig(batch_size=50, poll_interval=0.2, confirm_timeout=5)
+    stop = asyncio.Event()
+    async with AsyncExitStack() as stack:
+        pipes = [
+            await stack.enter_async_context(Pipeline(settings, registry, relay=relay))
+            for _ in range(2)
+        ]
+        # The workers wrote the limit at start; both relays meter by it.
+        [row] = await ledger.kinds()
+        assert (row["kind"], row["rate_per_s"], row["burst"]) == ("t.charge", RATE, RATE)
+        loops = [asyncio.create_task(p.relay.run(stop, Poll())) for p in pipes]
+        # Unlimited kinds are not held back behind the limited one.
+        assert set((await pipes[0].settle(unlimited, timeout=10)).values()) == {"succeeded"}
+        assert len(starts) < 60
+        # While the limit meters, the rest waits in the ledger, not in a worker.
+        waiting = await pipes[0].statuses(limited)
+        assert list(waiting.values()).count("pending") > 60
+        deadline = time.monotonic() + 20
+        while len(starts) < len(limited) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        stop.set()
+        await asyncio.gather(*loops)
+    assert len(starts) == len(limited)
+    starts.sort()
+    # A full bucket (burst = one second's worth) at first, then RATE per second.
+    measured = (len(starts) - RATE) / (starts[-1] - starts[0])
+    assert abs(measured - RATE) <= 0.1 * RATE, f"{measured:.1f}/s against a limit of {RATE}/s"
+
+
+async def test_an_operator_limit_and_a_workers_limit_share_the_table(ledger: PgLedger) -> None:
+    await ledger.set_limit("t.slow", RateLimit.parse("10/m"), actor="ops")
+    assert await ledger.register_limits({"t.fast": RateLimit.parse("5/s")}) == ["t.fast"]
+    # The same limit again writes nothing (a restarting worker keeps the bucket).
+    assert await ledger.register_limits({"t.fast": RateLimit.parse("5/s")}) == []
+    rows = {r["kind"]: (r["rate_per_s"], r["burst"]) for r in await ledger.kinds()}
+    assert rows == {"t.slow": (10 / 60, 1.0), "t.fast": (5.0, 5.0)}
+    await ledger.set_limit("t.slow", None, actor="ops")
+    assert [r["kind"] for r in await ledger.kinds()] == ["t.fast"]  # a lifted limit
+    assert [a["action"] for a in await ledger.audit()] == ["set-limit", "set-limit"]
+
+
+async def test_the_reconciler_leaves_rate_limited_and_held_keys_to_the_relays(
+    settings: Settings, ledger: PgLedger
+) -> None:
+    """Standing in for a relay that is down, the reconciler publishes an overdue task
+    only if a relay could: not a rate-limited kind's (only relays meter), not a keyed
+    task with an earlier live task of its key."""
+    await ledger.set_limit("t.limited", RateLimit.parse("1/s"), actor="ops")
+    _limited, first, _second, free = enqueue_committed(
+        settings,
+        [
+            TaskSpec("t.limited"),
+            TaskSpec("t.k", ordering_key="k"),
+            TaskSpec("t.k", ordering_key="k"),
+            TaskSpec("t.free"),
+        ],
+    )
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
+        conn.execute("UPDATE ledgerq_tasks SET run_at = now() - interval '1 hour'")
+    async with ledger.overdue_batch(0, 100, 60) as batch:
+        assert [r.id for r in batch.rows] == [first, free]
