@@ -37,6 +37,7 @@ from ledgerq.ledger.model import (
     Held,
     HistoryDay,
     Outcome,
+    RollupStep,
     TaskTiming,
 )
 
@@ -239,6 +240,52 @@ class OperationsLedger(Protocol):
         ...
 
 
+class RollupLedger(Protocol):
+    """The dashboard's rollup (``overview.sql``, migration 0007)."""
+
+    async def roll_up(self, settle_s: float, max_span_s: float, backfill_s: float) -> RollupStep:
+        """Count the tasks that finished in the next span (at most ``max_span_s``,
+        ending ``settle_s`` before now; the first starts ``backfill_s`` ago) and
+        move the mark past them, in one statement."""
+        ...
+
+    async def prune_rollup(self, keep_s: float) -> int:
+        """Delete rollup rows older than ``keep_s``; how many."""
+        ...
+
+
+class OverviewLedger(Protocol):
+    """What the dashboard's overview and task pages read (``overview.sql``)."""
+
+    async def live_counts(self) -> list[dict[str, Any]]:
+        """Per queue and kind: pending, due, scheduled, published, running, oldest_due_s."""
+        ...
+
+    async def throughput(self, since: datetime, step_s: float) -> list[dict[str, Any]]:
+        """Finished tasks per bin (``at``, ``status``, ``n``) since ``since``."""
+        ...
+
+    async def latency(self, since: datetime) -> list[dict[str, Any]]:
+        """Latency histogram rows (``kind``, ``hop``, ``bucket``, ``n``) since ``since``."""
+        ...
+
+    async def dead_errors(self, since: datetime, limit: int = 20) -> list[dict[str, Any]]:
+        """Dead tasks since ``since`` by error line and kind, most common first."""
+        ...
+
+    async def workers(self, recent_s: float = 300.0) -> list[dict[str, Any]]:
+        """Workers running tasks now or that finished one in the last ``recent_s``."""
+        ...
+
+    async def children(self, task_id: int, limit: int = 100) -> list[dict[str, Any]]:
+        """The tasks ``task_id`` enqueued (their ``parent_id``), newest first."""
+        ...
+
+    async def rolled_upto(self) -> datetime | None:
+        """Where the rollup has counted up to (None: it never ran)."""
+        ...
+
+
 class Ledger(
     RelayLedger,
     WorkerLedger,
@@ -246,6 +293,8 @@ class Ledger(
     InspectionLedger,
     RetentionLedger,
     OperationsLedger,
+    RollupLedger,
+    OverviewLedger,
     Protocol,
 ):
     """The whole seam."""

@@ -134,3 +134,21 @@ IQ: InspectionQueries = load(InspectionQueries, "ledgerq.ledger", "inspection.sq
 RQ: RetentionQueries = load(RetentionQueries, "ledgerq.ledger", "retention.sql")
 OQ: OperationsQueries = load(OperationsQueries, "ledgerq.ledger", "operations.sql")
 ROLES: RoleGrants = load(RoleGrants, "ledgerq.ledger", "roles.sql")
+
+
+@dataclass(frozen=True)
+class OverviewQueries:
+    """``overview.sql``: the dashboard's overview, and the rollup that keeps it fast."""
+
+    roll_up: TextClause
+    prune_rollup: TextClause
+    rolled_upto: TextClause
+    live_counts: TextClause
+    throughput: TextClause
+    latency: TextClause
+    dead_errors: TextClause
+    workers: TextClause
+    children: TextClause
+
+
+VQ: OverviewQueries = load(OverviewQueries, "ledgerq.ledger", "overview.sql")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ledgerq.ledger.pg.inspection import PgInspection
 from ledgerq.ledger.pg.operations import PgOperations
+from ledgerq.ledger.pg.overview import PgOverview
 from ledgerq.ledger.pg.retention import PgRetention
 from ledgerq.ledger.pg.services import PgServices
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from ledgerq.ledger.protocol import Ledger
 
 
-class PgLedger(PgServices, PgInspection, PgRetention, PgOperations):
+class PgLedger(PgServices, PgInspection, PgRetention, PgOperations, PgOverview):
     """:class:`~ledgerq.ledger.protocol.Ledger` on PostgreSQL, over one async engine."""
 
 

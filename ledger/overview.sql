@@ -1,0 +1,195 @@
+-- The dashboard's overview and the rollup that keeps it fast (migration 0007).
+-- Loaded by ledger/sql.py like queries.sql. Nothing here changes a task.
+--
+-- Current state comes from the hot table (small: live tasks only). Anything
+-- over time comes from the rollup for the minutes before rolled_upto, plus the
+-- few rows of history that finished since (the "fresh tail", read through the
+-- finished_at index), so the figures are exact up to the last second and the
+-- cost does not grow with history.
+
+-- name: roll_up
+-- One step of the rollup: the tasks that finished in [rolled_upto, hi), where
+-- hi is at most :max_span_s later and at least :settle_s before now (a finish
+-- commits after its now(): a task committed more than :settle_s late is not
+-- counted), counted per minute and hop, and the mark moved to hi, in one
+-- statement: a step is counted whole or not at all. The state row is locked
+-- (FOR UPDATE), so two steps at once run one after the other and the second
+-- finds the range done. Before the first step the mark is :backfill_s ago.
+WITH state AS (
+    SELECT COALESCE(s.rolled_upto,
+                    date_trunc('minute', now() - make_interval(secs => :backfill_s))) AS lo
+    FROM ledgerq_rollup_state s
+    WHERE s.id = 1
+    FOR UPDATE
+), bounds AS (
+    SELECT lo,
+           GREATEST(lo, LEAST(lo + make_interval(secs => :max_span_s),
+                              date_trunc('minute', now() - make_interval(secs => :settle_s))))
+               AS hi,
+           date_trunc('minute', now() - make_interval(secs => :settle_s)) AS ripe
+    FROM state
+), src AS (
+    SELECT h.queue, h.kind, h.status, h.last_error, h.created_at, h.run_at, h.published_at,
+           h.started_at, h.finished_at, date_trunc('minute', h.finished_at) AS minute
+    FROM ledgerq_history h, bounds b
+    WHERE h.finished_at >= b.lo AND h.finished_at < b.hi
+), counted AS (
+    INSERT INTO ledgerq_rollup_counts AS r (minute, queue, kind, status, error, n)
+    SELECT minute, queue, kind, status, ledgerq_error_line(status, last_error), count(*)
+    FROM src
+    GROUP BY 1, 2, 3, 4, 5
+    ON CONFLICT (minute, queue, kind, status, error) DO UPDATE SET n = r.n + excluded.n
+    RETURNING 1
+), timed AS (
+    INSERT INTO ledgerq_rollup_latency AS r (minute, queue, kind, hop, bucket, n)
+    SELECT src.minute, src.queue, src.kind, x.hop, ledgerq_latency_bucket(x.seconds), count(*)
+    FROM src,
+         LATERAL ledgerq_hops(src.created_at, src.run_at, src.published_at, src.started_at,
+                              src.finished_at) AS x
+    GROUP BY 1, 2, 3, 4, 5
+    ON CONFLICT (minute, queue, kind, hop, bucket) DO UPDATE SET n = r.n + excluded.n
+    RETURNING 1
+), moved AS (
+    UPDATE ledgerq_rollup_state s
+    SET rolled_upto = b.hi
+    FROM bounds b
+    WHERE s.id = 1
+    RETURNING s.rolled_upto
+)
+SELECT (SELECT count(*) FROM src) AS tasks,
+       (SELECT count(*) FROM counted) + (SELECT count(*) FROM timed) AS rows,
+       (SELECT rolled_upto FROM moved) AS rolled_upto,
+       (SELECT hi >= ripe FROM bounds) AS caught_up
+
+-- name: prune_rollup
+-- Rollup rows older than :keep_s seconds (the overview's longest window is 7 days).
+WITH c AS (
+    DELETE FROM ledgerq_rollup_counts WHERE minute < now() - make_interval(secs => :keep_s)
+    RETURNING 1
+), l AS (
+    DELETE FROM ledgerq_rollup_latency WHERE minute < now() - make_interval(secs => :keep_s)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM l) AS n
+
+-- name: rolled_upto
+SELECT rolled_upto FROM ledgerq_rollup_state WHERE id = 1
+
+-- name: live_counts
+-- Per queue and kind, from the hot table: waiting (pending), of them due now
+-- (the relay's backlog) and the oldest due one's age, published (in the broker),
+-- running. A pending task due later counts as scheduled.
+SELECT queue, kind,
+       count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'pending' AND run_at <= now()) AS due,
+       count(*) FILTER (WHERE status = 'pending' AND run_at > now()) AS scheduled,
+       count(*) FILTER (WHERE status = 'published') AS published,
+       count(*) FILTER (WHERE status = 'running') AS running,
+       EXTRACT(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending'
+                                                       AND run_at <= now())) AS oldest_due_s
+FROM ledgerq_tasks
+GROUP BY queue, kind
+ORDER BY queue, kind
+
+-- name: throughput
+-- Finished tasks per :step_s bin since :since, by status: the rollup before
+-- rolled_upto, history's fresh tail after it.
+WITH s AS (
+    SELECT COALESCE(rolled_upto, CAST('-infinity' AS timestamptz)) AS upto
+    FROM ledgerq_rollup_state WHERE id = 1
+)
+SELECT date_bin(make_interval(secs => :step_s), t.at, CAST(:since AS timestamptz)) AS at,
+       t.status, CAST(sum(t.n) AS bigint) AS n
+FROM (
+    SELECT r.minute AS at, r.status, r.n
+    FROM ledgerq_rollup_counts r, s
+    WHERE r.minute >= :since AND r.minute < s.upto
+    UNION ALL
+    SELECT h.finished_at, h.status, 1
+    FROM ledgerq_history h, s
+    WHERE h.finished_at >= GREATEST(s.upto, CAST(:since AS timestamptz))
+) t
+GROUP BY 1, 2
+ORDER BY 1, 2
+
+-- name: latency
+-- Latency histogram buckets per kind and hop since :since (rollup + fresh tail).
+WITH s AS (
+    SELECT COALESCE(rolled_upto, CAST('-infinity' AS timestamptz)) AS upto
+    FROM ledgerq_rollup_state WHERE id = 1
+)
+SELECT t.kind, t.hop, t.bucket, CAST(sum(t.n) AS bigint) AS n
+FROM (
+    SELECT r.kind, r.hop, r.bucket, r.n
+    FROM ledgerq_rollup_latency r, s
+    WHERE r.minute >= :since AND r.minute < s.upto
+    UNION ALL
+    SELECT h.kind, x.hop, ledgerq_latency_bucket(x.seconds), 1
+    FROM ledgerq_history h
+    CROSS JOIN s
+    CROSS JOIN LATERAL ledgerq_hops(h.created_at, h.run_at, h.published_at, h.started_at,
+                                    h.finished_at) AS x
+    WHERE h.finished_at >= GREATEST(s.upto, CAST(:since AS timestamptz))
+) t
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3
+
+-- name: dead_errors
+-- Dead tasks since :since grouped by their error's last line and kind, most
+-- common first.
+WITH s AS (
+    SELECT COALESCE(rolled_upto, CAST('-infinity' AS timestamptz)) AS upto
+    FROM ledgerq_rollup_state WHERE id = 1
+)
+SELECT t.error, t.kind, CAST(sum(t.n) AS bigint) AS n, max(t.at) AS last_at
+FROM (
+    SELECT r.error, r.kind, r.n, r.minute AS at
+    FROM ledgerq_rollup_counts r, s
+    WHERE r.status = 'dead' AND r.minute >= :since AND r.minute < s.upto
+    UNION ALL
+    SELECT ledgerq_error_line(h.status, h.last_error), h.kind, 1, h.finished_at
+    FROM ledgerq_history h, s
+    WHERE h.status = 'dead' AND h.finished_at >= GREATEST(s.upto, CAST(:since AS timestamptz))
+) t
+GROUP BY 1, 2
+ORDER BY 3 DESC, 1
+LIMIT :limit
+
+-- name: workers
+-- Workers seen recently: those with running tasks (their heartbeat and lease),
+-- and those that finished a task in the last :recent_s seconds (history's
+-- worker column, read through the finished_at index).
+SELECT w.worker,
+       CAST(sum(w.running) AS bigint) AS running,
+       CAST(sum(1 - w.running) AS bigint) AS finished_recently,
+       array_remove(array_agg(DISTINCT CASE WHEN w.running = 1 THEN w.kind END), NULL)
+           AS running_kinds,
+       array_agg(DISTINCT w.queue) AS queues,
+       max(w.seen) AS last_seen,
+       min(w.lease_until) AS lease_until
+FROM (
+    SELECT worker, kind, queue, 1 AS running,
+           GREATEST(heartbeat_at, started_at) AS seen, lease_until
+    FROM ledgerq_tasks
+    WHERE status = 'running' AND worker IS NOT NULL
+    UNION ALL
+    SELECT worker, kind, queue, 0, finished_at, NULL
+    FROM ledgerq_history
+    WHERE finished_at >= now() - make_interval(secs => :recent_s) AND worker IS NOT NULL
+) w
+GROUP BY w.worker
+ORDER BY max(w.seen) DESC NULLS LAST
+LIMIT 50
+
+-- name: children
+-- The tasks a task enqueued (parent_id), live and finished, newest first.
+SELECT id, kind, queue, status, created_at, finished_at
+FROM (
+    SELECT id, kind, queue, status, created_at, finished_at
+    FROM ledgerq_tasks WHERE parent_id = :id
+    UNION ALL
+    SELECT id, kind, queue, status, created_at, finished_at
+    FROM ledgerq_history WHERE parent_id = :id
+) c
+ORDER BY id DESC
+LIMIT :limit
