@@ -136,7 +136,7 @@ ORDER BY 1, 2, 3
 
 -- name: dead_errors
 -- Dead tasks since :since grouped by their error's last line and kind, most
--- common first.
+-- common first, with the minute the last one died.
 WITH s AS (
     SELECT COALESCE(rolled_upto, CAST('-infinity' AS timestamptz)) AS upto
     FROM ledgerq_rollup_state WHERE id = 1
@@ -147,7 +147,8 @@ FROM (
     FROM ledgerq_rollup_counts r, s
     WHERE r.status = 'dead' AND r.minute >= :since AND r.minute < s.upto
     UNION ALL
-    SELECT ledgerq_error_line(h.status, h.last_error), h.kind, 1, h.finished_at
+    SELECT ledgerq_error_line(h.status, h.last_error), h.kind, 1,
+           date_trunc('minute', h.finished_at)
     FROM ledgerq_history h, s
     WHERE h.status = 'dead' AND h.finished_at >= GREATEST(s.upto, CAST(:since AS timestamptz))
 ) t

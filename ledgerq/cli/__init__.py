@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ledgerq.cli.bench import bench
 from ledgerq.cli.config import config
+from ledgerq.cli.dashboard import dashboard
 from ledgerq.cli.demo import demo
 from ledgerq.cli.group import cli, run_cli
 from ledgerq.cli.inspect import migrate, show, stats
@@ -11,7 +12,8 @@ from ledgerq.cli.purge import purge
 from ledgerq.cli.services import reconcile, relay, worker
 from ledgerq.cli.tasks import tasks
 
-for command in (migrate, stats, show, tasks, purge, relay, worker, reconcile, demo, bench, config):
+for command in (migrate, stats, show, tasks, purge, relay, worker, reconcile, demo, bench, config,
+                dashboard):
     cli.add_command(command)
 
 
