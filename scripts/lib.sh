@@ -3,7 +3,8 @@
 # ensure_venv:     .venv with the locked dependencies and ledgerq installed (editable).
 # ensure_test_servers: the installed server programs the tests start private
 #                  copies of (the fault suite's own RabbitMQ node, the TLS
-#                  tests' PostgreSQL cluster and RabbitMQ node).
+#                  tests' PostgreSQL cluster and RabbitMQ node), and the
+#                  browser the dashboard's tests drive (/usr/bin/chromium).
 # ensure_services: PostgreSQL and RabbitMQ reachable at the configured URLs. It
 #                  uses servers already running there; else starts locally
 #                  installed ones; else, as root on Debian/Ubuntu, installs them
@@ -137,5 +138,9 @@ ensure_test_servers() {
     if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
         apt_install rabbitmq-server \
             || die "the fault tests start a RabbitMQ node of their own: install rabbitmq-server"
+    fi
+    if [ ! -x /usr/bin/chromium ]; then
+        apt_install chromium \
+            || die "the dashboard's browser tests drive Debian's chromium: install chromium"
     fi
 }
