@@ -13,6 +13,7 @@ rollup").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -27,6 +28,11 @@ HOP_TITLES = {
     "total": "committed → ended",
 }
 PERCENTILES = (0.5, 0.95, 0.99)
+
+
+def bucket_of(seconds: float) -> int:
+    """The bucket of a duration: what SQL's ``ledgerq_latency_bucket`` computes."""
+    return min(BUCKETS - 1, max(0, math.floor(2 * math.log2(max(seconds, 0.0001) / 0.001)) + 1))
 
 
 def bucket_upper(bucket: int) -> float:

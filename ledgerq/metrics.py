@@ -243,7 +243,7 @@ class LedgerGauges:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._rows: list[dict[str, Any]] = []
-        registry.register(self)  # type: ignore[arg-type]
+        registry.register(self)
 
     def update(self, live_counts: list[dict[str, Any]]) -> None:
         self._rows = list(live_counts)

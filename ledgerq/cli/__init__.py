@@ -12,8 +12,20 @@ from ledgerq.cli.purge import purge
 from ledgerq.cli.services import reconcile, relay, worker
 from ledgerq.cli.tasks import tasks
 
-for command in (migrate, stats, show, tasks, purge, relay, worker, reconcile, demo, bench, config,
-                dashboard):
+for command in (
+    migrate,
+    stats,
+    show,
+    tasks,
+    purge,
+    relay,
+    worker,
+    reconcile,
+    demo,
+    bench,
+    config,
+    dashboard,
+):
     cli.add_command(command)
 
 

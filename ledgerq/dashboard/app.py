@@ -52,6 +52,7 @@ HEADERS = {
     "cache-control": "no-store",
 }
 
+
 class SecurityHeaders:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -92,7 +93,9 @@ async def _ledger_error(request: Request, exc: Exception) -> Response:
     return _error_page(request, 503, f"the ledger could not answer: {exc}")
 
 
-def create_app(ledger: Ledger, settings: DashboardSettings, secrets: Iterable[str] = ()) -> Starlette:
+def create_app(
+    ledger: Ledger, settings: DashboardSettings, secrets: Iterable[str] = ()
+) -> Starlette:
     """The application over an open ``ledger``; ``secrets`` (database and broker
     passwords) are masked out of every error shown or logged."""
     static = resources.files("ledgerq.dashboard").joinpath("static")

@@ -40,9 +40,8 @@ def _same(given: str, expected: str | None) -> bool:
 
 def authenticate(settings: DashboardSettings, user: str, password: str) -> str | None:
     """The user the form's credentials sign in, or None."""
-    if settings.password is not None and _same(user, settings.user):
-        if _same(password, settings.password):
-            return settings.user
+    if _same(user, settings.user) and _same(password, settings.password):
+        return settings.user
     if _same(password, settings.token):
         return "token"
     return None

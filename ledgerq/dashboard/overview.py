@@ -83,7 +83,9 @@ def _window(request: Request) -> Window:
     return WINDOWS.get(request.query_params.get("window", ""), WINDOWS[DEFAULT_WINDOW])
 
 
-async def overview_data(ledger: Ledger, window: Window, now: datetime | None = None) -> dict[str, Any]:
+async def overview_data(
+    ledger: Ledger, window: Window, now: datetime | None = None
+) -> dict[str, Any]:
     """Everything the overview shows, read concurrently."""
     now = now or datetime.now(UTC)
     # Bins aligned to the step, so a point does not move as time passes.
@@ -122,4 +124,6 @@ async def overview_data(ledger: Ledger, window: Window, now: datetime | None = N
 
 async def page(request: Request) -> Response:
     data = await overview_data(request.app.state.ledger, _window(request))
-    return render(request, "overview.html", data=data, windows=list(WINDOWS), percentiles=PERCENTILES)
+    return render(
+        request, "overview.html", data=data, windows=list(WINDOWS), percentiles=PERCENTILES
+    )

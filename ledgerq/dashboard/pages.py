@@ -33,7 +33,7 @@ def _when(value: str | None) -> str:
 
 def _duration(seconds: float | None) -> str:
     if seconds is None:
-        return "–"
+        return "\N{EN DASH}"
     if seconds == float("inf"):
         return "> 3 h"
     if seconds < 1:
@@ -62,5 +62,3 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
         **context,
     )
     return HTMLResponse(body, status_code)
-
-

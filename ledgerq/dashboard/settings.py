@@ -52,8 +52,7 @@ class DashboardSettings:
             raise ConfigError(f"LEDGERQ_DASHBOARD_TOKEN must be at least {MIN_TOKEN} characters")
         if not _USER.match(self.user):
             raise ConfigError(
-                "LEDGERQ_DASHBOARD_USER must be 1-64 letters, digits or _ . @ -, "
-                f"got {self.user!r}"
+                f"LEDGERQ_DASHBOARD_USER must be 1-64 letters, digits or _ . @ -, got {self.user!r}"
             )
         if len(self.secret) < MIN_SECRET:
             raise ConfigError(
@@ -83,13 +82,11 @@ class DashboardSettings:
             value = env.get(f"LEDGERQ_DASHBOARD_{name}", "")
             return value if value != "" else None
 
+        password, token, user = get("PASSWORD"), get("TOKEN"), get("USER") or "admin"
         secret = get("SECRET")
-        return cls(
-            password=get("PASSWORD"),
-            token=get("TOKEN"),
-            user=get("USER") or "admin",
-            **({"secret": secret, "secret_generated": False} if secret else {}),
-        )
+        if secret is None:
+            return cls(password=password, token=token, user=user)
+        return cls(password=password, token=token, user=user, secret=secret, secret_generated=False)
 
 
 def is_loopback(host: str) -> bool:

@@ -86,7 +86,9 @@ async def test_filter_then_open_a_task_whose_payload_holds_a_script(dash: Dash) 
     ids = await page.locator("table.tasks tbody tr td:first-child a").all_inner_texts()
     assert sorted(map(int, ids)) == sorted(dash.seeded.ids["shop.sync"])
     await page.goto(f"{dash.url}/tasks/{dash.seeded.script_id}")
-    await expect(page.locator("#payload")).to_contain_text("<script>document.title='pwned'</script>")
+    await expect(page.locator("#payload")).to_contain_text(
+        "<script>document.title='pwned'</script>"
+    )
     assert await page.title() == f"Task {dash.seeded.script_id} · ledgerq"
 
 

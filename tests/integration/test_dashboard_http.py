@@ -12,9 +12,9 @@ import pytest
 from ledgerq.dashboard.app import create_app, post_routes
 from ledgerq.dashboard.overview import overview_data
 from ledgerq.dashboard.settings import DashboardSettings
-from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.rollup import WINDOWS
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.rollup import WINDOWS, bucket_of
 from ledgerq.relay.rollup import Rollup, RollupConfig
 from tests.dashboard_seed import SCRIPT, Seeded, seed
 from tests.harness import db
@@ -174,8 +174,10 @@ async def test_the_overview_is_the_same_from_the_rollup_as_from_history(
     with db(settings) as conn:
         conn.execute(
             "UPDATE ledgerq_history SET created_at = created_at - interval '5 min', "
-            "run_at = run_at - interval '5 min', published_at = published_at - interval '5 min', "
-            "started_at = started_at - interval '5 min', finished_at = finished_at - interval '5 min'"
+            "run_at = run_at - interval '5 min', "
+            "published_at = published_at - interval '5 min', "
+            "started_at = started_at - interval '5 min', "
+            "finished_at = finished_at - interval '5 min'"
         )
     before = await overview_data(ledger, window)
     rollup = Rollup(ledger, RollupConfig(settle_s=60, backfill_s=3600))
@@ -187,3 +189,13 @@ async def test_the_overview_is_the_same_from_the_rollup_as_from_history(
     for key in ("finished", "series", "latency", "errors"):
         assert after[key] == before[key], key
     assert after["rollup_lag_s"] is not None and after["rollup_lag_s"] < 130
+
+
+async def test_sql_buckets_agree_with_python(settings: Settings) -> None:
+    durations = [0.0, 0.0004, 0.001, 0.0015, 0.25, 1.0, 59.9, 3600.0, 1e6]
+    with db(settings) as conn:
+        got = [
+            conn.execute("SELECT ledgerq_latency_bucket(CAST(%s AS numeric))", (d,)).fetchone()
+            for d in durations
+        ]
+    assert [row[0] for row in got if row] == [bucket_of(d) for d in durations]

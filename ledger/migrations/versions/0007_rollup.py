@@ -3,8 +3,9 @@ as fixed log-scale histograms, so the overview never scans history.
 
 - ``ledgerq_rollup_counts``: per (minute, queue, kind, status, error) the number
   of tasks that finished (``status`` one of succeeded, dead, cancelled; ``error``
-  the last line of a dead task's last error (a traceback's exception line), cut to 200 characters, '' for the
-  others). The minute is the UTC minute of ``finished_at``.
+  the last line of a dead task's last error -- a traceback's exception line --
+  cut to 200 characters, '' for the others). The minute is the UTC minute of
+  ``finished_at``.
 - ``ledgerq_rollup_latency``: per (minute, queue, kind, hop, bucket) how many of
   those tasks took that long on that hop. Hops: ``due_publish`` (from when the
   last attempt became due, ``GREATEST(created_at, run_at)``, to its publication),
