@@ -82,6 +82,17 @@ GRANT UPDATE (status, run_at, epoch, published_at, publishes, max_attempts, prio
     ON ledgerq_tasks TO ledgerq_admin;
 GRANT INSERT, UPDATE (matched, changed, skipped, finished_at) ON ledgerq_audit TO ledgerq_admin;
 GRANT USAGE ON SEQUENCE ledgerq_audit_id_seq TO ledgerq_admin;
+-- The dashboard's rollup (migration 0007), counted by the reconciler's pass
+-- (overview.sql roll_up, prune_rollup: it reads the finished rows' times and
+-- errors) and read by `ledgerq dashboard`, which runs as an operator (or as an
+-- admin, for its actions).
+GRANT SELECT (queue, run_at, created_at, published_at, started_at, finished_at)
+    ON ledgerq_history TO ledgerq_service;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_rollup_counts, ledgerq_rollup_latency
+    TO ledgerq_service;
+GRANT SELECT, UPDATE ON ledgerq_rollup_state TO ledgerq_service;
+GRANT SELECT ON ledgerq_rollup_counts, ledgerq_rollup_latency, ledgerq_rollup_state
+    TO ledgerq_operator;
 -- Every command but `migrate` and the producer's enqueue checks the schema's
 -- revision at start.
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service, ledgerq_operator;

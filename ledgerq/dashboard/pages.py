@@ -45,7 +45,13 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-_ENV.filters.update(pretty=_pretty, when=_when, duration=_duration)
+def _last_line(text: str | None) -> str:
+    """A traceback's exception line (the last non-empty line), cut to 300 characters."""
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+_ENV.filters.update(pretty=_pretty, when=_when, duration=_duration, last_line=_last_line)
 
 
 def escape(text: str) -> str:

@@ -21,6 +21,7 @@
       width: width(el2),
       scales: { x: { time: true }, y: { range: [0, 100] } },
       series: [{}, { label: "success %", stroke: "#2f5bd3", width: 2, spanGaps: false,
+                     points: { show: true, size: 5, fill: "#2f5bd3" },
                      value: function (u, v) { return v == null ? "–" : v.toFixed(1) + " %"; } }],
       axes: [{}, { size: 50, values: function (u, vs) { return vs.map(function (v) { return v + " %"; }); } }]
     }), [x, data.rate], el2);
