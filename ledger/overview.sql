@@ -2,10 +2,13 @@
 -- Loaded by ledger/sql.py like queries.sql. Nothing here changes a task.
 --
 -- Current state comes from the hot table (small: live tasks only). Anything
--- over time comes from the rollup for the minutes before rolled_upto, plus the
--- few rows of history that finished since (the "fresh tail", read through the
+-- over time comes from the rollup for the minutes before :upto (rolled_upto,
+-- read first by the caller; the year 1 if the rollup never ran), plus the few
+-- rows of history that finished since (the "fresh tail", read through the
 -- finished_at index), so the figures are exact up to the last second and the
--- cost does not grow with history.
+-- cost does not grow with history. :upto is a parameter, not a join with the
+-- state row: given a value, the planner prunes history's partitions and uses
+-- the index; joined, it scanned all of history (10M rows: 15 s).
 
 -- name: roll_up
 -- One step of the rollup: the tasks that finished in [rolled_upto, hi), where
@@ -93,43 +96,34 @@ ORDER BY queue, kind
 
 -- name: throughput
 -- Finished tasks per :step_s bin since :since, by status: the rollup before
--- rolled_upto, history's fresh tail after it.
-WITH s AS (
-    SELECT COALESCE(rolled_upto, CAST('-infinity' AS timestamptz)) AS upto
-    FROM ledgerq_rollup_state WHERE id = 1
-)
+-- :upto, history's fresh tail after it.
 SELECT date_bin(make_interval(secs => :step_s), t.at, CAST(:since AS timestamptz)) AS at,
        t.status, CAST(sum(t.n) AS bigint) AS n
 FROM (
     SELECT r.minute AS at, r.status, r.n
-    FROM ledgerq_rollup_counts r, s
-    WHERE r.minute >= :since AND r.minute < s.upto
+    FROM ledgerq_rollup_counts r
+    WHERE r.minute >= :since AND r.minute < CAST(:upto AS timestamptz)
     UNION ALL
     SELECT h.finished_at, h.status, 1
-    FROM ledgerq_history h, s
-    WHERE h.finished_at >= GREATEST(s.upto, CAST(:since AS timestamptz))
+    FROM ledgerq_history h
+    WHERE h.finished_at >= GREATEST(CAST(:upto AS timestamptz), CAST(:since AS timestamptz))
 ) t
 GROUP BY 1, 2
 ORDER BY 1, 2
 
 -- name: latency
 -- Latency histogram buckets per kind and hop since :since (rollup + fresh tail).
-WITH s AS (
-    SELECT COALESCE(rolled_upto, CAST('-infinity' AS timestamptz)) AS upto
-    FROM ledgerq_rollup_state WHERE id = 1
-)
 SELECT t.kind, t.hop, t.bucket, CAST(sum(t.n) AS bigint) AS n
 FROM (
     SELECT r.kind, r.hop, r.bucket, r.n
-    FROM ledgerq_rollup_latency r, s
-    WHERE r.minute >= :since AND r.minute < s.upto
+    FROM ledgerq_rollup_latency r
+    WHERE r.minute >= :since AND r.minute < CAST(:upto AS timestamptz)
     UNION ALL
     SELECT h.kind, x.hop, ledgerq_latency_bucket(x.seconds), 1
     FROM ledgerq_history h
-    CROSS JOIN s
     CROSS JOIN LATERAL ledgerq_hops(h.created_at, h.run_at, h.published_at, h.started_at,
                                     h.finished_at) AS x
-    WHERE h.finished_at >= GREATEST(s.upto, CAST(:since AS timestamptz))
+    WHERE h.finished_at >= GREATEST(CAST(:upto AS timestamptz), CAST(:since AS timestamptz))
 ) t
 GROUP BY 1, 2, 3
 ORDER BY 1, 2, 3
@@ -137,20 +131,17 @@ ORDER BY 1, 2, 3
 -- name: dead_errors
 -- Dead tasks since :since grouped by their error's last line and kind, most
 -- common first, with the minute the last one died.
-WITH s AS (
-    SELECT COALESCE(rolled_upto, CAST('-infinity' AS timestamptz)) AS upto
-    FROM ledgerq_rollup_state WHERE id = 1
-)
 SELECT t.error, t.kind, CAST(sum(t.n) AS bigint) AS n, max(t.at) AS last_at
 FROM (
     SELECT r.error, r.kind, r.n, r.minute AS at
-    FROM ledgerq_rollup_counts r, s
-    WHERE r.status = 'dead' AND r.minute >= :since AND r.minute < s.upto
+    FROM ledgerq_rollup_counts r
+    WHERE r.status = 'dead' AND r.minute >= :since AND r.minute < CAST(:upto AS timestamptz)
     UNION ALL
     SELECT ledgerq_error_line(h.status, h.last_error), h.kind, 1,
            date_trunc('minute', h.finished_at)
-    FROM ledgerq_history h, s
-    WHERE h.status = 'dead' AND h.finished_at >= GREATEST(s.upto, CAST(:since AS timestamptz))
+    FROM ledgerq_history h
+    WHERE h.status = 'dead'
+      AND h.finished_at >= GREATEST(CAST(:upto AS timestamptz), CAST(:since AS timestamptz))
 ) t
 GROUP BY 1, 2
 ORDER BY 3 DESC, 1

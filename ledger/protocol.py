@@ -261,15 +261,20 @@ class OverviewLedger(Protocol):
         """Per queue and kind: pending, due, scheduled, published, running, oldest_due_s."""
         ...
 
-    async def throughput(self, since: datetime, step_s: float) -> list[dict[str, Any]]:
-        """Finished tasks per bin (``at``, ``status``, ``n``) since ``since``."""
+    async def throughput(
+        self, since: datetime, step_s: float, upto: datetime | None
+    ) -> list[dict[str, Any]]:
+        """Finished tasks per bin (``at``, ``status``, ``n``) since ``since``: the
+        rollup before ``upto`` (:meth:`rolled_upto`), history after it."""
         ...
 
-    async def latency(self, since: datetime) -> list[dict[str, Any]]:
+    async def latency(self, since: datetime, upto: datetime | None) -> list[dict[str, Any]]:
         """Latency histogram rows (``kind``, ``hop``, ``bucket``, ``n``) since ``since``."""
         ...
 
-    async def dead_errors(self, since: datetime, limit: int = 20) -> list[dict[str, Any]]:
+    async def dead_errors(
+        self, since: datetime, upto: datetime | None, limit: int = 20
+    ) -> list[dict[str, Any]]:
         """Dead tasks since ``since`` by error line and kind, most common first."""
         ...
 

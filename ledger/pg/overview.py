@@ -3,7 +3,7 @@ Each is one statement in autocommit; values come back as JSON-ready dicts."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Row
@@ -12,6 +12,10 @@ from ledgerq.ledger.actions import jsonable
 from ledgerq.ledger.model import RollupStep
 from ledgerq.ledger.pg.base import PgBase
 from ledgerq.ledger.sql import VQ
+
+
+#: The mark before the rollup's first pass: everything is read from history.
+NEVER = datetime(1, 1, 1, tzinfo=UTC)
 
 
 def _dicts(rows: Any) -> list[dict[str, Any]]:
@@ -42,14 +46,20 @@ class PgOverview(PgBase):
             row["oldest_due_s"] = None if age is None else float(age)
         return rows
 
-    async def throughput(self, since: datetime, step_s: float) -> list[dict[str, Any]]:
-        return _dicts(await self._rows(VQ.throughput, {"since": since, "step_s": step_s}))
+    async def throughput(
+        self, since: datetime, step_s: float, upto: datetime | None
+    ) -> list[dict[str, Any]]:
+        params = {"since": since, "step_s": step_s, "upto": upto or NEVER}
+        return _dicts(await self._rows(VQ.throughput, params))
 
-    async def latency(self, since: datetime) -> list[dict[str, Any]]:
-        return _dicts(await self._rows(VQ.latency, {"since": since}))
+    async def latency(self, since: datetime, upto: datetime | None) -> list[dict[str, Any]]:
+        return _dicts(await self._rows(VQ.latency, {"since": since, "upto": upto or NEVER}))
 
-    async def dead_errors(self, since: datetime, limit: int = 20) -> list[dict[str, Any]]:
-        return _dicts(await self._rows(VQ.dead_errors, {"since": since, "limit": limit}))
+    async def dead_errors(
+        self, since: datetime, upto: datetime | None, limit: int = 20
+    ) -> list[dict[str, Any]]:
+        params = {"since": since, "upto": upto or NEVER, "limit": limit}
+        return _dicts(await self._rows(VQ.dead_errors, params))
 
     async def workers(self, recent_s: float = 300.0) -> list[dict[str, Any]]:
         return _dicts(await self._rows(VQ.workers, {"recent_s": recent_s}))

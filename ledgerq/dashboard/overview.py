@@ -92,13 +92,13 @@ async def overview_data(
     step_s = int(window.step.total_seconds())
     end = datetime.fromtimestamp((int(now.timestamp()) // step_s + 1) * step_s, UTC)
     since = end - window.span
-    live, throughput, latency, errors, workers, upto = await asyncio.gather(
+    upto = await ledger.rolled_upto()
+    live, throughput, latency, errors, workers = await asyncio.gather(
         ledger.live_counts(),
-        ledger.throughput(since, step_s),
-        ledger.latency(since),
-        ledger.dead_errors(since),
+        ledger.throughput(since, step_s, upto),
+        ledger.latency(since, upto),
+        ledger.dead_errors(since, upto),
         ledger.workers(),
-        ledger.rolled_upto(),
     )
     totals = {k: sum(int(r[k]) for r in live) for k in ("pending", "due", "published", "running")}
     points = series(throughput, since, window)
