@@ -71,23 +71,23 @@ _UPGRADE = [
     # once: the latency bucket of a duration, the hops of a finished task, the
     # error line dead tasks are grouped by.
     """
-    CREATE FUNCTION ledgerq_latency_bucket(seconds numeric) RETURNS smallint
+    CREATE FUNCTION ledgerq_latency_bucket(seconds double precision) RETURNS smallint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
         SELECT CAST(LEAST(47, GREATEST(0,
-            floor(2 * log(2.0, GREATEST(seconds, 0.0001) / 0.001)) + 1)) AS smallint)
+            floor(2 * ln(GREATEST(seconds, 0.0001) / 0.001) / ln(2.0)) + 1)) AS smallint)
     $$
     """,
     """
     CREATE FUNCTION ledgerq_hops(created_at timestamptz, run_at timestamptz,
                                  published_at timestamptz, started_at timestamptz,
                                  finished_at timestamptz)
-    RETURNS TABLE (hop text, seconds numeric)
+    RETURNS TABLE (hop text, seconds double precision)
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
         SELECT x.hop, x.seconds FROM (VALUES
-            ('due_publish', EXTRACT(epoch FROM published_at - GREATEST(created_at, run_at))),
-            ('publish_start', EXTRACT(epoch FROM started_at - published_at)),
-            ('start_end', EXTRACT(epoch FROM finished_at - started_at)),
-            ('total', EXTRACT(epoch FROM finished_at - created_at))
+            ('due_publish', date_part('epoch', published_at - GREATEST(created_at, run_at))),
+            ('publish_start', date_part('epoch', started_at - published_at)),
+            ('start_end', date_part('epoch', finished_at - started_at)),
+            ('total', date_part('epoch', finished_at - created_at))
         ) AS x(hop, seconds)
         WHERE x.seconds IS NOT NULL
     $$
@@ -106,7 +106,7 @@ _UPGRADE = [
 _DOWNGRADE = [
     "DROP FUNCTION ledgerq_error_line(text, text)",
     "DROP FUNCTION ledgerq_hops(timestamptz, timestamptz, timestamptz, timestamptz, timestamptz)",
-    "DROP FUNCTION ledgerq_latency_bucket(numeric)",
+    "DROP FUNCTION ledgerq_latency_bucket(double precision)",
     "DROP TABLE ledgerq_rollup_state",
     "DROP TABLE ledgerq_rollup_latency",
     "DROP TABLE ledgerq_rollup_counts",
