@@ -65,10 +65,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ledgerq.ledger.alerts import AlertHook, AlertSender, log_alert
 from ledgerq.ledger.errors import TransientStorageError
@@ -144,6 +144,19 @@ class ReconcileCounts:
 
 
 PageSource = Callable[[int], AbstractAsyncContextManager[PublishBatch]]
+T = TypeVar("T")
+
+
+async def _upkeep(name: str, step: Callable[[], Awaitable[T]] | None) -> T | None:
+    """An upkeep pass after the lock (rollup, retention): a lost connection is
+    logged and the pass tried again next time."""
+    if step is None:
+        return None
+    try:
+        return await step()
+    except TransientStorageError as exc:
+        log.warning("%s pass failed (%s); tried again next pass", name, exc)
+        return None
 
 
 @dataclass
@@ -176,27 +189,13 @@ class Reconciler:
             )
         counts.elapsed_s = time.perf_counter() - started
         await self._send_alerts(dead)
-        counts.rollup = await self._roll_up()
-        counts.retention = await self._keep_history_small()
+        counts.rollup = await _upkeep(
+            "rollup", None if self.rollup is None else self.rollup.run_once
+        )
+        counts.retention = await _upkeep(
+            "retention", None if self.retention is None else self.retention.run_once
+        )
         return counts
-
-    async def _roll_up(self) -> RollupCounts | None:
-        if self.rollup is None:
-            return None
-        try:
-            return await self.rollup.run_once()
-        except TransientStorageError as exc:
-            log.warning("rollup pass failed (%s); tried again next pass", exc)
-            return None
-
-    async def _keep_history_small(self) -> RetentionCounts | None:
-        if self.retention is None:
-            return None
-        try:
-            return await self.retention.run_once()
-        except TransientStorageError as exc:
-            log.warning("retention pass failed (%s); tried again next pass", exc)
-            return None
 
     async def _send_alerts(self, dead: list[Finished]) -> None:
         """After the pass, outside the lock: each alert within its deadline, a few at

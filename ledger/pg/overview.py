@@ -13,7 +13,6 @@ from ledgerq.ledger.model import RollupStep
 from ledgerq.ledger.pg.base import PgBase
 from ledgerq.ledger.sql import VQ
 
-
 #: The mark before the rollup's first pass: everything is read from history.
 NEVER = datetime(1, 1, 1, tzinfo=UTC)
 

@@ -92,6 +92,13 @@ async def test_task_list_filters_like_the_cli_and_pages_by_id(
         }
         bad = await http.get("/tasks", params={"status": "lost"})
         assert bad.status_code == 400 and "unknown status &#39;lost&#39;" in bad.text
+        # An error line never shows a secret the process knows (here, one that
+        # came back in the filter's own message), nor a URL's password.
+        leak = await http.get("/tasks", params={"status": "db-secret-pw"})
+        url = await http.get("/tasks", params={"kind": "x", "since": "postgresql://u:pw1234@h/db"})
+        assert leak.status_code == url.status_code == 400
+        assert "db-secret-pw" not in leak.text and "unknown status" in leak.text
+        assert "pw1234" not in url.text and "cannot read" in url.text
         first = seeded.ids["shop.email"][3]
         older = await http.get("/tasks", params={"before": first, "kind": "shop.email"})
         assert set(map(int, re.findall(r'href="/tasks/(\d+)"', older.text))) == set(
@@ -195,7 +202,9 @@ async def test_sql_buckets_agree_with_python(settings: Settings) -> None:
     durations = [0.0, 0.0004, 0.001, 0.0015, 0.25, 1.0, 59.9, 3600.0, 1e6]
     with db(settings) as conn:
         got = [
-            conn.execute("SELECT ledgerq_latency_bucket(CAST(%s AS double precision))", (d,)).fetchone()
+            conn.execute(
+                "SELECT ledgerq_latency_bucket(CAST(%s AS double precision))", (d,)
+            ).fetchone()
             for d in durations
         ]
     assert [row[0] for row in got if row] == [bucket_of(d) for d in durations]
