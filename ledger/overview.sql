@@ -10,32 +10,35 @@
 -- state row: given a value, the planner prunes history's partitions and uses
 -- the index; joined, it scanned all of history (10M rows: 15 s).
 
--- name: roll_up
--- One step of the rollup: the tasks that finished in [rolled_upto, hi), where
--- hi is at most :max_span_s later and at least :settle_s before now (a finish
--- commits after its now(): a task committed more than :settle_s late is not
--- counted), counted per minute and hop, and the mark moved to hi, in one
--- statement: a step is counted whole or not at all. The state row is locked
--- (FOR UPDATE), so two steps at once run one after the other and the second
--- finds the range done. Before the first step the mark is :backfill_s ago.
-WITH state AS (
+-- name: rollup_span
+-- The next span of the rollup, [lo, hi): from the mark (before the first step,
+-- :backfill_s ago) to at most :max_span_s later and at most :settle_s before now
+-- (a finish commits after its now(): a task committed more than :settle_s late
+-- is not counted). Locks the state row (FOR UPDATE) until the step commits, so
+-- two steps at once run one after the other and the second finds the span done.
+SELECT lo,
+       GREATEST(lo, LEAST(lo + make_interval(secs => :max_span_s), ripe)) AS hi,
+       lo + make_interval(secs => :max_span_s) >= ripe AS caught_up
+FROM (
     SELECT COALESCE(s.rolled_upto,
-                    date_trunc('minute', now() - make_interval(secs => :backfill_s))) AS lo
+                    date_trunc('minute', now() - make_interval(secs => :backfill_s))) AS lo,
+           date_trunc('minute', now() - make_interval(secs => :settle_s)) AS ripe
     FROM ledgerq_rollup_state s
     WHERE s.id = 1
     FOR UPDATE
-), bounds AS (
-    SELECT lo,
-           GREATEST(lo, LEAST(lo + make_interval(secs => :max_span_s),
-                              date_trunc('minute', now() - make_interval(secs => :settle_s))))
-               AS hi,
-           date_trunc('minute', now() - make_interval(secs => :settle_s)) AS ripe
-    FROM state
-), src AS (
+) AS state
+
+-- name: roll_up
+-- Counts the tasks that finished in [:lo, :hi) per minute and hop, and moves
+-- the mark to :hi, in the transaction that locked the state row (rollup_span):
+-- a span is counted whole or not at all. :lo and :hi are parameters, so the
+-- planner prunes history to the span's day partitions and reads them through
+-- the finished_at index.
+WITH src AS (
     SELECT h.queue, h.kind, h.status, h.last_error, h.created_at, h.run_at, h.published_at,
            h.started_at, h.finished_at, date_trunc('minute', h.finished_at) AS minute
-    FROM ledgerq_history h, bounds b
-    WHERE h.finished_at >= b.lo AND h.finished_at < b.hi
+    FROM ledgerq_history h
+    WHERE h.finished_at >= :lo AND h.finished_at < :hi
 ), counted AS (
     INSERT INTO ledgerq_rollup_counts AS r (minute, queue, kind, status, error, n)
     SELECT minute, queue, kind, status, ledgerq_error_line(status, last_error), count(*)
@@ -53,16 +56,12 @@ WITH state AS (
     ON CONFLICT (minute, queue, kind, hop, bucket) DO UPDATE SET n = r.n + excluded.n
     RETURNING 1
 ), moved AS (
-    UPDATE ledgerq_rollup_state s
-    SET rolled_upto = b.hi
-    FROM bounds b
-    WHERE s.id = 1
-    RETURNING s.rolled_upto
+    UPDATE ledgerq_rollup_state SET rolled_upto = :hi WHERE id = 1
+    RETURNING rolled_upto
 )
 SELECT (SELECT count(*) FROM src) AS tasks,
        (SELECT count(*) FROM counted) + (SELECT count(*) FROM timed) AS rows,
-       (SELECT rolled_upto FROM moved) AS rolled_upto,
-       (SELECT hi >= ripe FROM bounds) AS caught_up
+       (SELECT rolled_upto FROM moved) AS rolled_upto
 
 -- name: prune_rollup
 -- Rollup rows older than :keep_s seconds (the overview's longest window is 7 days).

@@ -155,8 +155,8 @@ class InspectionLedger(Protocol):
     async def timings(self, ids: Iterable[int]) -> list[TaskTiming]: ...
 
     async def truncate(self) -> None:
-        """Delete every task, live and finished, and every permanent key (tests, demo
-        and benchmark only)."""
+        """Delete every task, live and finished, every permanent key, the audit trail
+        and the dashboard's rollup (tests, demo and benchmark only)."""
         ...
 
     async def seed_history(self, rows: int) -> None:

@@ -81,6 +81,7 @@ class InspectionQueries:
     drain_span: TextClause
     timings: TextClause
     truncate: TextClause
+    reset_rollup: TextClause
     clear_finished: TextClause
     seed_history: TextClause
     seed_varied_history: TextClause
@@ -140,6 +141,7 @@ ROLES: RoleGrants = load(RoleGrants, "ledgerq.ledger", "roles.sql")
 class OverviewQueries:
     """``overview.sql``: the dashboard's overview, and the rollup that keeps it fast."""
 
+    rollup_span: TextClause
     roll_up: TextClause
     prune_rollup: TextClause
     rolled_upto: TextClause

@@ -10,7 +10,7 @@ from sqlalchemy import Row
 
 from ledgerq.ledger.actions import jsonable
 from ledgerq.ledger.model import RollupStep
-from ledgerq.ledger.pg.base import PgBase
+from ledgerq.ledger.pg.base import PgBase, translated
 from ledgerq.ledger.sql import VQ
 
 #: The mark before the rollup's first pass: everything is read from history.
@@ -27,9 +27,15 @@ def _dicts(rows: Any) -> list[dict[str, Any]]:
 
 class PgOverview(PgBase):
     async def roll_up(self, settle_s: float, max_span_s: float, backfill_s: float) -> RollupStep:
+        """``rollup_span`` then ``roll_up``, in one transaction (the span's lock held)."""
         params = {"settle_s": settle_s, "max_span_s": max_span_s, "backfill_s": backfill_s}
-        [row] = await self._rows(VQ.roll_up, params)
-        return RollupStep(int(row.tasks), int(row.rows), row.rolled_upto, bool(row.caught_up))
+        with translated():
+            async with self.engine.begin() as conn:
+                span = (await conn.execute(VQ.rollup_span, params)).one()
+                counted = (await conn.execute(VQ.roll_up, {"lo": span.lo, "hi": span.hi})).one()
+        return RollupStep(
+            int(counted.tasks), int(counted.rows), counted.rolled_upto, bool(span.caught_up)
+        )
 
     async def prune_rollup(self, keep_s: float) -> int:
         return int(await self._scalar(VQ.prune_rollup, {"keep_s": keep_s}))
