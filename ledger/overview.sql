@@ -6,7 +6,8 @@
 -- read first by the caller; the year 1 if the rollup never ran), plus the few
 -- rows of history that finished since (the "fresh tail", read through the
 -- finished_at index), so the figures are exact up to the last second and the
--- cost does not grow with history. :upto is a parameter, not a join with the
+-- cost does not grow with history. :grain picks the rollup's minute or hour
+-- rows (hours for bins of an hour or more; :since is then on an hour). :upto is a parameter, not a join with the
 -- state row: given a value, the planner prunes history's partitions and uses
 -- the index; joined, it scanned all of history (10M rows: 15 s).
 
@@ -29,31 +30,37 @@ FROM (
 ) AS state
 
 -- name: roll_up
--- Counts the tasks that finished in [:lo, :hi) per minute and hop, and moves
+-- Counts the tasks that finished in [:lo, :hi) per minute and per hour (and
+-- hop, for latencies), and moves
 -- the mark to :hi, in the transaction that locked the state row (rollup_span):
 -- a span is counted whole or not at all. :lo and :hi are parameters, so the
 -- planner prunes history to the span's day partitions and reads them through
 -- the finished_at index.
 WITH src AS (
     SELECT h.queue, h.kind, h.status, h.last_error, h.created_at, h.run_at, h.published_at,
-           h.started_at, h.finished_at, date_trunc('minute', h.finished_at) AS minute
+           h.started_at, h.finished_at
     FROM ledgerq_history h
     WHERE h.finished_at >= :lo AND h.finished_at < :hi
+), grains AS (
+    SELECT grain FROM (VALUES ('minute'), ('hour')) AS g(grain)
 ), counted AS (
-    INSERT INTO ledgerq_rollup_counts AS r (minute, queue, kind, status, error, n)
-    SELECT minute, queue, kind, status, ledgerq_error_line(status, last_error), count(*)
-    FROM src
-    GROUP BY 1, 2, 3, 4, 5
-    ON CONFLICT (minute, queue, kind, status, error) DO UPDATE SET n = r.n + excluded.n
+    INSERT INTO ledgerq_rollup_counts AS r (grain, at, queue, kind, status, error, n)
+    SELECT g.grain, date_trunc(g.grain, src.finished_at, 'UTC'), src.queue, src.kind,
+           src.status, ledgerq_error_line(src.status, src.last_error), count(*)
+    FROM src CROSS JOIN grains g
+    GROUP BY 1, 2, 3, 4, 5, 6
+    ON CONFLICT (grain, at, queue, kind, status, error) DO UPDATE SET n = r.n + excluded.n
     RETURNING 1
 ), timed AS (
-    INSERT INTO ledgerq_rollup_latency AS r (minute, queue, kind, hop, bucket, n)
-    SELECT src.minute, src.queue, src.kind, x.hop, ledgerq_latency_bucket(x.seconds), count(*)
-    FROM src,
-         LATERAL ledgerq_hops(src.created_at, src.run_at, src.published_at, src.started_at,
-                              src.finished_at) AS x
-    GROUP BY 1, 2, 3, 4, 5
-    ON CONFLICT (minute, queue, kind, hop, bucket) DO UPDATE SET n = r.n + excluded.n
+    INSERT INTO ledgerq_rollup_latency AS r (grain, at, queue, kind, hop, bucket, n)
+    SELECT g.grain, date_trunc(g.grain, src.finished_at, 'UTC'), src.queue, src.kind, x.hop,
+           ledgerq_latency_bucket(x.seconds), count(*)
+    FROM src
+    CROSS JOIN LATERAL ledgerq_hops(src.created_at, src.run_at, src.published_at,
+                                    src.started_at, src.finished_at) AS x
+    CROSS JOIN grains g
+    GROUP BY 1, 2, 3, 4, 5, 6
+    ON CONFLICT (grain, at, queue, kind, hop, bucket) DO UPDATE SET n = r.n + excluded.n
     RETURNING 1
 ), moved AS (
     UPDATE ledgerq_rollup_state SET rolled_upto = :hi WHERE id = 1
@@ -66,10 +73,10 @@ SELECT (SELECT count(*) FROM src) AS tasks,
 -- name: prune_rollup
 -- Rollup rows older than :keep_s seconds (the overview's longest window is 7 days).
 WITH c AS (
-    DELETE FROM ledgerq_rollup_counts WHERE minute < now() - make_interval(secs => :keep_s)
+    DELETE FROM ledgerq_rollup_counts WHERE at < now() - make_interval(secs => :keep_s)
     RETURNING 1
 ), l AS (
-    DELETE FROM ledgerq_rollup_latency WHERE minute < now() - make_interval(secs => :keep_s)
+    DELETE FROM ledgerq_rollup_latency WHERE at < now() - make_interval(secs => :keep_s)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM l) AS n
@@ -99,9 +106,9 @@ ORDER BY queue, kind
 SELECT date_bin(make_interval(secs => :step_s), t.at, CAST(:since AS timestamptz)) AS at,
        t.status, CAST(sum(t.n) AS bigint) AS n
 FROM (
-    SELECT r.minute AS at, r.status, r.n
+    SELECT r.at, r.status, r.n
     FROM ledgerq_rollup_counts r
-    WHERE r.minute >= :since AND r.minute < CAST(:upto AS timestamptz)
+    WHERE r.grain = :grain AND r.at >= :since AND r.at < CAST(:upto AS timestamptz)
     UNION ALL
     SELECT h.finished_at, h.status, 1
     FROM ledgerq_history h
@@ -116,7 +123,7 @@ SELECT t.kind, t.hop, t.bucket, CAST(sum(t.n) AS bigint) AS n
 FROM (
     SELECT r.kind, r.hop, r.bucket, r.n
     FROM ledgerq_rollup_latency r
-    WHERE r.minute >= :since AND r.minute < CAST(:upto AS timestamptz)
+    WHERE r.grain = :grain AND r.at >= :since AND r.at < CAST(:upto AS timestamptz)
     UNION ALL
     SELECT h.kind, x.hop, ledgerq_latency_bucket(x.seconds), 1
     FROM ledgerq_history h
@@ -129,12 +136,13 @@ ORDER BY 1, 2, 3
 
 -- name: dead_errors
 -- Dead tasks since :since grouped by their error's last line and kind, most
--- common first, with the minute the last one died.
+-- common first, with the minute (hour, for :grain hour) the last one died.
 SELECT t.error, t.kind, CAST(sum(t.n) AS bigint) AS n, max(t.at) AS last_at
 FROM (
-    SELECT r.error, r.kind, r.n, r.minute AS at
+    SELECT r.error, r.kind, r.n, r.at
     FROM ledgerq_rollup_counts r
-    WHERE r.status = 'dead' AND r.minute >= :since AND r.minute < CAST(:upto AS timestamptz)
+    WHERE r.grain = :grain AND r.status = 'dead'
+      AND r.at >= :since AND r.at < CAST(:upto AS timestamptz)
     UNION ALL
     SELECT ledgerq_error_line(h.status, h.last_error), h.kind, 1,
            date_trunc('minute', h.finished_at)

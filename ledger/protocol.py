@@ -262,18 +262,21 @@ class OverviewLedger(Protocol):
         ...
 
     async def throughput(
-        self, since: datetime, step_s: float, upto: datetime | None
+        self, since: datetime, step_s: float, upto: datetime | None, grain: str = "minute"
     ) -> list[dict[str, Any]]:
         """Finished tasks per bin (``at``, ``status``, ``n``) since ``since``: the
-        rollup before ``upto`` (:meth:`rolled_upto`), history after it."""
+        rollup's ``grain`` rows (``minute`` or ``hour``) before ``upto``
+        (:meth:`rolled_upto`), history after it."""
         ...
 
-    async def latency(self, since: datetime, upto: datetime | None) -> list[dict[str, Any]]:
+    async def latency(
+        self, since: datetime, upto: datetime | None, grain: str = "minute"
+    ) -> list[dict[str, Any]]:
         """Latency histogram rows (``kind``, ``hop``, ``bucket``, ``n``) since ``since``."""
         ...
 
     async def dead_errors(
-        self, since: datetime, upto: datetime | None, limit: int = 20
+        self, since: datetime, upto: datetime | None, grain: str = "minute", limit: int = 20
     ) -> list[dict[str, Any]]:
         """Dead tasks since ``since`` by error line and kind, most common first."""
         ...

@@ -68,6 +68,12 @@ class Window:
     span: timedelta
     step: timedelta
 
+    @property
+    def grain(self) -> str:
+        """Which rollup rows serve it: ``hour`` for steps of an hour or more (the
+        window then starts on an hour), else ``minute``."""
+        return "hour" if self.step >= timedelta(hours=1) else "minute"
+
 
 WINDOWS = {
     w.name: w

@@ -52,18 +52,21 @@ class PgOverview(PgBase):
         return rows
 
     async def throughput(
-        self, since: datetime, step_s: float, upto: datetime | None
+        self, since: datetime, step_s: float, upto: datetime | None, grain: str = "minute"
     ) -> list[dict[str, Any]]:
-        params = {"since": since, "step_s": step_s, "upto": upto or NEVER}
+        params = {"since": since, "step_s": step_s, "upto": upto or NEVER, "grain": grain}
         return _dicts(await self._rows(VQ.throughput, params))
 
-    async def latency(self, since: datetime, upto: datetime | None) -> list[dict[str, Any]]:
-        return _dicts(await self._rows(VQ.latency, {"since": since, "upto": upto or NEVER}))
+    async def latency(
+        self, since: datetime, upto: datetime | None, grain: str = "minute"
+    ) -> list[dict[str, Any]]:
+        params = {"since": since, "upto": upto or NEVER, "grain": grain}
+        return _dicts(await self._rows(VQ.latency, params))
 
     async def dead_errors(
-        self, since: datetime, upto: datetime | None, limit: int = 20
+        self, since: datetime, upto: datetime | None, grain: str = "minute", limit: int = 20
     ) -> list[dict[str, Any]]:
-        params = {"since": since, "upto": upto or NEVER, "limit": limit}
+        params = {"since": since, "upto": upto or NEVER, "grain": grain, "limit": limit}
         return _dicts(await self._rows(VQ.dead_errors, params))
 
     async def workers(self, recent_s: float = 300.0) -> list[dict[str, Any]]:

@@ -95,9 +95,9 @@ async def overview_data(
     upto = await ledger.rolled_upto()
     live, throughput, latency, errors, workers = await asyncio.gather(
         ledger.live_counts(),
-        ledger.throughput(since, step_s, upto),
-        ledger.latency(since, upto),
-        ledger.dead_errors(since, upto),
+        ledger.throughput(since, step_s, upto, window.grain),
+        ledger.latency(since, upto, window.grain),
+        ledger.dead_errors(since, upto, window.grain),
         ledger.workers(),
     )
     totals = {k: sum(int(r[k]) for r in live) for k in ("pending", "due", "published", "running")}

@@ -5,6 +5,7 @@ overview's figures with and without the rollup."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -186,16 +187,23 @@ async def test_the_overview_is_the_same_from_the_rollup_as_from_history(
             "started_at = started_at - interval '5 min', "
             "finished_at = finished_at - interval '5 min'"
         )
-    before = await overview_data(ledger, window)
+    # The same figures from history alone and from the rollup (its minute rows for
+    # the hour's window, its hour rows for the week's).
+    now = datetime.now(UTC)
+    windows = (window, WINDOWS["7d"])
+    before = [await overview_data(ledger, w, now) for w in windows]
     rollup = Rollup(ledger, RollupConfig(settle_s=60, backfill_s=3600))
     first = await rollup.run_once()
     assert first.tasks == len(seeded.all_finished()) and first.caught_up
     again = await rollup.run_once()
     assert again.tasks == 0
-    after = await overview_data(ledger, window)
-    for key in ("finished", "series", "latency", "errors"):
-        assert after[key] == before[key], key
-    assert after["rollup_lag_s"] is not None and after["rollup_lag_s"] < 130
+    after = [await overview_data(ledger, w, now) for w in windows]
+    for old, new in zip(before, after, strict=True):
+        assert new["finished"]["dead"] == len(seeded.ids["shop.sync"])
+        for key in ("finished", "series", "latency"):
+            assert new[key] == old[key], (new["window"], key)
+    assert after[0]["errors"] == before[0]["errors"]
+    assert after[0]["rollup_lag_s"] is not None and after[0]["rollup_lag_s"] < 130
 
 
 async def test_sql_buckets_agree_with_python(settings: Settings) -> None:

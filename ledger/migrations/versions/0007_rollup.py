@@ -1,25 +1,29 @@
-"""The dashboard's rollup: finished tasks counted per minute, and their latencies
-as fixed log-scale histograms, so the overview never scans history.
+"""The dashboard's rollup: finished tasks counted per minute and per hour, and
+their latencies as fixed log-scale histograms, so the overview never scans history.
 
-- ``ledgerq_rollup_counts``: per (minute, queue, kind, status, error) the number
-  of tasks that finished (``status`` one of succeeded, dead, cancelled; ``error``
-  the last line of a dead task's last error -- a traceback's exception line --
-  cut to 200 characters, '' for the others). The minute is the UTC minute of
-  ``finished_at``.
-- ``ledgerq_rollup_latency``: per (minute, queue, kind, hop, bucket) how many of
-  those tasks took that long on that hop. Hops: ``due_publish`` (from when the
-  last attempt became due, ``GREATEST(created_at, run_at)``, to its publication),
-  ``publish_start`` (publication to claim), ``start_end`` (claim to finish, the
-  handler's run) and ``total`` (enqueue commit to finish). Bucket ``b`` holds
-  durations up to ``1 ms * 2 ** (b / 2)`` (bucket 0: under 1 ms; the last, 47,
-  everything from about 3.3 h up): see ``ledgerq/ledger/rollup.py``.
+- ``ledgerq_rollup_counts``: per (grain, at, queue, kind, status, error) the
+  number of tasks that finished (``status`` one of succeeded, dead, cancelled;
+  ``error`` the last line of a dead task's last error -- a traceback's
+  exception line -- cut to 200 characters, '' for the others). ``grain`` is
+  ``minute`` or ``hour``: each task is counted once in each, ``at`` being the
+  UTC minute or hour of ``finished_at`` (the overview's 7-day window reads the
+  hours: 60 times fewer rows).
+- ``ledgerq_rollup_latency``: per (grain, at, queue, kind, hop, bucket) how
+  many of those tasks took that long on that hop. Hops: ``due_publish`` (from
+  when the last attempt became due, ``GREATEST(created_at, run_at)``, to its
+  publication), ``publish_start`` (publication to claim), ``start_end`` (claim
+  to finish, the handler's run) and ``total`` (enqueue commit to finish).
+  Bucket ``b`` holds durations up to ``1 ms * 2 ** (b / 2)`` (bucket 0: under
+  1 ms; the last, 47, everything from about 3.3 h up): see
+  ``ledgerq/ledger/rollup.py``.
 - ``ledgerq_rollup_state``: one row, ``rolled_upto``: every task that finished
   before it has been counted, none after it.
 
 A pass reads history by finish time (each status's day partitions, then 0001's
 ``ledgerq_history_finished`` index): only the minutes since the last pass.
-Rolled up by the reconciler's pass (``ledgerq/relay/rollup.py``). Small: a few
-hundred rows per minute at most, whatever the throughput.
+Rolled up by the reconciler's pass (``ledgerq/relay/rollup.py``). Small: rows
+per minute and per hour bounded by the queue/kind/hop/bucket combinations seen,
+whatever the throughput.
 
 Revision ID: 0007
 Revises: 0006
@@ -38,24 +42,28 @@ depends_on = None
 _UPGRADE = [
     """
     CREATE TABLE ledgerq_rollup_counts (
-        minute timestamptz NOT NULL,
+        grain  text        NOT NULL,
+        at     timestamptz NOT NULL,
         queue  text        NOT NULL,
         kind   text        NOT NULL,
         status text        NOT NULL,
         error  text        NOT NULL DEFAULT '',
         n      bigint      NOT NULL,
-        CONSTRAINT ledgerq_rollup_counts_pk PRIMARY KEY (minute, queue, kind, status, error)
+        CONSTRAINT ledgerq_rollup_counts_pk PRIMARY KEY (grain, at, queue, kind, status, error),
+        CONSTRAINT ledgerq_rollup_counts_grain CHECK (grain IN ('minute', 'hour'))
     )
     """,
     """
     CREATE TABLE ledgerq_rollup_latency (
-        minute timestamptz NOT NULL,
+        grain  text        NOT NULL,
+        at     timestamptz NOT NULL,
         queue  text        NOT NULL,
         kind   text        NOT NULL,
         hop    text        NOT NULL,
         bucket smallint    NOT NULL,
         n      bigint      NOT NULL,
-        CONSTRAINT ledgerq_rollup_latency_pk PRIMARY KEY (minute, queue, kind, hop, bucket)
+        CONSTRAINT ledgerq_rollup_latency_pk PRIMARY KEY (grain, at, queue, kind, hop, bucket),
+        CONSTRAINT ledgerq_rollup_latency_grain CHECK (grain IN ('minute', 'hour'))
     )
     """,
     """
