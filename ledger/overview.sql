@@ -72,11 +72,14 @@ SELECT (SELECT count(*) FROM src) AS tasks,
 
 -- name: prune_rollup
 -- Rollup rows older than :keep_s seconds (the overview's longest window is 7 days).
+-- (Each grain named, so the primary key's (grain, at) prefix finds them.)
 WITH c AS (
-    DELETE FROM ledgerq_rollup_counts WHERE at < now() - make_interval(secs => :keep_s)
+    DELETE FROM ledgerq_rollup_counts
+    WHERE grain = ANY(ARRAY['minute', 'hour']) AND at < now() - make_interval(secs => :keep_s)
     RETURNING 1
 ), l AS (
-    DELETE FROM ledgerq_rollup_latency WHERE at < now() - make_interval(secs => :keep_s)
+    DELETE FROM ledgerq_rollup_latency
+    WHERE grain = ANY(ARRAY['minute', 'hour']) AND at < now() - make_interval(secs => :keep_s)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM l) AS n

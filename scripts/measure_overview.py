@@ -19,11 +19,14 @@ import sys
 import time
 from datetime import timedelta
 
+import httpx
 import psycopg
 from sqlalchemy import make_url
 
 from ledgerq.compose import open_ledger
+from ledgerq.dashboard.app import create_app
 from ledgerq.dashboard.overview import overview_data
+from ledgerq.dashboard.settings import DashboardSettings
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import upgrade
@@ -63,6 +66,25 @@ async def time_overviews(ledger: object, label: str) -> None:
         )
 
 
+async def time_pages(ledger: object) -> None:
+    """The whole page, as a browser gets it (through the ASGI app, no network)."""
+    app = create_app(ledger, DashboardSettings())  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://perf") as http:
+        for name in WINDOWS:
+            times = []
+            for _ in range(5):
+                t = time.perf_counter()
+                page = await http.get("/", params={"window": name})
+                times.append((time.perf_counter() - t) * 1000)
+                assert page.status_code == 200
+            print(
+                f"GET /?window={name}: median {statistics.median(times):.0f} ms over 5 "
+                f"(min {min(times):.0f}, max {max(times):.0f})",
+                flush=True,
+            )
+
+
 async def main(rows: int) -> None:
     ensure_database()
     settings = Settings(database_url=URL, amqp_url="amqp://guest:guest@127.0.0.1:5672/")
@@ -88,6 +110,7 @@ async def main(rows: int) -> None:
         counts = await rollup.run_once()
         print(f"a steady-state rollup pass: {counts.line()}", flush=True)
         await time_overviews(ledger, "with the rollup:")
+        await time_pages(ledger)
 
 
 asyncio.run(main(int(sys.argv[1])))
