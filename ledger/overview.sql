@@ -13,21 +13,32 @@
 
 -- name: rollup_span
 -- The next span of the rollup, [lo, hi): from the mark (before the first step,
--- :backfill_s ago) to at most :max_span_s later and at most :settle_s before now
--- (a finish commits after its now(): a task committed more than :settle_s late
--- is not counted). Locks the state row (FOR UPDATE) until the step commits, so
--- two steps at once run one after the other and the second finds the span done.
+-- :backfill_s ago), moved on to the minute of the next finished task if there
+-- is a gap (so an idle ledger, or a first pass over a young one, takes one
+-- step, not one per empty hour), to at most :max_span_s later and at most
+-- :settle_s before now (a finish commits after its now(): a task committed
+-- more than :settle_s late is not counted). Locks the state row (FOR UPDATE)
+-- until the step commits, so two steps at once run one after the other and
+-- the second finds the span done.
 SELECT lo,
        GREATEST(lo, LEAST(lo + make_interval(secs => :max_span_s), ripe)) AS hi,
        lo + make_interval(secs => :max_span_s) >= ripe AS caught_up
 FROM (
-    SELECT COALESCE(s.rolled_upto,
-                    date_trunc('minute', now() - make_interval(secs => :backfill_s))) AS lo,
-           date_trunc('minute', now() - make_interval(secs => :settle_s)) AS ripe
-    FROM ledgerq_rollup_state s
-    WHERE s.id = 1
-    FOR UPDATE
-) AS state
+    SELECT LEAST(ripe, GREATEST(mark, COALESCE(
+               (SELECT date_trunc('minute', min(h.finished_at))
+                FROM ledgerq_history h WHERE h.finished_at >= mark),
+               ripe))) AS lo,
+           ripe
+    FROM (
+        SELECT COALESCE(s.rolled_upto,
+                        date_trunc('minute', now() - make_interval(secs => :backfill_s)))
+                   AS mark,
+               date_trunc('minute', now() - make_interval(secs => :settle_s)) AS ripe
+        FROM ledgerq_rollup_state s
+        WHERE s.id = 1
+        FOR UPDATE
+    ) AS state
+) AS span
 
 -- name: roll_up
 -- Counts the tasks that finished in [:lo, :hi) per minute and per hour (and

@@ -8,7 +8,6 @@ stops it gracefully.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 
 import click
@@ -16,6 +15,7 @@ import click
 from ledgerq.cli.group import EX_CONFIG, SECRETS, fail, pass_settings
 from ledgerq.cli.services import metrics_port_option
 from ledgerq.ledger.config import Settings
+from ledgerq.runtime import run_service
 
 #: The distributions of the ``dashboard`` extra, by import name.
 EXTRA = ("starlette", "jinja2", "uvicorn", "itsdangerous", "multipart")
@@ -46,8 +46,9 @@ def dashboard(settings: Settings, host: str, port: int, metrics_port: int | None
     check_bind(host, dashboard_settings)
     SECRETS.secrets.update(dashboard_settings.secrets())
     click.echo(f"ledgerq dashboard on http://{host}:{port}/", err=True)
-    asyncio.run(
+    run_service(
         serve_dashboard(
             settings, dashboard_settings, host, port, metrics_port or 0, sorted(SECRETS.secrets)
-        )
+        ),
+        settings.event_loop,
     )

@@ -1,8 +1,11 @@
 """``ledgerq dashboard``: the application on uvicorn until SIGTERM.
 
 Opens the ledger (schema checked first), builds the app, and serves it with
-uvicorn, which stops gracefully on SIGTERM or SIGINT (no new connections,
-in-flight requests finish); then the ledger is closed. With a metrics port the
+uvicorn until SIGTERM or SIGINT, which ledgerq's own handlers turn into
+uvicorn's graceful exit (no new connections, requests in flight get 10 s);
+then the ledger is closed and the process exits 0, like the relay and the
+worker. (uvicorn's own handlers would re-raise the signal after shutting down,
+and the process would end "killed by SIGTERM".) With a metrics port the
 ledger gauges (:class:`ledgerq.metrics.LedgerGauges`) are refreshed every
 :data:`GAUGES_EVERY_S` from the hot table, and served with ``/healthz`` and
 ``/readyz`` (ready: the ledger answers) on that port.
@@ -16,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
 
 import uvicorn
@@ -27,10 +30,19 @@ from ledgerq.dashboard.settings import DashboardSettings, check_bind
 from ledgerq.health import Health
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
+from ledgerq.runtime import on_stop_signal
 
 log = logging.getLogger("ledgerq.dashboard")
 
 GAUGES_EVERY_S = 15.0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handling: :func:`on_stop_signal` stops it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 async def _refresh(ledger: PgLedger, gauges: object) -> None:
@@ -46,10 +58,11 @@ async def _refresh(ledger: PgLedger, gauges: object) -> None:
 
 
 @asynccontextmanager
-async def ledger_metrics(ledger: PgLedger, port: int) -> AsyncIterator[None]:
-    """The ledger gauges, /healthz and /readyz on ``port`` (0: nothing)."""
+async def ledger_metrics(ledger: PgLedger, port: int) -> AsyncIterator[Health | None]:
+    """The ledger gauges, /healthz and /readyz on ``port`` (0: nothing); yields
+    the health (unready from :meth:`Health.stopping` on), if any."""
     if not port:
-        yield
+        yield None
         return
     from ledgerq import metrics  # prometheus_client loads only with a metrics port
 
@@ -66,7 +79,7 @@ async def ledger_metrics(ledger: PgLedger, port: int) -> AsyncIterator[None]:
     refresher = asyncio.create_task(_refresh(ledger, gauges), name="ledgerq-gauges")
     log.info("dashboard: /metrics, /healthz and /readyz on port %d", server.port)
     try:
-        yield
+        yield health
     finally:
         refresher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -91,12 +104,19 @@ async def serve_dashboard(
         )
     async with (
         open_ledger(settings, "ledgerq-dashboard", pool_size=6) as ledger,
-        ledger_metrics(ledger, metrics_port or settings.metrics_port),
+        ledger_metrics(ledger, metrics_port or settings.metrics_port) as health,
     ):
         app = create_app(ledger, dashboard, secrets)
         config = uvicorn.Config(
             app, host=host, port=port, log_config=None, access_log=False, server_header=False,
             lifespan="off", timeout_graceful_shutdown=10,
         )  # fmt: skip
-        server = uvicorn.Server(config)
+        server = _Server(config)
+
+        def stop() -> None:
+            server.should_exit = True
+            if health is not None:
+                health.stopping()
+
+        on_stop_signal(stop)
         await server.serve()
