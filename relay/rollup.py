@@ -7,10 +7,12 @@ steps (like :mod:`~ledgerq.relay.retention`): it calls the ``roll_up`` step
 spent. Each step counts the tasks that finished in the next span of at most
 ``max_span_s`` -- per (minute, queue, kind, status, error) and per (minute,
 queue, kind, hop, latency bucket), see migration 0007 -- and moves the mark past
-them in the same statement, so a step is counted whole or not at all and a
-pass interrupted half-way loses nothing. The first pass starts
-``backfill_s`` ago (history older than that is not charted); a ledger whose
-reconciler has been off catches up ``budget_s`` of work per pass.
+them in the same transaction, so a step is counted whole or not at all and a
+pass interrupted half-way loses nothing. A span in which nothing finished is
+skipped (the step starts at the next finished task's minute), so an idle
+ledger costs one cheap step per pass. The first pass starts ``backfill_s``
+ago (history older than that is not charted); a ledger whose reconciler has
+been off catches up ``budget_s`` of work per pass.
 
 Races. Two passes at once are serialised by the state row's lock: the second
 finds the span done. ``finish`` writes ``finished_at = now()``, the start of its
