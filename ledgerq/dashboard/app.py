@@ -33,7 +33,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledgerq.dashboard import actions, auth, overview, tasks
 from ledgerq.dashboard.pages import escape, render
 from ledgerq.dashboard.settings import DashboardSettings
-from ledgerq.ledger.errors import InvalidFilterError, LedgerqError, TaskNotFoundError
+from ledgerq.ledger.errors import (
+    InvalidFilterError,
+    LedgerqError,
+    PrivilegeMissingError,
+    TaskNotFoundError,
+)
 from ledgerq.ledger.masking import mask_text
 from ledgerq.ledger.protocol import Ledger
 
@@ -89,6 +94,8 @@ async def _ledger_error(request: Request, exc: Exception) -> Response:
         return _error_page(request, 404, str(exc))
     if isinstance(exc, InvalidFilterError):
         return _error_page(request, 400, str(exc))
+    if isinstance(exc, PrivilegeMissingError):  # an operator's login trying an action
+        return _error_page(request, 403, str(exc))
     log.warning("dashboard: %s", mask_text(str(exc), request.app.state.secrets))
     return _error_page(request, 503, f"the ledger could not answer: {exc}")
 
