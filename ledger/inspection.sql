@@ -50,10 +50,15 @@ SELECT id, EXTRACT(EPOCH FROM created_at)::float8 AS created,
 FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 
 -- name: truncate
--- Every task, every permanent de-duplication key, the audit trail, and the
--- scheduling state (pauses, rate limits and their buckets).
+-- Every task, every permanent de-duplication key, the audit trail, the
+-- scheduling state (pauses, rate limits and their buckets) and the dashboard's
+-- rollup (whose mark reset_rollup clears).
 TRUNCATE ledgerq_tasks, ledgerq_history, ledgerq_unique_keys, ledgerq_audit_tasks, ledgerq_audit,
-         ledgerq_pauses, ledgerq_kinds
+         ledgerq_pauses, ledgerq_kinds, ledgerq_rollup_counts, ledgerq_rollup_latency
+
+-- name: reset_rollup
+-- After truncate: the rollup starts again from its backfill.
+UPDATE ledgerq_rollup_state SET rolled_upto = NULL WHERE id = 1
 
 -- name: clear_finished
 -- Finished rows go; synthetic ones (ids <= 0) stay.

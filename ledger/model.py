@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 from typing import Any, Literal
 
 from ledgerq.ledger.retry import RetryPolicy
@@ -187,3 +187,15 @@ class HistoryDay:
 
     status: str
     day: date
+
+
+@dataclass(frozen=True, slots=True)
+class RollupStep:
+    """One step of the dashboard's rollup: ``tasks`` finished tasks counted into
+    ``rows`` rollup rows, the mark now at ``rolled_upto``; ``caught_up`` if it is
+    as far as it may go (``settle_s`` before now)."""
+
+    tasks: int
+    rows: int
+    rolled_upto: datetime | None
+    caught_up: bool

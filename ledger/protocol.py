@@ -37,6 +37,7 @@ from ledgerq.ledger.model import (
     Held,
     HistoryDay,
     Outcome,
+    RollupStep,
     TaskTiming,
 )
 from ledgerq.ledger.producer import TaskSpec
@@ -207,8 +208,8 @@ class InspectionLedger(Protocol):
     async def timings(self, ids: Iterable[int]) -> list[TaskTiming]: ...
 
     async def truncate(self) -> None:
-        """Delete every task, live and finished, and every permanent key (tests, demo
-        and benchmark only)."""
+        """Delete every task, live and finished, every permanent key, the audit trail
+        and the dashboard's rollup (tests, demo and benchmark only)."""
         ...
 
     async def seed_history(self, rows: int) -> None:
@@ -292,6 +293,60 @@ class OperationsLedger(Protocol):
         ...
 
 
+class RollupLedger(Protocol):
+    """The dashboard's rollup (``overview.sql``, migration 0008)."""
+
+    async def roll_up(self, settle_s: float, max_span_s: float, backfill_s: float) -> RollupStep:
+        """Count the tasks that finished in the next span (at most ``max_span_s``,
+        ending ``settle_s`` before now; the first starts ``backfill_s`` ago) and
+        move the mark past them, in one statement."""
+        ...
+
+    async def prune_rollup(self, keep_s: float) -> int:
+        """Delete rollup rows older than ``keep_s``; how many."""
+        ...
+
+
+class OverviewLedger(Protocol):
+    """What the dashboard's overview and task pages read (``overview.sql``)."""
+
+    async def live_counts(self) -> list[dict[str, Any]]:
+        """Per queue and kind: pending, due, scheduled, published, running, oldest_due_s."""
+        ...
+
+    async def throughput(
+        self, since: datetime, step_s: float, upto: datetime | None, grain: str = "minute"
+    ) -> list[dict[str, Any]]:
+        """Finished tasks per bin (``at``, ``status``, ``n``) since ``since``: the
+        rollup's ``grain`` rows (``minute`` or ``hour``) before ``upto``
+        (:meth:`rolled_upto`), history after it."""
+        ...
+
+    async def latency(
+        self, since: datetime, upto: datetime | None, grain: str = "minute"
+    ) -> list[dict[str, Any]]:
+        """Latency histogram rows (``kind``, ``hop``, ``bucket``, ``n``) since ``since``."""
+        ...
+
+    async def dead_errors(
+        self, since: datetime, upto: datetime | None, grain: str = "minute", limit: int = 20
+    ) -> list[dict[str, Any]]:
+        """Dead tasks since ``since`` by error line and kind, most common first."""
+        ...
+
+    async def workers(self, recent_s: float = 300.0) -> list[dict[str, Any]]:
+        """Workers running tasks now or that finished one in the last ``recent_s``."""
+        ...
+
+    async def children(self, task_id: int, limit: int = 100) -> list[dict[str, Any]]:
+        """The tasks ``task_id`` enqueued (their ``parent_id``), newest first."""
+        ...
+
+    async def rolled_upto(self) -> datetime | None:
+        """Where the rollup has counted up to (None: it never ran)."""
+        ...
+
+
 class Ledger(
     RelayLedger,
     WorkerLedger,
@@ -300,6 +355,8 @@ class Ledger(
     RetentionLedger,
     OperationsLedger,
     SchedulingLedger,
+    RollupLedger,
+    OverviewLedger,
     Protocol,
 ):
     """The whole seam."""

@@ -96,6 +96,18 @@ GRANT USAGE ON SEQUENCE ledgerq_audit_id_seq TO ledgerq_admin;
 GRANT INSERT, DELETE ON ledgerq_pauses TO ledgerq_admin;
 GRANT INSERT (kind, rate_per_s, burst, tokens), UPDATE (rate_per_s, burst, tokens, updated_at)
     ON ledgerq_kinds TO ledgerq_admin;
+
+-- The dashboard's rollup (migration 0008), counted by the reconciler's pass
+-- (overview.sql roll_up, prune_rollup: it reads the finished rows' times and
+-- errors) and read by `ledgerq dashboard`, which runs as an operator (or as an
+-- admin, for its actions).
+GRANT SELECT (queue, run_at, created_at, published_at, started_at, finished_at)
+    ON ledgerq_history TO ledgerq_service;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_rollup_counts, ledgerq_rollup_latency
+    TO ledgerq_service;
+GRANT SELECT, UPDATE ON ledgerq_rollup_state TO ledgerq_service;
+GRANT SELECT ON ledgerq_rollup_counts, ledgerq_rollup_latency, ledgerq_rollup_state
+    TO ledgerq_operator;
 -- Every command but `migrate` and the producer's enqueue checks the schema's
 -- revision at start.
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service, ledgerq_operator;

@@ -83,6 +83,7 @@ class InspectionQueries:
     drain_span: TextClause
     timings: TextClause
     truncate: TextClause
+    reset_rollup: TextClause
     clear_finished: TextClause
     seed_history: TextClause
     seed_varied_history: TextClause
@@ -149,3 +150,22 @@ RQ: RetentionQueries = load(RetentionQueries, "ledgerq.ledger", "retention.sql")
 OQ: OperationsQueries = load(OperationsQueries, "ledgerq.ledger", "operations.sql")
 SQ: SchedulingQueries = load(SchedulingQueries, "ledgerq.ledger", "scheduling.sql")
 ROLES: RoleGrants = load(RoleGrants, "ledgerq.ledger", "roles.sql")
+
+
+@dataclass(frozen=True)
+class OverviewQueries:
+    """``overview.sql``: the dashboard's overview, and the rollup that keeps it fast."""
+
+    rollup_span: TextClause
+    roll_up: TextClause
+    prune_rollup: TextClause
+    rolled_upto: TextClause
+    live_counts: TextClause
+    throughput: TextClause
+    latency: TextClause
+    dead_errors: TextClause
+    workers: TextClause
+    children: TextClause
+
+
+VQ: OverviewQueries = load(OverviewQueries, "ledgerq.ledger", "overview.sql")

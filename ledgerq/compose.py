@@ -64,6 +64,7 @@ from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.probes import Probe
 from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
 from ledgerq.relay.retention import Retention, RetentionConfig
+from ledgerq.relay.rollup import Rollup
 from ledgerq.relay.service import Relay, RelayConfig
 from ledgerq.runtime import SchemaWatch, WatchedLedger, on_stop_signal
 
@@ -318,7 +319,7 @@ async def open_reconciler(
         raise
     try:
         retention = Retention(ledger, retention_config(settings))
-        reconciler = Reconciler(ledger, publisher, config, alert, retention)
+        reconciler = Reconciler(ledger, publisher, config, alert, retention, Rollup(ledger))
         await warn_if_no_autovacuum(ledger)
         yield reconciler
     finally:

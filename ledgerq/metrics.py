@@ -233,3 +233,52 @@ class MetricsServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class LedgerGauges:
+    """The dashboard's gauges from the ledger (``ledgerq dashboard --metrics-port``):
+    tasks by queue and live status, the due backlog and its oldest task's age per
+    queue. A custom collector over a snapshot that :meth:`update` swaps whole, so a
+    scrape never sees half an update; refreshed by the dashboard every 15 s."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._rows: list[dict[str, Any]] = []
+        registry.register(self)
+
+    def update(self, live_counts: list[dict[str, Any]]) -> None:
+        self._rows = list(live_counts)
+
+    def describe(self) -> Iterable[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        tasks = GaugeMetricFamily(
+            "ledgerq_tasks",
+            "Live tasks by queue and status (pending includes those scheduled later).",
+            labels=["queue", "status"],
+        )
+        due = GaugeMetricFamily(
+            "ledgerq_due_tasks", "Pending tasks due now, not yet published, by queue.",
+            labels=["queue"],
+        )  # fmt: skip
+        oldest = GaugeMetricFamily(
+            "ledgerq_oldest_due_seconds",
+            "Age of the oldest due, unpublished task by queue (0 when none is due).",
+            labels=["queue"],
+        )
+        by_queue: dict[str, dict[str, float]] = {}
+        for row in self._rows:
+            q = by_queue.setdefault(
+                row["queue"], {"pending": 0, "published": 0, "running": 0, "due": 0, "oldest": 0.0}
+            )
+            for key in ("pending", "published", "running", "due"):
+                q[key] += int(row[key])
+            q["oldest"] = max(q["oldest"], float(row["oldest_due_s"] or 0.0))
+        for queue, q in sorted(by_queue.items()):
+            for status in ("pending", "published", "running"):
+                tasks.add_metric([queue, status], q[status])
+            due.add_metric([queue], q["due"])
+            oldest.add_metric([queue], q["oldest"])
+        return [tasks, due, oldest]

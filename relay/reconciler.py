@@ -45,6 +45,12 @@ the alerts are sent or have met their deadlines (``elapsed_s`` is the locked pas
    is safe to run twice at once). A drop that waited too long for its lock, or
    a lost connection, is logged and tried again next pass.
 
+5. **Rollup** (when the reconciler has a :class:`~ledgerq.relay.rollup.Rollup`),
+   after the lock is released too, before retention: the tasks finished since
+   the last pass are counted per minute for the dashboard
+   (:meth:`Rollup.run_once <ledgerq.relay.rollup.Rollup.run_once>`; safe to run
+   twice at once). A lost connection is logged and the pass tried again next time.
+
 Each step pages through rows by id (keyset pagination) and holds each page's
 rows locked (``FOR UPDATE SKIP LOCKED``) while it acts on them: expired leases
 are finished in the page's transaction, stalled and overdue rows are published
@@ -59,10 +65,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ledgerq.ledger.alerts import AlertHook, AlertSender, log_alert
 from ledgerq.ledger.errors import TransientStorageError
@@ -70,6 +76,7 @@ from ledgerq.ledger.model import Finished
 from ledgerq.ledger.protocol import PublishBatch, ReconcilerLedger
 from ledgerq.relay.broker.base import Publisher, PublishOutcome
 from ledgerq.relay.retention import Retention, RetentionCounts
+from ledgerq.relay.rollup import Rollup, RollupCounts
 
 log = logging.getLogger("ledgerq.reconciler")
 
@@ -115,11 +122,13 @@ class ReconcileCounts:
     pages: int = 0
     elapsed_s: float = 0.0
     retention: RetentionCounts | None = None
+    rollup: RollupCounts | None = None
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["elapsed_s"] = round(self.elapsed_s, 4)
         data["retention"] = None if self.retention is None else self.retention.as_dict()
+        data["rollup"] = None if self.rollup is None else self.rollup.as_dict()
         return data
 
     def line(self) -> str:
@@ -131,10 +140,23 @@ class ReconcileCounts:
             f"({self.dead} dead, {self.released} released as suspects), "
             f"{self.unconfirmed} unconfirmed, {self.pages} pages "
             f"in {self.elapsed_s * 1000:.0f} ms"
-        ) + ("" if self.retention is None else "; " + self.retention.line())
+        ) + "".join("; " + c.line() for c in (self.rollup, self.retention) if c is not None)
 
 
 PageSource = Callable[[int], AbstractAsyncContextManager[PublishBatch]]
+T = TypeVar("T")
+
+
+async def _upkeep(name: str, step: Callable[[], Awaitable[T]] | None) -> T | None:
+    """An upkeep pass after the lock (rollup, retention): a lost connection is
+    logged and the pass tried again next time."""
+    if step is None:
+        return None
+    try:
+        return await step()
+    except TransientStorageError as exc:
+        log.warning("%s pass failed (%s); tried again next pass", name, exc)
+        return None
 
 
 @dataclass
@@ -144,6 +166,7 @@ class Reconciler:
     config: ReconcilerConfig = field(default_factory=ReconcilerConfig)
     alert: AlertHook = log_alert
     retention: Retention | None = None
+    rollup: Rollup | None = None
 
     async def run_once(self) -> ReconcileCounts:
         started = time.perf_counter()
@@ -166,17 +189,13 @@ class Reconciler:
             )
         counts.elapsed_s = time.perf_counter() - started
         await self._send_alerts(dead)
-        counts.retention = await self._keep_history_small()
+        counts.rollup = await _upkeep(
+            "rollup", None if self.rollup is None else self.rollup.run_once
+        )
+        counts.retention = await _upkeep(
+            "retention", None if self.retention is None else self.retention.run_once
+        )
         return counts
-
-    async def _keep_history_small(self) -> RetentionCounts | None:
-        if self.retention is None:
-            return None
-        try:
-            return await self.retention.run_once()
-        except TransientStorageError as exc:
-            log.warning("retention pass failed (%s); tried again next pass", exc)
-            return None
 
     async def _send_alerts(self, dead: list[Finished]) -> None:
         """After the pass, outside the lock: each alert within its deadline, a few at

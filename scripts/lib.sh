@@ -3,7 +3,8 @@
 # ensure_venv:     .venv with the locked dependencies and ledgerq installed (editable).
 # ensure_test_servers: the installed server programs the tests start private
 #                  copies of (the fault suite's own RabbitMQ node, the TLS
-#                  tests' PostgreSQL cluster and RabbitMQ node, a PgBouncer).
+#                  tests' PostgreSQL cluster and RabbitMQ node, a PgBouncer), and
+#                  the browser the dashboard's tests drive (/usr/bin/chromium).
 # ensure_services: PostgreSQL and RabbitMQ reachable at the configured URLs. It
 #                  uses servers already running there; else starts locally
 #                  installed ones; else, as root on Debian/Ubuntu, installs them
@@ -141,5 +142,9 @@ ensure_test_servers() {
     if [ ! -x /usr/sbin/pgbouncer ]; then
         apt_install pgbouncer \
             || die "the PgBouncer tests start a PgBouncer of their own: install pgbouncer"
+    fi
+    if [ ! -x /usr/bin/chromium ]; then
+        apt_install chromium \
+            || die "the dashboard's browser tests drive Debian's chromium: install chromium"
     fi
 }

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ledgerq.ledger.pg.inspection import PgInspection
 from ledgerq.ledger.pg.operations import PgOperations
+from ledgerq.ledger.pg.overview import PgOverview
 from ledgerq.ledger.pg.retention import PgRetention
 from ledgerq.ledger.pg.scheduling import PgScheduling
 from ledgerq.ledger.pg.services import PgServices
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from ledgerq.ledger.protocol import Ledger
 
 
-class PgLedger(PgServices, PgInspection, PgRetention, PgOperations, PgScheduling):
+class PgLedger(PgServices, PgInspection, PgRetention, PgOperations, PgScheduling, PgOverview):
     """:class:`~ledgerq.ledger.protocol.Ledger` on PostgreSQL, over one async engine."""
 
 

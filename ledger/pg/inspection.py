@@ -61,6 +61,7 @@ class PgInspection(PgBase):
 
     async def truncate(self) -> None:
         await self._rows(IQ.truncate, {})
+        await self._rows(IQ.reset_rollup, {})
 
     async def seed_history(self, rows: int) -> None:
         await self._rows(IQ.seed_history, {"n": rows})

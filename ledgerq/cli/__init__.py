@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ledgerq.cli.bench import bench
 from ledgerq.cli.config import config
+from ledgerq.cli.dashboard import dashboard
 from ledgerq.cli.demo import demo
 from ledgerq.cli.group import cli, run_cli
 from ledgerq.cli.inspect import migrate, show, stats
@@ -12,7 +13,7 @@ from ledgerq.cli.scheduling import kinds, queues
 from ledgerq.cli.services import reconcile, relay, worker
 from ledgerq.cli.tasks import tasks
 
-COMMANDS = (
+for command in (
     migrate,
     stats,
     show,
@@ -25,8 +26,9 @@ COMMANDS = (
     reconcile,
     demo,
     bench,
-)
-for command in (*COMMANDS, config):
+    config,
+    dashboard,
+):
     cli.add_command(command)
 
 

@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from psycopg import sql
@@ -32,6 +33,8 @@ from sqlalchemy.orm import Session
 from ledgerq import AsyncTaskContext, Registry, TaskContext, TaskSpec, enqueue, enqueue_many
 from ledgerq.compose import open_ledger, open_reconciler
 from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.dashboard.app import create_app
+from ledgerq.dashboard.settings import DashboardSettings
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.migrations import VERSION_TABLE
 from ledgerq.ledger.model import Outcome
@@ -208,6 +211,7 @@ def test_the_migrator_group_owns_every_ledger_object(roles: Roles) -> None:
         "ledgerq_tasks", "ledgerq_history", "ledgerq_unique_keys", "ledgerq_task_id_seq",
         VERSION_TABLE, "ledgerq_audit", "ledgerq_audit_id_seq", "ledgerq_audit_tasks",
         "ledgerq_pauses", "ledgerq_kinds",
+        "ledgerq_rollup_counts", "ledgerq_rollup_latency", "ledgerq_rollup_state",
     }  # fmt: skip
     assert {"ledgerq_history_dead", "ledgerq_history_dead_default"} < set(partitions)
     assert len(functions) == 4
@@ -447,3 +451,27 @@ def test_the_admin_acts_and_is_audited_while_the_operator_only_lists(
     assert [a["action"] for a in json.loads(audit.stdout)] == [
         "retry", "cancel", "set-priority", "set-attempts", "reschedule"
     ]  # fmt: skip
+
+
+async def test_the_dashboard_reads_as_the_operator_and_acts_only_as_the_admin(
+    settings: Settings, roles: Roles
+) -> None:
+    producer = roles.settings(settings, "producer")
+    [task_id] = enqueue_committed(producer, [TaskSpec("roles.dash", delay=600)])
+    reconciler = roles.settings(settings, "service")
+    async with open_reconciler(reconciler, ReconcilerConfig()) as pass_:
+        assert (await pass_.run_once()).rollup is not None  # the service may roll up
+    for role, expected in (("operator", 403), ("admin", 303)):
+        async with open_ledger(roles.settings(settings, role), "test-dashboard") as ledger:
+            app = create_app(ledger, DashboardSettings())
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+                overview = await http.get("/", params={"window": "7d"})
+                page = await http.get(f"/tasks/{task_id}")
+                assert (overview.status_code, page.status_code) == (200, 200), role
+                token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+                assert token is not None
+                done = await http.post(f"/tasks/{task_id}/cancel", data={"csrf": token[1]})
+                assert done.status_code == expected, (role, done.text)
+                if role == "operator":
+                    assert "permission denied" in done.text

@@ -268,6 +268,9 @@ async def test_a_reconciler_pass_applies_retention_from_the_settings(
     retention = json.loads(result.stdout)["retention"]
     assert (retention["dropped"], retention["removed"]) == (1, 4)
     assert where(raw) == {"ledgerq_history_succeeded_default": 2}
+    # The dashboard's rollup ran first, in the same pass, and counted all six.
+    rollup = json.loads(result.stdout)["rollup"]
+    assert (rollup["tasks"], rollup["caught_up"]) == (6, True)
 
 
 # -- ledgerq purge ------------------------------------------------------------------------

@@ -36,8 +36,16 @@ BROKER_CLIENTS = ("aio_pika", "aiormq", "pika", "pamqp")
 DATA_FILES = (
     "ledgerq/ledger/queries.sql",
     "ledgerq/ledger/inspection.sql",
+    "ledgerq/ledger/overview.sql",
     "ledgerq/demo/queries.sql",
     "ledgerq/py.typed",
+    "ledgerq/dashboard/templates/base.html",
+    "ledgerq/dashboard/templates/_filters.html",
+    "ledgerq/dashboard/static/style.css",
+    "ledgerq/dashboard/static/overview.js",
+    "ledgerq/dashboard/static/vendor/uPlot.iife.min.js",
+    "ledgerq/dashboard/static/vendor/uPlot.min.css",
+    "ledgerq/dashboard/static/vendor/uPlot.LICENSE",
 )
 
 

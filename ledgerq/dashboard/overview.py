@@ -1,0 +1,129 @@
+"""The overview page: what is waiting and running now, and how the last window went.
+
+Current state (per queue and kind: pending, due backlog and its oldest task's
+age, published, running; the workers) is read from the hot table, which holds
+live tasks only. Everything over time -- throughput and success rate per bin,
+latency percentiles per kind and hop, dead tasks by error -- is read from the
+rollup (``ledgerq/relay/rollup.py``) plus history's few rows since its mark, so
+the page costs the same on a history of ten million rows
+(docs/performance.md). Latency percentiles are bucket bounds: at most 41 % over
+the true value (:mod:`ledgerq.ledger.rollup`).
+
+The chart data goes into the page as JSON in a ``<script type="application/json">``
+block (escaped by Jinja2's ``tojson``), read by ``static/overview.js``: no inline
+script, so the Content-Security-Policy can forbid them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ledgerq.dashboard.pages import render
+from ledgerq.ledger.protocol import Ledger
+from ledgerq.ledger.rollup import (
+    DEFAULT_WINDOW,
+    HOP_TITLES,
+    HOPS,
+    PERCENTILES,
+    WINDOWS,
+    Window,
+    percentile,
+)
+
+STATUSES = ("succeeded", "dead", "cancelled")
+
+
+def series(rows: list[dict[str, Any]], since: datetime, window: Window) -> dict[str, list[Any]]:
+    """Per-bin counts by status, and the success rate (succeeded / (succeeded + dead)),
+    on every bin of the window (empty bins are zeros)."""
+    step = window.step
+    bins = int(window.span / step)
+    xs = [since + step * i for i in range(bins)]
+    index = {x: i for i, x in enumerate(xs)}
+    counts = {s: [0] * bins for s in STATUSES}
+    for row in rows:
+        at = datetime.fromisoformat(row["at"])
+        i = index.get(at)
+        if i is not None and row["status"] in counts:
+            counts[row["status"]][i] += int(row["n"])
+    rate: list[float | None] = []
+    for ok, dead in zip(counts["succeeded"], counts["dead"], strict=True):
+        rate.append(None if ok + dead == 0 else round(100 * ok / (ok + dead), 2))
+    return {"x": [int(x.timestamp()) for x in xs], **counts, "rate": rate}
+
+
+def latencies(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per kind and hop: how many tasks, and p50/p95/p99 (seconds) from the buckets."""
+    histograms: dict[tuple[str, str], dict[int, int]] = {}
+    for row in rows:
+        histograms.setdefault((row["kind"], row["hop"]), {})[int(row["bucket"])] = int(row["n"])
+    out = []
+    for kind in sorted({k for k, _ in histograms}):
+        hops = []
+        for hop in HOPS:
+            counts = histograms.get((kind, hop), {})
+            hops.append(
+                {
+                    "hop": hop,
+                    "title": HOP_TITLES[hop],
+                    "n": sum(counts.values()),
+                    "p": [percentile(counts, p) for p in PERCENTILES],
+                }
+            )
+        out.append({"kind": kind, "hops": hops})
+    return out
+
+
+def _window(request: Request) -> Window:
+    return WINDOWS.get(request.query_params.get("window", ""), WINDOWS[DEFAULT_WINDOW])
+
+
+async def overview_data(
+    ledger: Ledger, window: Window, now: datetime | None = None
+) -> dict[str, Any]:
+    """Everything the overview shows, read concurrently."""
+    now = now or datetime.now(UTC)
+    # Bins aligned to the step, so a point does not move as time passes.
+    step_s = int(window.step.total_seconds())
+    end = datetime.fromtimestamp((int(now.timestamp()) // step_s + 1) * step_s, UTC)
+    since = end - window.span
+    upto = await ledger.rolled_upto()
+    live, throughput, latency, errors, workers = await asyncio.gather(
+        ledger.live_counts(),
+        ledger.throughput(since, step_s, upto, window.grain),
+        ledger.latency(since, upto, window.grain),
+        ledger.dead_errors(since, upto, window.grain),
+        ledger.workers(),
+    )
+    totals = {k: sum(int(r[k]) for r in live) for k in ("pending", "due", "published", "running")}
+    points = series(throughput, since, window)
+    finished = {s: sum(points[s]) for s in STATUSES}
+    ended = finished["succeeded"] + finished["dead"]
+    lag = None if upto is None else max(0.0, (now - upto).total_seconds())
+    return {
+        "window": window.name,
+        "live": live,
+        "totals": totals,
+        "finished": finished,
+        "success_rate": None if ended == 0 else 100 * finished["succeeded"] / ended,
+        "series": points,
+        "latency": latencies(latency),
+        "errors": errors,
+        "workers": workers,
+        "rollup_lag_s": lag,
+        "now": now.isoformat(),
+        "step": f"{step_s // 60} min" if step_s < 3600 else f"{step_s // 3600} h",
+        "stale_after": timedelta(minutes=5).total_seconds(),
+    }
+
+
+async def page(request: Request) -> Response:
+    data = await overview_data(request.app.state.ledger, _window(request))
+    return render(
+        request, "overview.html", data=data, windows=list(WINDOWS), percentiles=PERCENTILES
+    )

@@ -1,0 +1,122 @@
+"""``ledgerq dashboard``: the application on uvicorn until SIGTERM.
+
+Opens the ledger (schema checked first), builds the app, and serves it with
+uvicorn until SIGTERM or SIGINT, which ledgerq's own handlers turn into
+uvicorn's graceful exit (no new connections, requests in flight get 10 s);
+then the ledger is closed and the process exits 0, like the relay and the
+worker. (uvicorn's own handlers would re-raise the signal after shutting down,
+and the process would end "killed by SIGTERM".) With a metrics port the
+ledger gauges (:class:`ledgerq.metrics.LedgerGauges`) are refreshed every
+:data:`GAUGES_EVERY_S` from the hot table, and served with ``/healthz`` and
+``/readyz`` (ready: the ledger answers) on that port.
+
+uvicorn's own logging is routed through the root logger the CLI configured, so
+its lines pass the same secret masking as every other line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+
+from ledgerq.compose import open_ledger
+from ledgerq.dashboard.app import create_app
+from ledgerq.dashboard.settings import DashboardSettings, check_bind
+from ledgerq.health import Health
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.runtime import on_stop_signal
+
+log = logging.getLogger("ledgerq.dashboard")
+
+GAUGES_EVERY_S = 15.0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handling: :func:`on_stop_signal` stops it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _refresh(ledger: PgLedger, gauges: object) -> None:
+    from ledgerq import metrics
+
+    assert isinstance(gauges, metrics.LedgerGauges)
+    while True:
+        try:
+            gauges.update(await ledger.live_counts())
+        except Exception as exc:  # a failed read must not end the refreshing
+            log.warning("ledger gauges not refreshed: %s", exc)
+        await asyncio.sleep(GAUGES_EVERY_S)
+
+
+@asynccontextmanager
+async def ledger_metrics(ledger: PgLedger, port: int) -> AsyncIterator[Health | None]:
+    """The ledger gauges, /healthz and /readyz on ``port`` (0: nothing); yields
+    the health (unready from :meth:`Health.stopping` on), if any."""
+    if not port:
+        yield None
+        return
+    from ledgerq import metrics  # prometheus_client loads only with a metrics port
+
+    registry = metrics.new_registry()
+    gauges = metrics.LedgerGauges(registry)
+    health = Health()
+    server = metrics.MetricsServer(port, health, registry)
+    health.start_ticking()
+
+    async def ready() -> str | None:
+        return None if await ledger.ping() else "the ledger table is missing"
+
+    health.watch(ready)
+    refresher = asyncio.create_task(_refresh(ledger, gauges), name="ledgerq-gauges")
+    log.info("dashboard: /metrics, /healthz and /readyz on port %d", server.port)
+    try:
+        yield health
+    finally:
+        refresher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await refresher
+        await health.close()
+        server.close()
+
+
+async def serve_dashboard(
+    settings: Settings,
+    dashboard: DashboardSettings,
+    host: str,
+    port: int,
+    metrics_port: int = 0,
+    secrets: Iterable[str] = (),
+) -> None:
+    check_bind(host, dashboard)
+    if dashboard.secret_generated:
+        log.warning(
+            "LEDGERQ_DASHBOARD_SECRET is not set: sessions are signed with a random key "
+            "and end when the dashboard restarts"
+        )
+    async with (
+        open_ledger(settings, "ledgerq-dashboard", pool_size=6) as ledger,
+        ledger_metrics(ledger, metrics_port or settings.metrics_port) as health,
+    ):
+        app = create_app(ledger, dashboard, secrets)
+        config = uvicorn.Config(
+            app, host=host, port=port, log_config=None, access_log=False, server_header=False,
+            lifespan="off", timeout_graceful_shutdown=10,
+        )  # fmt: skip
+        server = _Server(config)
+
+        def stop() -> None:
+            server.should_exit = True
+            if health is not None:
+                health.stopping()
+
+        on_stop_signal(stop)
+        await server.serve()
