@@ -41,6 +41,16 @@ def render(result: dict[str, Any], console: Console) -> None:
     table.add_column("note")
     raw = result["raw_publish_per_s"] or 1.0
     rows = [
+        (
+            "drain, sync handler writing one row (no option)",
+            f"{result['drain_sync_db_per_s']:,.0f}/s",
+            _peer(result, "drain_sync_db_per_s"),
+        ),
+        (
+            "drain, async handler writing one row (no option)",
+            f"{result['drain_async_db_per_s']:,.0f}/s",
+            _peer(result, "drain_async_db_per_s"),
+        ),
         ("enqueue, 1 task per transaction", f"{result['enqueue_per_s']:,.0f}/s", ""),
         ("enqueue, batched (1,000 per statement)", f"{result['enqueue_batch_per_s']:,.0f}/s", ""),
         (
@@ -49,7 +59,7 @@ def render(result: dict[str, Any], console: Console) -> None:
             f"{result['drain_per_s'] / raw:.0%} of raw publish",
         ),
         (
-            "drain, one-row DB handler",
+            "drain, one row, group_commit=True",
             f"{result['drain_db_per_s']:,.0f}/s",
             f"{result['drain_db_per_s'] / raw:.0%} of raw publish",
         ),
@@ -75,6 +85,11 @@ def render(result: dict[str, Any], console: Console) -> None:
     for measure, value, note in rows:
         table.add_row(measure, value, note)
     console.print(table)
+
+
+def _peer(result: dict[str, Any], key: str) -> str:
+    celery = result.get("celery_db_per_s")
+    return f"{result[key] / celery:.2f}x Celery" if celery else ""
 
 
 def _ms(p: dict[str, float]) -> str:

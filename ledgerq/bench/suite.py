@@ -17,6 +17,21 @@ from ledgerq.bench.phases import Bench, percentiles
 from ledgerq.bench.raw import raw_ceiling
 from ledgerq.ledger.config import Settings
 
+#: The drains ``--handler`` can pick: name -> (kind, result key, phase label).
+DRAINS = {
+    "sync-db": ("demo.write", "drain_sync_db_per_s", "drain, sync handler, one row"),
+    "async-db": ("demo.awrite", "drain_async_db_per_s", "drain, async handler, one row"),
+    "noop": ("demo.noop", "drain_per_s", "drain, no-op"),
+    "group": ("demo.receipt", "drain_db_per_s", "drain, one row, group_commit=True"),
+}
+#: What each ``--handler`` choice runs, in the order the drains run.
+HANDLER_CHOICES = {
+    "all": ("sync-db", "async-db", "noop", "group"),
+    "both": ("noop", "group"),  # before issue 13: the no-op and the group-commit drain
+    "db": ("group",),
+    **{name: (name,) for name in DRAINS},
+}
+
 KEYS = (
     "enqueue_per_s",
     "enqueue_batch_per_s",
@@ -49,6 +64,7 @@ def run_suite(
     history_rows: int,
     phase: Any,
     repeat: int = 1,
+    latency: bool = True,
 ) -> None:
     progress = phase("raw aio-pika ceiling", 1)
     publish, consume = bench.run(raw_ceiling(bench.settings.amqp_url, tasks))
@@ -63,21 +79,20 @@ def run_suite(
         bench.enqueue_batch(tasks, "demo.noop", phase("enqueue, batched", 1))
     )
     bench.start_workers()
-    result["drain_per_s"] = result["drain_db_per_s"] = 0
-    if handler in ("both", "noop"):
-        runs = [
-            bench.drain(tasks, "demo.noop", phase(f"drain, no-op ({i + 1}/{repeat})", 1))
-            for i in range(repeat)
-        ]
-        result["drain_per_s"], result["drain_runs"] = _median(runs), [round(r) for r in runs]
-    if handler in ("both", "db"):
-        runs = [
-            bench.drain(
-                tasks, "demo.receipt", phase(f"drain, one-row DB handler ({i + 1}/{repeat})", 1)
-            )
-            for i in range(repeat)
-        ]
-        result["drain_db_per_s"], result["drain_db_runs"] = _median(runs), [round(r) for r in runs]
+    for key in ("drain_per_s", "drain_db_per_s", "drain_sync_db_per_s", "drain_async_db_per_s"):
+        result[key] = 0
+    for name in HANDLER_CHOICES[handler]:
+        kind, key, label = DRAINS[name]
+        runs, cpu = [], []
+        for i in range(repeat):
+            runs.append(bench.drain(tasks, kind, phase(f"{label} ({i + 1}/{repeat})", 1)))
+            cpu.append(bench.last_cpu_ms_per_task)
+        result[key] = _median(runs)
+        result[key.replace("_per_s", "_runs")] = [round(r) for r in runs]
+        result[key.replace("_per_s", "_cpu_ms_per_task")] = round(statistics.median(cpu), 3)
+    if not latency:
+        result["worker_rss_mb"] = bench.worker_peak_rss_mb()
+        return
     probes = max(10, min(int(idle_rate * 10), tasks // 2))
     idle = bench.latency(idle_rate, probes / idle_rate, 1, phase("latency, idle", 1))
     load_seconds = max(2.0, min(5.0, tasks / load_rate))

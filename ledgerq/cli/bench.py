@@ -14,7 +14,7 @@ from rich.console import Console
 
 from ledgerq.bench.phases import Bench
 from ledgerq.bench.report import plot, render, require_plotting
-from ledgerq.bench.suite import bench_settings, run_suite
+from ledgerq.bench.suite import HANDLER_CHOICES, bench_settings, run_suite
 from ledgerq.cli.group import pass_settings, progress_bar
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.demo import prepare_shop
@@ -35,10 +35,12 @@ from ledgerq.ledger.pg.migrate import upgrade
 )
 @click.option(
     "--handler",
-    type=click.Choice(["both", "noop", "db"]),
-    default="both",
+    type=click.Choice(list(HANDLER_CHOICES)),
+    default="all",
     show_default=True,
-    help="Which drains to run.",
+    help="Which drains to run: sync-db / async-db (one row through ctx.session, no "
+    "option), noop, group (one row, group_commit=True); all: every one; both: noop "
+    "and group; db: group.",
 )
 @click.option(
     "--idle-rate",
@@ -75,6 +77,18 @@ from ledgerq.ledger.pg.migrate import upgrade
     help="Serve metrics from the relay on this port and worker i on port + 1 + i "
     "(to measure their cost; 0: none).",
 )
+@click.option(
+    "--latency/--no-latency",
+    default=True,
+    show_default=True,
+    help="Run the latency phases (--no-latency: throughput only, for quick comparisons).",
+)
+@click.option(
+    "--worker-arg",
+    "worker_args",
+    multiple=True,
+    help="An extra option for the workers (repeatable), e.g. --worker-arg=--no-batch-commit.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_settings
 def bench(
@@ -90,6 +104,8 @@ def bench(
     as_json: bool,
     repeat: int,
     metrics_port: int,
+    latency: bool,
+    worker_args: tuple[str, ...],
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
     if tasks < 10 or workers < 1 or concurrency < 1 or repeat < 1:
@@ -104,7 +120,15 @@ def bench(
     loop = asyncio.Runner()
     ledger = PgLedger(async_engine(settings, "ledgerq-bench", pool_size=2))
     bench = Bench(
-        settings, engine, ledger, loop.run, Path("bench-logs"), workers, concurrency, metrics_port
+        settings,
+        engine,
+        ledger,
+        loop.run,
+        Path("bench-logs"),
+        workers,
+        concurrency,
+        metrics_port,
+        worker_args,
     )
     result: dict[str, Any] = {
         "config": {
@@ -117,6 +141,7 @@ def bench(
             "history_rows": history_rows,
             "repeat": repeat,
             "metrics_port": metrics_port,
+            "worker_args": list(worker_args),
             "cpus": _cpus(),
             "python": platform.python_version(),
         }
@@ -129,7 +154,16 @@ def bench(
 
         try:
             run_suite(
-                bench, result, tasks, handler, idle_rate, load_rate, history_rows, phase, repeat
+                bench,
+                result,
+                tasks,
+                handler,
+                idle_rate,
+                load_rate,
+                history_rows,
+                phase,
+                repeat,
+                latency,
             )
         finally:
             bench.services.stop()

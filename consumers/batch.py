@@ -1,0 +1,417 @@
+"""Batched commit: the default for handlers that write through ``ctx.session``.
+
+A kind whose handler was seen using ``ctx.session`` (the first runs of a kind
+take the ordinary path, :class:`~.execute.TaskRunner`, which learns it) has its
+claimed tasks run in *windows*: one connection, one transaction per window.
+
+* The window first locks its tasks' rows under their fences (``lock_running``,
+  SKIP LOCKED); until its COMMIT no one else can move them (the reconciler, a
+  cancel, a heartbeat wait for it), so its fenced finish wins for every row it
+  locked. A task whose row it could not lock (busy at that instant, or its fence
+  already lost) is not run in the window: it takes the ordinary path
+  (``fallback``), whose own fenced finish settles which it was.
+* Each handler's ``ctx.session`` is a SAVEPOINT on the window's connection
+  (see :mod:`.context`): its writes are undone alone when it raises, times out,
+  is cancelled or returns a value that cannot be stored, and that task's outcome
+  goes to the finisher like any failure. One handler's failure never undoes
+  another's writes.
+* After the handlers, one ``finish`` statement marks the window's successes
+  ``succeeded`` and one COMMIT makes their writes and their statuses durable
+  together (one WAL flush for the window). Only then are they handed to the
+  finisher, which acks them. If the COMMIT fails, nothing of the window was
+  committed and each of its tasks is recorded as a failed attempt (retried).
+
+Handlers of a window run one after another (async ones on the loop, sync ones
+in one pool thread, one hand-off per window). A window takes no new handler
+once ``window_s`` has passed since it opened, or after ``max_tasks``; the rest
+of the claimed batch goes to the next window. So a finished handler's commit
+waits at most ``window_s`` plus the run of the one handler still running in
+its window. A handler that runs longer than ``slow_s`` sends its kind back to
+the ordinary path (its own transaction, run concurrently) for ``cooldown_s``:
+a slow kind holds a window once, then leaves the batch.
+
+Races: a sync handler that outlives its timeout in a window cannot be stopped;
+the worker stops waiting ``window_s`` after the shortest timeout of the window,
+abandons the window (the thread rolls it back when the handler returns) and
+records every task of it as a failed attempt, so none is stuck. Tasks with a
+trace context, or whose payload was refused, take the ordinary path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+from sqlalchemy import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
+from ledgerq.consumers.execute import TaskRunner, _returned, failure, handler_timeout
+from ledgerq.consumers.handoff import Committed, Result
+from ledgerq.consumers.registry import Handler
+from ledgerq.ledger.logs import current_task
+from ledgerq.ledger.model import ClaimedTask, Outcome
+from ledgerq.ledger.within import (
+    alock_within,
+    asucceed_within,
+    lock_within,
+    succeed_many_within,
+)
+
+log = logging.getLogger("ledgerq.worker")
+
+class _NotLocked:
+    """The window could not lock the task's row: it was not run there."""
+
+
+NOT_LOCKED = _NotLocked()
+#: How a handler in a window ended: its JSON result (succeeded), or an outcome,
+#: or NOT_LOCKED (it takes the ordinary path).
+Ran = str | None | Outcome | _NotLocked
+Report = Callable[[int, Result], None]
+_Started = tuple[float, contextvars.Token[tuple[int, str, int] | None]]
+
+
+@dataclass(eq=False)
+class Item:
+    """A task waiting for a window; ``report`` is called once, with how it ended."""
+
+    task: ClaimedTask
+    handler: Handler
+    report: Callable[[Result | None], None]
+    #: Run it on the ordinary path instead (which reports it itself).
+    fallback: Callable[[], None]
+    #: Its claimed batch stopped waiting (shutdown): no window takes it.
+    dropped: bool = False
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    #: A window takes no new handler after this long (the bound on a commit's wait).
+    window_s: float = 0.02
+    #: At most this many tasks per window: PostgreSQL keeps 64 subtransactions
+    #: (savepoints that wrote) per backend in shared memory before it overflows.
+    max_tasks: int = 50
+    #: Windows open at once, for async and for sync handlers each (connections held).
+    lanes: int = 8
+    #: A handler slower than this sends its kind to the ordinary path for ``cooldown_s``.
+    slow_s: float = 0.1
+    cooldown_s: float = 60.0
+    #: False: every handler takes the ordinary path (its own transaction).
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.window_s <= 1.0:
+            raise ValueError(f"batch window must be in (0, 1] s, got {self.window_s}")
+        if not 1 <= self.max_tasks <= 64:
+            raise ValueError(f"batch max_tasks must be 1..64, got {self.max_tasks}")
+        if not 1 <= self.lanes <= 100:
+            raise ValueError(f"batch lanes must be 1..100, got {self.lanes}")
+        if self.slow_s <= 0 or self.cooldown_s < 0:
+            raise ValueError("batch slow_s must be positive and cooldown_s >= 0")
+
+
+@dataclass
+class _Window:
+    """What a sync window's thread and the loop share: the abandon flag."""
+
+    abandoned: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class Batcher:
+    runner: TaskRunner
+    config: BatchConfig
+    sync_engine: Engine | None
+    async_engine: AsyncEngine | None
+    _demoted: dict[str, float] = field(default_factory=dict)
+    _queues: dict[bool, deque[Item]] = field(default_factory=dict)
+    _events: dict[bool, asyncio.Event] = field(default_factory=dict)
+    _lanes: dict[bool, list[asyncio.Task[None]]] = field(default_factory=dict)
+
+    def batchable(self, task: ClaimedTask, handler: Handler) -> bool:
+        """Whether the task runs in a window (see the module docstring)."""
+        if not self.config.enabled or task.kind not in self.runner.session_kinds:
+            return False
+        if task.trace_context is not None or task.oversize_payload_bytes is not None:
+            return False
+        if (self.async_engine if handler.is_async else self.sync_engine) is None:
+            return False
+        until = self._demoted.get(task.kind)
+        return until is None or until <= time.monotonic()
+
+    async def run(
+        self,
+        batch: Sequence[tuple[ClaimedTask, Handler]],
+        report: Report,
+        fallback: Callable[[int], None],
+    ) -> None:
+        """Queue ``batch`` for the windows; return once each task was reported
+        (``report(index, result)``, after its window committed or rolled back) or
+        handed to ``fallback(index)`` (the ordinary path). If cancelled, the tasks no
+        window took yet are dropped (the caller reports them)."""
+        left = set(range(len(batch)))
+        done = asyncio.Event()
+
+        def reporter(index: int) -> Callable[[Result | None], None]:
+            def reported(result: Result | None) -> None:
+                if index in left:  # once (a window still running at shutdown may report late)
+                    left.discard(index)
+                    if result is None:
+                        fallback(index)
+                    else:
+                        report(index, result)
+                    if not left:
+                        done.set()
+
+            return reported
+
+        items = []
+        for index, (task, handler) in enumerate(batch):
+            settle = reporter(index)
+            items.append(Item(task, handler, settle, partial(settle, None)))
+        for item in items:
+            self._queue(item.handler.is_async).append(item)
+        for is_async in {i.handler.is_async for i in items}:
+            self._wake(is_async)
+        try:
+            await done.wait()
+        finally:
+            for item in items:
+                item.dropped = True
+
+    def _queue(self, is_async: bool) -> deque[Item]:
+        return self._queues.setdefault(is_async, deque())
+
+    def _wake(self, is_async: bool) -> None:
+        event = self._events.setdefault(is_async, asyncio.Event())
+        event.set()
+        lanes = self._lanes.setdefault(is_async, [])
+        if len(lanes) < self.config.lanes:
+            name = f"ledgerq-batch-{'async' if is_async else 'sync'}-{len(lanes)}"
+            lanes.append(asyncio.create_task(self._lane(is_async), name=name))
+
+    async def _lane(self, is_async: bool) -> None:
+        """Take what waits (up to ``max_tasks``) into a window; put back what it did not take."""
+        queue, event = self._queue(is_async), self._events[is_async]
+        window = self._async_window if is_async else self._sync_window
+        while True:
+            if not queue:
+                event.clear()
+                await event.wait()
+                continue
+            items = [queue.popleft() for _ in range(min(len(queue), self.config.max_tasks))]
+            items = [i for i in items if not i.dropped]
+            if not items:
+                continue
+            try:
+                taken = await window(items)
+            except Exception:  # a bug of ours must not stop the lane
+                log.exception("a batched window failed unexpectedly")
+                _report_failed(items, "worker error in a batched window")
+                taken = len(items)
+            queue.extendleft(reversed(items[taken:]))
+
+    async def close(self) -> None:
+        """Stop the lanes (at shutdown, once the dispatcher has drained)."""
+        lanes = [lane for group in self._lanes.values() for lane in group]
+        for lane in lanes:
+            lane.cancel()
+        await asyncio.gather(*lanes, return_exceptions=True)
+        self._lanes.clear()
+
+    # -- async handlers, on the loop ---------------------------------------------
+    async def _async_window(self, items: list[Item]) -> int:
+        assert self.async_engine is not None
+        taken: list[Item] = []
+        ran: list[Ran] = []
+        try:
+            t00 = time.monotonic()
+            async with self.async_engine.connect() as conn:
+                await conn.begin()
+                held = await alock_within(conn, [i.task.fence for i in items])
+                opened = time.monotonic()
+                for item in items:
+                    if taken and time.monotonic() - opened > self.config.window_s:
+                        break
+                    taken.append(item)
+                    task, handler = item.task, item.handler
+                    if task.id not in held:
+                        ran.append(NOT_LOCKED)
+                        continue
+                    ctx = AsyncTaskContext(task, self.runner.worker, _bind=conn)
+                    ran.append(await self._run_async(task, handler, ctx))
+                log.info("DEBUG window %d of %d lock %.1f ms total %.1f ms", len(taken), len(items), (opened - t00) * 1000, (time.monotonic() - t00) * 1000)
+                ok = _successes(taken, ran)
+                won = await asucceed_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
+                committed = len(won) == len(ok)
+                if committed:
+                    await conn.commit()
+                else:
+                    await conn.rollback()
+        except Exception as exc:  # nothing of the window was committed
+            failed = taken or items
+            _report_failed(failed, f"the batched commit failed: {exc!r}")
+            return len(failed)
+        _report(taken, ran, committed)
+        return len(taken)
+
+    async def _run_async(self, task: ClaimedTask, handler: Handler, ctx: AsyncTaskContext) -> Ran:
+        timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
+        started = self._begin(task, ctx)
+        try:
+            try:
+                async with asyncio.timeout(timeout):
+                    value = await handler.fn(task.payload, ctx)
+                result = _returned(value, ctx)
+                if ctx._session is not None:
+                    await ctx._session.commit()  # RELEASE SAVEPOINT
+                return result
+            except TimeoutError:
+                await _aundo(ctx)
+                return self.runner._timed_out(task, timeout, ctx)
+            except Exception as exc:
+                await _aundo(ctx)
+                return self.runner._failed(task, exc, ctx)
+        finally:
+            if ctx._session is not None:
+                await ctx._session.close()
+            self._end(task, started)
+
+    # -- sync handlers, one pool thread per window -------------------------------
+    async def _sync_window(self, items: list[Item]) -> int:
+        state = _Window()
+        limits = [handler_timeout(i.task, i.handler, self.runner.default_timeout_s) for i in items]
+        known = [limit for limit in limits if limit]
+        wait = min(known) + self.config.window_s if known else None
+        future = asyncio.get_running_loop().run_in_executor(
+            self.runner.pool, contextvars.copy_context().run, self._sync_thread, items, state
+        )
+        try:
+            taken, ran, committed = await asyncio.wait_for(asyncio.shield(future), wait)
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            state.abandoned.set()  # the thread rolls back when its handler returns
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            log.warning("a batched window of sync handlers outlived its timeout; abandoned")
+            _report_failed(items, f"timed out after {wait} s (in a batched window)")
+            return len(items)
+        except Exception as exc:
+            _report_failed(items, f"the batched commit failed: {exc!r}")
+            return len(items)
+        _report(taken, ran, committed)
+        return len(taken)
+
+    def _sync_thread(self, items: list[Item], state: _Window) -> tuple[list[Item], list[Ran], bool]:
+        assert self.sync_engine is not None
+        taken: list[Item] = []
+        ran: list[Ran] = []
+        with self.sync_engine.connect() as conn:
+            conn.begin()
+            held = lock_within(conn, [i.task.fence for i in items])
+            opened = time.monotonic()
+            for item in items:
+                if state.abandoned.is_set() or (
+                    taken and time.monotonic() - opened > self.config.window_s
+                ):
+                    break
+                taken.append(item)
+                task, handler = item.task, item.handler
+                if task.id not in held:
+                    ran.append(NOT_LOCKED)
+                    continue
+                ran.append(
+                    self._run_sync(task, handler, TaskContext(task, self.runner.worker, _bind=conn))
+                )
+            ok = _successes(taken, ran)
+            won = succeed_many_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
+            committed = len(won) == len(ok) and not state.abandoned.is_set()
+            if committed:
+                conn.commit()
+            else:
+                conn.rollback()
+        return taken, ran, committed
+
+    def _run_sync(self, task: ClaimedTask, handler: Handler, ctx: TaskContext) -> Ran:
+        timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
+        started = self._begin(task, ctx)
+        try:
+            try:
+                result = _returned(handler.fn(task.payload, ctx), ctx)
+                if timeout is not None and time.perf_counter() - started[0] > timeout:
+                    _undo(ctx)
+                    return self.runner._timed_out(task, timeout, ctx)
+                if ctx._session is not None:
+                    ctx._session.commit()  # RELEASE SAVEPOINT
+                return result
+            except Exception as exc:
+                _undo(ctx)
+                return self.runner._failed(task, exc, ctx)
+        finally:
+            if ctx._session is not None:
+                ctx._session.close()
+            self._end(task, started)
+
+    # -- shared ------------------------------------------------------------------
+    def _begin(self, task: ClaimedTask, ctx: HandlerContext) -> _Started:
+        """Before a handler: the lease keeping sees its context; log lines name it."""
+        self.runner._notify(task, ctx)
+        self.runner.probe("worker.mid_handler")
+        return time.perf_counter(), current_task.set((task.id, task.kind, task.attempts))
+
+    def _end(self, task: ClaimedTask, started: _Started) -> None:
+        current_task.reset(started[1])
+        took = time.perf_counter() - started[0]
+        self.runner.observer.ran(task.kind, took, task.waited_s)
+        if took > self.config.slow_s:
+            log.info(
+                "kind %s took %.0f ms in a batched window; its own transactions for %.0f s",
+                task.kind,
+                took * 1000,
+                self.config.cooldown_s,
+            )
+            self._demoted[task.kind] = time.monotonic() + self.config.cooldown_s
+
+
+def _successes(taken: list[Item], ran: list[Ran]) -> list[tuple[ClaimedTask, str | None]]:
+    return [
+        (item.task, r)
+        for item, r in zip(taken, ran, strict=True)
+        if not isinstance(r, Outcome | _NotLocked)
+    ]
+
+
+def _report(taken: list[Item], ran: list[Ran], committed: bool) -> None:
+    for item, r in zip(taken, ran, strict=True):
+        if isinstance(r, _NotLocked):
+            item.fallback()
+        elif isinstance(r, Outcome):
+            item.report(r)
+        elif committed:
+            item.report(Committed(True))
+        else:  # cannot happen (the rows were locked): nothing of the window was committed
+            log.error("task %s: a locked fence was lost in a batched window", item.task.id)
+            item.report(failure(item.task, "the batched commit lost a fence; retried"))
+
+
+def _report_failed(items: Sequence[Item], error: str) -> None:
+    log.warning("batched window of %d failed: %s", len(items), error)
+    for item in items:
+        item.report(failure(item.task, error))
+
+
+async def _aundo(ctx: AsyncTaskContext) -> None:
+    if ctx._session is not None:
+        await ctx._session.rollback()  # ROLLBACK TO SAVEPOINT: this handler's writes only
+
+
+def _undo(ctx: TaskContext) -> None:
+    if ctx._session is not None:
+        ctx._session.rollback()
