@@ -100,9 +100,9 @@ class BatchConfig:
     #: (savepoints that wrote) per backend in shared memory before it overflows.
     max_tasks: int = 50
     #: Windows open at once, for async and for sync handlers each (connections held).
-    lanes: int = 8
+    lanes: int = 4
     #: A handler slower than this sends its kind to the ordinary path for ``cooldown_s``.
-    slow_s: float = 0.1
+    slow_s: float = 0.5
     cooldown_s: float = 60.0
     #: False: every handler takes the ordinary path (its own transaction).
     enabled: bool = True
@@ -233,7 +233,6 @@ class Batcher:
         taken: list[Item] = []
         ran: list[Ran] = []
         try:
-            t00 = time.monotonic()
             async with self.async_engine.connect() as conn:
                 await conn.begin()
                 held = await alock_within(conn, [i.task.fence for i in items])
@@ -248,7 +247,6 @@ class Batcher:
                         continue
                     ctx = AsyncTaskContext(task, self.runner.worker, _bind=conn)
                     ran.append(await self._run_async(task, handler, ctx))
-                log.info("DEBUG window %d of %d lock %.1f ms total %.1f ms", len(taken), len(items), (opened - t00) * 1000, (time.monotonic() - t00) * 1000)
                 ok = _successes(taken, ran)
                 won = await asucceed_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
                 committed = len(won) == len(ok)

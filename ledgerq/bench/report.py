@@ -63,17 +63,29 @@ def render(result: dict[str, Any], console: Console) -> None:
             f"{result['drain_db_per_s']:,.0f}/s",
             f"{result['drain_db_per_s'] / raw:.0%} of raw publish",
         ),
-        ("commit -> handler start, idle", _ms(result["latency_ms"]), "p50 / p95 / p99"),
-        ("commit -> terminal, idle", _ms(result["latency_ms_terminal"]), "p50 / p95 / p99"),
-        (
-            "commit -> handler start, loaded",
-            _ms(result["latency_ms_load"]),
-            f"at {result['config']['load_rate']:,.0f} tasks/s",
-        ),
         ("worker peak RSS", f"{result['worker_rss_mb']:.0f} MB", "max over workers"),
         ("raw aio-pika publish + confirm", f"{result['raw_publish_per_s']:,.0f}/s", "ceiling"),
         ("raw aio-pika consume + ack", f"{result['raw_consume_per_s']:,.0f}/s", "ceiling"),
     ]
+    if "latency_ms" in result:
+        rows[6:6] = [
+            ("commit -> handler start, idle", _ms(result["latency_ms"]), "p50 / p95 / p99"),
+            ("commit -> terminal, idle", _ms(result["latency_ms_terminal"]), "p50 / p95 / p99"),
+            (
+                "commit -> handler start, loaded",
+                _ms(result["latency_ms_load"]),
+                f"at {result['config']['load_rate']:,.0f} tasks/s",
+            ),
+        ]
+    if "celery_db_per_s" in result:
+        rows.insert(
+            2,
+            (
+                "drain, Celery peer writing one row",
+                f"{result['celery_db_per_s']:,.0f}/s",
+                "RabbitMQ, acks_late, prefork x2",
+            ),
+        )
     if "drain_per_s_with_history" in result:
         rows.append(
             (

@@ -127,3 +127,12 @@ def run_suite(
 
 def _median(values: list[float]) -> int:
     return round(statistics.median(values))
+
+
+def add_peer(result: dict[str, Any], runs: list[float]) -> None:
+    """The Celery drains' median, and each default-path drain's ratio to it."""
+    celery = _median(runs)
+    result["celery_db_per_s"], result["celery_db_runs"] = celery, [round(r) for r in runs]
+    for key in ("drain_sync_db_per_s", "drain_async_db_per_s", "drain_db_per_s"):
+        if result.get(key) and celery:
+            result[key.replace("_per_s", "_vs_celery")] = round(result[key] / celery, 2)

@@ -12,9 +12,10 @@ from typing import Any
 import click
 from rich.console import Console
 
+from ledgerq.bench.peer import CeleryPeer, require_celery
 from ledgerq.bench.phases import Bench
 from ledgerq.bench.report import plot, render, require_plotting
-from ledgerq.bench.suite import HANDLER_CHOICES, bench_settings, run_suite
+from ledgerq.bench.suite import HANDLER_CHOICES, add_peer, bench_settings, run_suite
 from ledgerq.cli.group import pass_settings, progress_bar
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.demo import prepare_shop
@@ -84,6 +85,14 @@ from ledgerq.ledger.pg.migrate import upgrade
     help="Run the latency phases (--no-latency: throughput only, for quick comparisons).",
 )
 @click.option(
+    "--peer",
+    type=click.Choice(["none", "celery"]),
+    default="none",
+    show_default=True,
+    help="Also drain the same one-row work with Celery (RabbitMQ, acks_late, prefork x2) "
+    "in this run, and print ledgerq's ratio to it (needs Celery: the dev extra).",
+)
+@click.option(
     "--worker-arg",
     "worker_args",
     multiple=True,
@@ -106,12 +115,15 @@ def bench(
     metrics_port: int,
     latency: bool,
     worker_args: tuple[str, ...],
+    peer: str,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
     if tasks < 10 or workers < 1 or concurrency < 1 or repeat < 1:
         raise click.BadParameter("--tasks >= 10, --workers, --concurrency and --repeat >= 1")
     if plot_path:
         require_plotting()
+    if peer == "celery":
+        require_celery()
     settings = bench_settings(settings)
     upgrade(settings)
     engine = sync_engine(settings, "ledgerq-bench", pool_size=2)
@@ -142,6 +154,7 @@ def bench(
             "repeat": repeat,
             "metrics_port": metrics_port,
             "worker_args": list(worker_args),
+            "peer": peer,
             "cpus": _cpus(),
             "python": platform.python_version(),
         }
@@ -165,6 +178,13 @@ def bench(
                 repeat,
                 latency,
             )
+            if peer == "celery":
+                celery = CeleryPeer(bench.settings, engine, bench.log_dir)
+                runs = [
+                    celery.drain(tasks, phase(f"drain, Celery peer ({i + 1}/{repeat})", 1))
+                    for i in range(repeat)
+                ]
+                add_peer(result, runs)
         finally:
             bench.services.stop()
             loop.run(ledger.dispose())
