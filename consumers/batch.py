@@ -45,7 +45,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -76,6 +76,8 @@ NOT_LOCKED = _NotLocked()
 #: or NOT_LOCKED (it takes the ordinary path).
 Ran = str | None | Outcome | _NotLocked
 Report = Callable[[int, Result], None]
+#: What a sync window's wait adds to its shortest timeout (lock, finish, COMMIT).
+WINDOW_MARGIN_S = 5.0
 _Started = tuple[float, contextvars.Token[tuple[int, str, int] | None]]
 
 
@@ -135,6 +137,11 @@ class Batcher:
     _queues: dict[bool, deque[Item]] = field(default_factory=dict)
     _events: dict[bool, asyncio.Event] = field(default_factory=dict)
     _lanes: dict[bool, list[asyncio.Task[None]]] = field(default_factory=dict)
+    #: Windows committed, tasks run in them, tasks sent to the ordinary path, demotions.
+    windows: int = 0
+    batched: int = 0
+    fell_back: int = 0
+    demoted: int = 0
 
     def batchable(self, task: ClaimedTask, handler: Handler) -> bool:
         """Whether the task runs in a window (see the module docstring)."""
@@ -226,6 +233,15 @@ class Batcher:
             lane.cancel()
         await asyncio.gather(*lanes, return_exceptions=True)
         self._lanes.clear()
+        if self.windows:
+            log.info(
+                "batched commit: %d windows, %d tasks in them, %d to their own transaction, "
+                "%d kinds demoted",
+                self.windows,
+                self.batched,
+                self.fell_back,
+                self.demoted,
+            )
 
     # -- async handlers, on the loop ---------------------------------------------
     async def _async_window(self, items: list[Item]) -> int:
@@ -236,17 +252,9 @@ class Batcher:
             async with self.async_engine.connect() as conn:
                 await conn.begin()
                 held = await alock_within(conn, [i.task.fence for i in items])
-                opened = time.monotonic()
-                for item in items:
-                    if taken and time.monotonic() - opened > self.config.window_s:
-                        break
-                    taken.append(item)
-                    task, handler = item.task, item.handler
-                    if task.id not in held:
-                        ran.append(NOT_LOCKED)
-                        continue
-                    ctx = AsyncTaskContext(task, self.runner.worker, _bind=conn)
-                    ran.append(await self._run_async(task, handler, ctx))
+                for item in self._admitted(items, held, taken, ran):
+                    ctx = AsyncTaskContext(item.task, self.runner.worker, _bind=conn)
+                    ran.append(await self._run_async(item.task, item.handler, ctx))
                 ok = _successes(taken, ran)
                 won = await asucceed_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
                 committed = len(won) == len(ok)
@@ -255,10 +263,8 @@ class Batcher:
                 else:
                     await conn.rollback()
         except Exception as exc:  # nothing of the window was committed
-            failed = taken or items
-            _report_failed(failed, f"the batched commit failed: {exc!r}")
-            return len(failed)
-        _report(taken, ran, committed)
+            return _window_failed(items, taken, exc)
+        self._count(taken, ran, committed)
         return len(taken)
 
     async def _run_async(self, task: ClaimedTask, handler: Handler, ctx: AsyncTaskContext) -> Ran:
@@ -288,9 +294,15 @@ class Batcher:
         state = _Window()
         limits = [handler_timeout(i.task, i.handler, self.runner.default_timeout_s) for i in items]
         known = [limit for limit in limits if limit]
-        wait = min(known) + self.config.window_s if known else None
+        wait = min(known) + self.config.window_s + WINDOW_MARGIN_S if known else None
+        started: list[Item] = []
         future = asyncio.get_running_loop().run_in_executor(
-            self.runner.pool, contextvars.copy_context().run, self._sync_thread, items, state
+            self.runner.pool,
+            contextvars.copy_context().run,
+            self._sync_thread,
+            items,
+            state,
+            started,
         )
         try:
             taken, ran, committed = await asyncio.wait_for(asyncio.shield(future), wait)
@@ -301,33 +313,23 @@ class Batcher:
             log.warning("a batched window of sync handlers outlived its timeout; abandoned")
             _report_failed(items, f"timed out after {wait} s (in a batched window)")
             return len(items)
-        except Exception as exc:
-            _report_failed(items, f"the batched commit failed: {exc!r}")
-            return len(items)
-        _report(taken, ran, committed)
+        except Exception as exc:  # nothing of the window was committed
+            return _window_failed(items, list(started), exc)
+        self._count(taken, ran, committed)
         return len(taken)
 
-    def _sync_thread(self, items: list[Item], state: _Window) -> tuple[list[Item], list[Ran], bool]:
+    def _sync_thread(
+        self, items: list[Item], state: _Window, taken: list[Item]
+    ) -> tuple[list[Item], list[Ran], bool]:
+        """In a pool thread: the window; ``taken`` (the caller's list) fills as it goes."""
         assert self.sync_engine is not None
-        taken: list[Item] = []
         ran: list[Ran] = []
         with self.sync_engine.connect() as conn:
             conn.begin()
             held = lock_within(conn, [i.task.fence for i in items])
-            opened = time.monotonic()
-            for item in items:
-                if state.abandoned.is_set() or (
-                    taken and time.monotonic() - opened > self.config.window_s
-                ):
-                    break
-                taken.append(item)
-                task, handler = item.task, item.handler
-                if task.id not in held:
-                    ran.append(NOT_LOCKED)
-                    continue
-                ran.append(
-                    self._run_sync(task, handler, TaskContext(task, self.runner.worker, _bind=conn))
-                )
+            for item in self._admitted(items, held, taken, ran, state.abandoned):
+                ctx = TaskContext(item.task, self.runner.worker, _bind=conn)
+                ran.append(self._run_sync(item.task, item.handler, ctx))
             ok = _successes(taken, ran)
             won = succeed_many_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
             committed = len(won) == len(ok) and not state.abandoned.is_set()
@@ -358,6 +360,35 @@ class Batcher:
             self._end(task, started)
 
     # -- shared ------------------------------------------------------------------
+    def _admitted(
+        self,
+        items: list[Item],
+        held: set[int],
+        taken: list[Item],
+        ran: list[Ran],
+        abandoned: threading.Event | None = None,
+    ) -> Iterator[Item]:
+        """The items to run in this window, in order, until it closes (``window_s``
+        after it opened, or abandoned). Each item it takes goes to ``taken``; one
+        whose row the window did not lock is recorded NOT_LOCKED instead of run."""
+        opened = time.monotonic()
+        for item in items:
+            late = bool(taken) and time.monotonic() - opened > self.config.window_s
+            if late or (abandoned is not None and abandoned.is_set()):
+                return
+            taken.append(item)
+            if item.task.id in held:
+                yield item
+            else:
+                ran.append(NOT_LOCKED)
+
+    def _count(self, taken: list[Item], ran: list[Ran], committed: bool) -> None:
+        """Report the window's tasks, and count it."""
+        self.windows += 1
+        self.fell_back += sum(isinstance(r, _NotLocked) for r in ran)
+        self.batched += len(taken)
+        _report(taken, ran, committed)
+
     def _begin(self, task: ClaimedTask, ctx: HandlerContext) -> _Started:
         """Before a handler: the lease keeping sees its context; log lines name it."""
         self.runner._notify(task, ctx)
@@ -376,6 +407,7 @@ class Batcher:
                 self.config.cooldown_s,
             )
             self._demoted[task.kind] = time.monotonic() + self.config.cooldown_s
+            self.demoted += 1
 
 
 def _successes(taken: list[Item], ran: list[Ran]) -> list[tuple[ClaimedTask, str | None]]:
@@ -397,6 +429,18 @@ def _report(taken: list[Item], ran: list[Ran], committed: bool) -> None:
         else:  # cannot happen (the rows were locked): nothing of the window was committed
             log.error("task %s: a locked fence was lost in a batched window", item.task.id)
             item.report(failure(item.task, "the batched commit lost a fence; retried"))
+
+
+def _window_failed(items: list[Item], taken: list[Item], exc: Exception) -> int:
+    """A window failed before its COMMIT: its handlers' tasks are failed attempts; if
+    none had run (say the connection could not be had), all take the ordinary path."""
+    if not taken:
+        log.warning("batched window of %d could not run (%r); one by one", len(items), exc)
+        for item in items:
+            item.fallback()
+        return len(items)
+    _report_failed(taken, f"the batched commit failed: {exc!r}")
+    return len(taken)
 
 
 def _report_failed(items: Sequence[Item], error: str) -> None:

@@ -132,6 +132,8 @@ class Dispatcher:
                 return
             self.slots.give()
             item = items[index][0]
+            if isinstance(result, Committed):  # no lease to keep: a heartbeat must not
+                self.leases.forget(item.task.fence)  # call the committed row lost
             self.finish(Ended(item.task, result, item.delivery))
 
         try:
