@@ -49,8 +49,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from sqlalchemy import Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Connection, Engine, Transaction
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransaction
 
 from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
 from ledgerq.consumers.execute import TaskRunner, _returned, failure, handler_timeout
@@ -97,12 +97,12 @@ class Item:
 @dataclass(frozen=True)
 class BatchConfig:
     #: A window takes no new handler after this long (the bound on a commit's wait).
-    window_s: float = 0.02
+    window_s: float = 0.05
     #: At most this many tasks per window: PostgreSQL keeps 64 subtransactions
     #: (savepoints that wrote) per backend in shared memory before it overflows.
     max_tasks: int = 50
     #: Windows open at once, for async and for sync handlers each (connections held).
-    lanes: int = 4
+    lanes: int = 2
     #: A handler slower than this sends its kind to the ordinary path for ``cooldown_s``.
     slow_s: float = 0.5
     cooldown_s: float = 60.0
@@ -253,8 +253,7 @@ class Batcher:
                 await conn.begin()
                 held = await alock_within(conn, [i.task.fence for i in items])
                 for item in self._admitted(items, held, taken, ran):
-                    ctx = AsyncTaskContext(item.task, self.runner.worker, _bind=conn)
-                    ran.append(await self._run_async(item.task, item.handler, ctx))
+                    ran.append(await self._run_async(item.task, item.handler, conn))
                 ok = _successes(taken, ran)
                 won = await asucceed_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
                 committed = len(won) == len(ok)
@@ -267,8 +266,13 @@ class Batcher:
         self._count(taken, ran, committed)
         return len(taken)
 
-    async def _run_async(self, task: ClaimedTask, handler: Handler, ctx: AsyncTaskContext) -> Ran:
+    async def _run_async(self, task: ClaimedTask, handler: Handler, conn: AsyncConnection) -> Ran:
+        """One async handler in the window: its savepoint is begun here and never
+        released (a round trip saved; ``max_tasks`` keeps them under 64). The
+        session joins it ("rollback_only": its commit only flushes)."""
         timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
+        savepoint = await conn.begin_nested()
+        ctx = AsyncTaskContext(task, self.runner.worker, _bind=conn, _join="rollback_only")
         started = self._begin(task, ctx)
         try:
             try:
@@ -276,13 +280,16 @@ class Batcher:
                     value = await handler.fn(task.payload, ctx)
                 result = _returned(value, ctx)
                 if ctx._session is not None:
-                    await ctx._session.commit()  # RELEASE SAVEPOINT
+                    await ctx._session.commit()  # a flush: no COMMIT, no RELEASE
+                _check_own(savepoint)
                 return result
             except TimeoutError:
-                await _aundo(ctx)
+                await _undo_async(savepoint)
                 return self.runner._timed_out(task, timeout, ctx)
+            except SelfRolledBackError:
+                raise
             except Exception as exc:
-                await _aundo(ctx)
+                await _undo_async(savepoint)
                 return self.runner._failed(task, exc, ctx)
         finally:
             if ctx._session is not None:
@@ -328,8 +335,7 @@ class Batcher:
             conn.begin()
             held = lock_within(conn, [i.task.fence for i in items])
             for item in self._admitted(items, held, taken, ran, state.abandoned):
-                ctx = TaskContext(item.task, self.runner.worker, _bind=conn)
-                ran.append(self._run_sync(item.task, item.handler, ctx))
+                ran.append(self._run_sync(item.task, item.handler, conn))
             ok = _successes(taken, ran)
             won = succeed_many_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
             committed = len(won) == len(ok) and not state.abandoned.is_set()
@@ -339,20 +345,27 @@ class Batcher:
                 conn.rollback()
         return taken, ran, committed
 
-    def _run_sync(self, task: ClaimedTask, handler: Handler, ctx: TaskContext) -> Ran:
+    def _run_sync(self, task: ClaimedTask, handler: Handler, conn: Connection) -> Ran:
+        """One sync handler in the window (in its thread), as :meth:`_run_async`."""
         timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
+        savepoint = conn.begin_nested()
+        ctx = TaskContext(task, self.runner.worker, _bind=conn, _join="rollback_only")
         started = self._begin(task, ctx)
         try:
             try:
                 result = _returned(handler.fn(task.payload, ctx), ctx)
-                if timeout is not None and time.perf_counter() - started[0] > timeout:
-                    _undo(ctx)
-                    return self.runner._timed_out(task, timeout, ctx)
                 if ctx._session is not None:
-                    ctx._session.commit()  # RELEASE SAVEPOINT
+                    ctx._session.commit()  # a flush: no COMMIT, no RELEASE
+                _check_own(savepoint)
+                if timeout is not None and time.perf_counter() - started[0] > timeout:
+                    savepoint.rollback()
+                    return self.runner._timed_out(task, timeout, ctx)
                 return result
+            except SelfRolledBackError:
+                raise
             except Exception as exc:
-                _undo(ctx)
+                _check_own(savepoint)
+                savepoint.rollback()
                 return self.runner._failed(task, exc, ctx)
         finally:
             if ctx._session is not None:
@@ -449,11 +462,18 @@ def _report_failed(items: Sequence[Item], error: str) -> None:
         item.report(failure(item.task, error))
 
 
-async def _aundo(ctx: AsyncTaskContext) -> None:
-    if ctx._session is not None:
-        await ctx._session.rollback()  # ROLLBACK TO SAVEPOINT: this handler's writes only
+class SelfRolledBackError(Exception):
+    """A handler in a window rolled ``ctx.session`` back itself: what it wrote after
+    that joined the savepoint before its own, so the window cannot undo it alone.
+    The whole window is rolled back (nothing of it committed; its tasks retried)."""
 
 
-def _undo(ctx: TaskContext) -> None:
-    if ctx._session is not None:
-        ctx._session.rollback()
+def _check_own(savepoint: AsyncTransaction | Transaction) -> None:
+    if not savepoint.is_active:
+        raise SelfRolledBackError("a handler rolled back ctx.session itself in a batched window")
+
+
+async def _undo_async(savepoint: AsyncTransaction) -> None:
+    """ROLLBACK TO this handler's SAVEPOINT: its writes only."""
+    _check_own(savepoint)
+    await savepoint.rollback()

@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.session import JoinTransactionMode
 
 from ledgerq.ledger.model import ClaimedTask
 
@@ -72,11 +73,13 @@ class TaskContext(_Context):
     _session: Session | None = field(default=None, repr=False)
     #: The batched commit's connection: the session is a savepoint on it.
     _bind: Connection | None = field(default=None, repr=False)
+    #: How the session joins ``_bind``'s transaction (see AsyncTaskContext).
+    _join: JoinTransactionMode = field(default="create_savepoint", repr=False)
 
     @property
     def session(self) -> Session:
         if self._session is None and self._bind is not None:
-            self._session = Session(self._bind, join_transaction_mode="create_savepoint")
+            self._session = Session(self._bind, join_transaction_mode=self._join)
         if self._session is None:
             if self._engine is None:
                 raise RuntimeError("this context has no database engine")
@@ -92,11 +95,14 @@ class AsyncTaskContext(_Context):
     _session: AsyncSession | None = field(default=None, repr=False)
     #: The batched commit's connection: the session is a savepoint on it.
     _bind: AsyncConnection | None = field(default=None, repr=False)
+    #: How the session joins ``_bind``'s transaction: "rollback_only" when the
+    #: window began the handler's savepoint itself (the session's rollback undoes it).
+    _join: JoinTransactionMode = field(default="create_savepoint", repr=False)
 
     @property
     def session(self) -> AsyncSession:
         if self._session is None and self._bind is not None:
-            self._session = AsyncSession(self._bind, join_transaction_mode="create_savepoint")
+            self._session = AsyncSession(self._bind, join_transaction_mode=self._join)
         if self._session is None:
             if self._engine is None:
                 raise RuntimeError("this context has no database engine")

@@ -41,6 +41,10 @@ def batched_registry() -> Registry:
             raise RuntimeError("one bad apple")
         if how == "sql":  # a failed statement: the savepoint, not the window, is undone
             await ctx.session.execute(text("SELECT 1 / 0"))
+        if how == "self-rollback":  # against the rules: the window cannot undo it alone
+            await ctx.session.rollback()
+            await ctx.session.execute(INSERT, {"i": -ctx.id})
+            raise RuntimeError("rolled back, wrote again, failed")
         return {"done": ctx.id} if how is None else object()  # not JSON: fails
 
     @registry.task("t.sync_write")
@@ -51,6 +55,10 @@ def batched_registry() -> Registry:
             raise RuntimeError("one bad apple")
         if how == "sql":
             ctx.session.execute(text("SELECT 1 / 0"))
+        if how == "self-rollback":
+            ctx.session.rollback()
+            ctx.session.execute(INSERT, {"i": -ctx.id})
+            raise RuntimeError("rolled back, wrote again, failed")
         return {"done": ctx.id} if how is None else object()
 
     return registry
@@ -89,6 +97,27 @@ async def test_windows_share_commits_and_one_failure_undoes_only_its_own_writes(
     assert len(transactions) < len(ids) / 2, len(transactions)  # commits were shared
 
 
+@pytest.mark.parametrize("kind", ["t.async_write", "t.sync_write"])
+async def test_a_handler_that_rolls_back_its_session_fails_its_whole_window(
+    effects_table: Settings, ledger: PgLedger, kind: str
+) -> None:
+    """Nothing a failed attempt wrote is committed, even past its own rollback."""
+    settings = effects_table
+    config = WorkerConfig(concurrency=50, lease_s=30, heartbeat_s=5, grace_s=5)
+    async with Pipeline(settings, batched_registry(), worker=config) as pipe:
+        [first] = enqueue_committed(settings, [TaskSpec(kind, {})])
+        await pipe.settle([first])
+        specs = [TaskSpec(kind, {"n": i}, retry=[0.05]) for i in range(20)]
+        specs[5] = TaskSpec(kind, {"fail": "self-rollback"}, retry=[0.05])
+        ids = enqueue_committed(settings, specs)
+        await pipe.settle(ids)
+
+    assert set((await ledger.whereabouts(ids)).values()) == {"succeeded"}
+    assert (await ledger.show(ids[5]))["attempts"] == 2
+    written = sorted(t for t, _ in effects(settings) if t != first)
+    assert written == sorted(ids)  # no write of a failed attempt, and none twice
+
+
 async def test_no_batch_commit_gives_every_task_its_own_transaction(
     effects_table: Settings, ledger: PgLedger
 ) -> None:
@@ -104,7 +133,7 @@ async def test_no_batch_commit_gives_every_task_its_own_transaction(
 
 
 def test_batch_config_validates() -> None:
-    with pytest.raises(ValueError, match="1..64"):
+    with pytest.raises(ValueError, match=r"1\.\.64"):
         BatchConfig(max_tasks=65)
     with pytest.raises(ValueError, match="window"):
         BatchConfig(window_s=0)
