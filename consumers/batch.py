@@ -67,6 +67,7 @@ from ledgerq.ledger.within import (
 
 log = logging.getLogger("ledgerq.worker")
 
+
 class _NotLocked:
     """The window could not lock the task's row: it was not run there."""
 

@@ -50,9 +50,7 @@ async def alock_within(
 
 def _succeeded(fences: Sequence[Fence], results: Sequence[str | None] | None) -> dict[str, Any]:
     values = results if results is not None else [None] * len(fences)
-    return outcome_params(
-        [Outcome.succeeded(f, r) for f, r in zip(fences, values, strict=True)]
-    )
+    return outcome_params([Outcome.succeeded(f, r) for f, r in zip(fences, values, strict=True)])
 
 
 def succeed_many_within(
