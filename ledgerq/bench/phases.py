@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from ledgerq import TaskSpec, enqueue, enqueue_many
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.protocol import InspectionLedger
+from ledgerq.ledger.protocol import Ledger
 from ledgerq.processes import Services
 
 T = TypeVar("T")
@@ -58,7 +58,7 @@ class LatencySample:
 class Bench:
     settings: Settings
     engine: Engine
-    ledger: InspectionLedger
+    ledger: Ledger
     run: RunCoroutine
     log_dir: Path
     workers: int

@@ -66,6 +66,11 @@ def render(result: dict[str, Any], console: Console) -> None:
         ("worker peak RSS", f"{result['worker_rss_mb']:.0f} MB", "max over workers"),
         ("raw aio-pika publish + confirm", f"{result['raw_publish_per_s']:,.0f}/s", "ceiling"),
         ("raw aio-pika consume + ack", f"{result['raw_consume_per_s']:,.0f}/s", "ceiling"),
+        (
+            "publish -> consume -> ack, same ledger writes",
+            f"{result['pipeline_ceiling_per_s']:,.0f}/s",
+            f"no-op drain: {result['drain_per_s'] / (result['pipeline_ceiling_per_s'] or 1):.0%}",
+        ),
     ]
     if "latency_ms" in result:
         rows[6:6] = [

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from ledgerq.bench.phases import Bench, percentiles
-from ledgerq.bench.raw import raw_ceiling
+from ledgerq.bench.raw import pipeline_ceiling, raw_ceiling
 from ledgerq.ledger.config import Settings
 
 #: The drains ``--handler`` can pick: name -> (kind, result key, phase label).
@@ -33,6 +33,11 @@ HANDLER_CHOICES = {
 }
 
 KEYS = (
+    "drain_sync_db_per_s",
+    "drain_async_db_per_s",
+    "drain_sync_db_cpu_ms_per_task",
+    "drain_async_db_cpu_ms_per_task",
+    "pipeline_ceiling_per_s",
     "enqueue_per_s",
     "enqueue_batch_per_s",
     "drain_per_s",
@@ -70,6 +75,12 @@ def run_suite(
     publish, consume = bench.run(raw_ceiling(bench.settings.amqp_url, tasks))
     result["raw_publish_per_s"], result["raw_consume_per_s"] = round(publish), round(consume)
     progress(1, 1)
+    progress = phase("pipeline ceiling (publish, consume, ack, ledger writes)", 1)
+    bench.reset()
+    bench.enqueue_batch(tasks, "demo.noop", lambda d, t: None)
+    ceiling = bench.run(pipeline_ceiling(bench.ledger, bench.settings.amqp_url, tasks))
+    result["pipeline_ceiling_per_s"] = round(ceiling)
+    progress(1, 1)
     bench.reset()
     result["enqueue_per_s"] = round(
         bench.enqueue_single(min(tasks, 2000), phase("enqueue, 1 per transaction", 1))
@@ -90,6 +101,8 @@ def run_suite(
         result[key] = _median(runs)
         result[key.replace("_per_s", "_runs")] = [round(r) for r in runs]
         result[key.replace("_per_s", "_cpu_ms_per_task")] = round(statistics.median(cpu), 3)
+    if ceiling:
+        result["drain_vs_pipeline_ceiling"] = round(result["drain_per_s"] / ceiling, 3)
     if not latency:
         result["worker_rss_mb"] = bench.worker_peak_rss_mb()
         return
