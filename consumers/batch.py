@@ -280,8 +280,9 @@ class Batcher:
                 async with asyncio.timeout(timeout):
                     value = await handler.fn(task.payload, ctx)
                 result = _returned(value, ctx)
-                if ctx._session is not None:
-                    await ctx._session.commit()  # a flush: no COMMIT, no RELEASE
+                session = ctx._session
+                if session is not None and (session.new or session.dirty or session.deleted):
+                    await session.flush()  # ORM objects; no COMMIT, no RELEASE
                 _check_own(savepoint)
                 return result
             except TimeoutError:
@@ -293,8 +294,8 @@ class Batcher:
                 await _undo_async(savepoint)
                 return self.runner._failed(task, exc, ctx)
         finally:
-            if ctx._session is not None:
-                await ctx._session.close()
+            # No session.close(): "rollback_only" leaves the connection alone, and the
+            # session holds nothing else worth a greenlet round trip per task.
             self._end(task, started)
 
     # -- sync handlers, one pool thread per window -------------------------------
