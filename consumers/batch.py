@@ -10,11 +10,19 @@ claimed tasks run in *windows*: one connection, one transaction per window.
   locked. A task whose row it could not lock (busy at that instant, or its fence
   already lost) is not run in the window: it takes the ordinary path
   (``fallback``), whose own fenced finish settles which it was.
-* Each handler's ``ctx.session`` is a SAVEPOINT on the window's connection
-  (see :mod:`.context`): its writes are undone alone when it raises, times out,
-  is cancelled or returns a value that cannot be stored, and that task's outcome
-  goes to the finisher like any failure. One handler's failure never undoes
-  another's writes.
+* Before each handler the window begins a SAVEPOINT, and the handler's
+  ``ctx.session`` joins it (``join_transaction_mode="rollback_only"``, see
+  :mod:`.context`: the session's commit only flushes, its rollback undoes the
+  savepoint). The handler's writes are undone alone (ROLLBACK TO SAVEPOINT)
+  when it raises, times out, is cancelled or returns a value that cannot be
+  stored, and that task's outcome goes to the finisher like any failure. One
+  handler's failure never undoes another's writes. Savepoints are never
+  released (a round trip saved per task): ``max_tasks`` stays at 64 or below,
+  PostgreSQL's per-backend cache of subtransaction ids. A handler that rolls
+  back its session itself and goes on writing would write into the savepoint
+  before its own; if it then fails, the window cannot undo that alone, so the
+  whole window is rolled back and its tasks are recorded as failed attempts
+  (:class:`SelfRolledBackError`).
 * After the handlers, one ``finish`` statement marks the window's successes
   ``succeeded`` and one COMMIT makes their writes and their statuses durable
   together (one WAL flush for the window). Only then are they handed to the
@@ -22,16 +30,18 @@ claimed tasks run in *windows*: one connection, one transaction per window.
   committed and each of its tasks is recorded as a failed attempt (retried).
 
 Handlers of a window run one after another (async ones on the loop, sync ones
-in one pool thread, one hand-off per window). A window takes no new handler
-once ``window_s`` has passed since it opened, or after ``max_tasks``; the rest
-of the claimed batch goes to the next window. So a finished handler's commit
+in one pool thread, one hand-off per window). Tasks wait in a queue per kind
+of handler, and ``lanes`` windows take from it at once, each what is waiting,
+up to ``max_tasks``. A window takes no new handler once ``window_s`` has passed
+since it opened; the rest go back to the front of the queue. So a finished handler's commit
 waits at most ``window_s`` plus the run of the one handler still running in
 its window. A handler that runs longer than ``slow_s`` sends its kind back to
 the ordinary path (its own transaction, run concurrently) for ``cooldown_s``:
 a slow kind holds a window once, then leaves the batch.
 
 Races: a sync handler that outlives its timeout in a window cannot be stopped;
-the worker stops waiting ``window_s`` after the shortest timeout of the window,
+the worker stops waiting ``window_s`` (plus a margin for the lock, finish and
+COMMIT) after the shortest timeout of the window's tasks,
 abandons the window (the thread rolls it back when the handler returns) and
 records every task of it as a failed attempt, so none is stuck. Tasks with a
 trace context, or whose payload was refused, take the ordinary path.

@@ -64,23 +64,32 @@ def batched_registry() -> Registry:
     return registry
 
 
+async def run_learned(
+    settings: Settings, kind: str, n: int, failing: dict[int, str]
+) -> tuple[int, list[int]]:
+    """One task of ``kind`` first (the worker learns, on its own path, that the kind
+    writes through ctx.session), then ``n`` more, those at the indexes of
+    ``failing`` misbehaving as named; return (the first id, the others' ids)."""
+    config = WorkerConfig(concurrency=50, lease_s=30, heartbeat_s=5, grace_s=5)
+    async with Pipeline(settings, batched_registry(), worker=config) as pipe:
+        [first] = enqueue_committed(settings, [TaskSpec(kind, {})])
+        await pipe.settle([first])
+        assert kind in pipe.worker.runner.session_kinds
+        specs = [
+            TaskSpec(kind, {"fail": failing[i]} if i in failing else {"n": i}, retry=[0.05])
+            for i in range(n)
+        ]
+        ids = enqueue_committed(settings, specs)
+        await pipe.settle(ids)
+    return first, ids
+
+
 @pytest.mark.parametrize("kind", ["t.async_write", "t.sync_write"])
 async def test_windows_share_commits_and_one_failure_undoes_only_its_own_writes(
     effects_table: Settings, ledger: PgLedger, kind: str
 ) -> None:
     settings = effects_table
-    config = WorkerConfig(concurrency=50, lease_s=30, heartbeat_s=5, grace_s=5)
-    async with Pipeline(settings, batched_registry(), worker=config) as pipe:
-        # The worker learns that the kind writes through ctx.session on its own path.
-        [first] = enqueue_committed(settings, [TaskSpec(kind, {})])
-        await pipe.settle([first])
-        assert kind in pipe.worker.runner.session_kinds
-        specs = [TaskSpec(kind, {"n": i}, retry=[0.05]) for i in range(40)]
-        specs[7] = TaskSpec(kind, {"fail": "raise"}, retry=[0.05])
-        specs[19] = TaskSpec(kind, {"fail": "sql"}, retry=[0.05])
-        specs[31] = TaskSpec(kind, {"fail": "not json"}, retry=[0.05])
-        ids = enqueue_committed(settings, specs)
-        await pipe.settle(ids)
+    first, ids = await run_learned(settings, kind, 40, {7: "raise", 19: "sql", 31: "not json"})
 
     unstorable = ids[31]  # a result that is not JSON ends the task dead, its write undone
     where = await ledger.whereabouts(ids)
@@ -103,14 +112,7 @@ async def test_a_handler_that_rolls_back_its_session_fails_its_whole_window(
 ) -> None:
     """Nothing a failed attempt wrote is committed, even past its own rollback."""
     settings = effects_table
-    config = WorkerConfig(concurrency=50, lease_s=30, heartbeat_s=5, grace_s=5)
-    async with Pipeline(settings, batched_registry(), worker=config) as pipe:
-        [first] = enqueue_committed(settings, [TaskSpec(kind, {})])
-        await pipe.settle([first])
-        specs = [TaskSpec(kind, {"n": i}, retry=[0.05]) for i in range(20)]
-        specs[5] = TaskSpec(kind, {"fail": "self-rollback"}, retry=[0.05])
-        ids = enqueue_committed(settings, specs)
-        await pipe.settle(ids)
+    first, ids = await run_learned(settings, kind, 20, {5: "self-rollback"})
 
     assert set((await ledger.whereabouts(ids)).values()) == {"succeeded"}
     assert (await ledger.show(ids[5]))["attempts"] == 2
