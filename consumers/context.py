@@ -6,6 +6,12 @@ the task's terminal status: the worker commits the handler's writes and
 transaction of its own; its status is written with other such tasks' in one
 statement (kinds marked ``group_commit`` share one: see consumers.group).
 
+In the worker's batched commit (consumers.batch) the context is handed the
+window's connection (``_bind``): the session then begins a SAVEPOINT on it at
+first use, its commit releases the savepoint and its rollback undoes the
+handler's writes alone, while the window's one COMMIT makes them durable with
+the status.
+
 ``ctx.cancel_requested`` turns true within one heartbeat of an operator's
 ``ledgerq tasks cancel`` (the heartbeat statement reads it back); the worker
 flags it from its heartbeat task while the handler runs, and reads it once more
@@ -17,9 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy import Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.session import JoinTransactionMode
 
 from ledgerq.ledger.model import ClaimedTask
 
@@ -64,9 +71,15 @@ class TaskContext(_Context):
 
     _engine: Engine | None = field(default=None, repr=False)
     _session: Session | None = field(default=None, repr=False)
+    #: The batched commit's connection: the session is a savepoint on it.
+    _bind: Connection | None = field(default=None, repr=False)
+    #: How the session joins ``_bind``'s transaction (see AsyncTaskContext).
+    _join: JoinTransactionMode = field(default="create_savepoint", repr=False)
 
     @property
     def session(self) -> Session:
+        if self._session is None and self._bind is not None:
+            self._session = Session(self._bind, join_transaction_mode=self._join)
         if self._session is None:
             if self._engine is None:
                 raise RuntimeError("this context has no database engine")
@@ -80,9 +93,16 @@ class AsyncTaskContext(_Context):
 
     _engine: AsyncEngine | None = field(default=None, repr=False)
     _session: AsyncSession | None = field(default=None, repr=False)
+    #: The batched commit's connection: the session is a savepoint on it.
+    _bind: AsyncConnection | None = field(default=None, repr=False)
+    #: How the session joins ``_bind``'s transaction: "rollback_only" when the
+    #: window began the handler's savepoint itself (the session's rollback undoes it).
+    _join: JoinTransactionMode = field(default="create_savepoint", repr=False)
 
     @property
     def session(self) -> AsyncSession:
+        if self._session is None and self._bind is not None:
+            self._session = AsyncSession(self._bind, join_transaction_mode=self._join)
         if self._session is None:
             if self._engine is None:
                 raise RuntimeError("this context has no database engine")

@@ -1,6 +1,7 @@
 """Running handlers: one asyncio task per claimed task (group-commit kinds of one
-claim together), each ending in exactly one :class:`~.handoff.Ended` for the
-finisher.
+claim together, and the kinds that write through ``ctx.session`` in batched
+windows: :mod:`.batch`), each task ending in exactly one :class:`~.handoff.Ended`
+for the finisher.
 
 A handler slot is given back when the handler has really stopped (see
 :class:`~.execute.TaskRunner`). On shutdown, handlers get the grace period; one
@@ -15,12 +16,13 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from ledgerq.consumers.batch import Batcher
 from ledgerq.consumers.claimer import Slots
 from ledgerq.consumers.execute import TaskRunner, clean_error
 from ledgerq.consumers.group import GroupCommitter
 from ledgerq.consumers.handoff import Claimed, Committed, Ended, Result
 from ledgerq.consumers.leases import Leases
-from ledgerq.consumers.registry import Registry
+from ledgerq.consumers.registry import Handler, Registry
 from ledgerq.ledger.model import Outcome
 
 log = logging.getLogger("ledgerq.worker")
@@ -34,6 +36,7 @@ class Dispatcher:
         registry: Registry,
         runner: TaskRunner,
         group: GroupCommitter,
+        batcher: Batcher,
         slots: Slots,
         leases: Leases,
         finish: Callable[[Ended], None],
@@ -41,6 +44,7 @@ class Dispatcher:
         self.registry = registry
         self.runner = runner
         self.group = group
+        self.batcher = batcher
         self.slots = slots
         self.leases = leases
         self.finish = finish
@@ -48,6 +52,7 @@ class Dispatcher:
 
     def start(self, claimed: list[Claimed]) -> None:
         grouped: list[Claimed] = []
+        batched: list[tuple[Claimed, Handler]] = []
         for item in claimed:
             self.leases.track(item.task)
             handler = self.registry.get(item.task.kind)
@@ -55,10 +60,14 @@ class Dispatcher:
             oversize = item.task.oversize_payload_bytes is not None
             if handler is not None and handler.group_commit and not oversize:
                 grouped.append(item)
+            elif handler is not None and self.batcher.batchable(item.task, handler):
+                batched.append((item, handler))
             else:
                 self._spawn(self._one(item))
         if grouped:
             self._spawn(self._group(grouped))
+        if batched:
+            self._spawn(self._batched(batched))
 
     def __len__(self) -> int:
         return len(self._handlers)
@@ -109,6 +118,40 @@ class Dispatcher:
         for item in items:
             self.slots.give()
             self.finish(Ended(item.task, Committed(True), item.delivery))
+
+    async def _batched(self, items: list[tuple[Claimed, Handler]]) -> None:
+        """Kinds that write through ``ctx.session``: batched windows (see consumers.batch)."""
+        reported: set[int] = set()
+
+        def report(index: int, result: Result | None) -> None:
+            if index in reported:  # a window that outlived the grace: already recorded failed
+                return
+            reported.add(index)
+            if result is None:  # the ordinary path runs it, and reports it
+                self._spawn(self._one(items[index][0]))
+                return
+            self.slots.give()
+            item = items[index][0]
+            if isinstance(result, Committed):  # no lease to keep: a heartbeat must not
+                self.leases.forget(item.task.fence)  # call the committed row lost
+            self.finish(Ended(item.task, result, item.delivery))
+
+        try:
+            await self.batcher.run(
+                [(i.task, h) for i, h in items],
+                report,
+                lambda index: report(index, None),
+            )
+        except asyncio.CancelledError:  # shutdown's grace ran out: the open window rolled back
+            error = SHUTDOWN
+        except Exception as exc:  # a bug of ours: record it, never lose the task
+            log.exception("batched handlers failed unexpectedly")
+            error = clean_error(f"worker error: {exc!r}")
+        else:
+            return
+        for index, (item, _) in enumerate(items):
+            if index not in reported:
+                report(index, Outcome.failed(item.task.fence, error))
 
     async def drain(self, grace_s: float) -> None:
         """Wait up to ``grace_s`` for running handlers; cancel the rest."""

@@ -30,7 +30,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine
@@ -148,6 +148,8 @@ class TaskRunner:
     observer: Observer = NO_OBSERVER
     #: Sync handlers whose thread is still running (one that timed out included).
     threads_running: int = 0
+    #: Kinds whose handler was seen using ``ctx.session`` (they run batched: consumers.batch).
+    session_kinds: set[str] = field(default_factory=set)
 
     async def run(self, task: ClaimedTask, release: Callable[[], None]) -> Result:
         """Run the task's handler (log lines meanwhile name the task); tell the observer."""
@@ -200,6 +202,9 @@ class TaskRunner:
             return self._timed_out(task, timeout, ctx)
         except Exception as exc:
             return self._failed(task, exc, ctx)
+        finally:
+            if ctx._session is not None:
+                self.session_kinds.add(task.kind)
 
     async def _run_sync(
         self, task: ClaimedTask, handler: Handler, release: Callable[[], None]
@@ -228,6 +233,9 @@ class TaskRunner:
             return self._timed_out(task, timeout, ctx)
         except Exception as exc:
             return self._failed(task, exc, ctx)
+        finally:
+            if ctx._session is not None:
+                self.session_kinds.add(task.kind)
 
     def _timed_out(self, task: ClaimedTask, timeout: float | None, ctx: HandlerContext) -> Outcome:
         log.warning("task %s (%s) timed out after %ss", task.id, task.kind, timeout)

@@ -39,6 +39,7 @@ from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ledgerq.consumers.acker import Acker
+from ledgerq.consumers.batch import BatchConfig, Batcher
 from ledgerq.consumers.claimer import Claimer, Slots
 from ledgerq.consumers.dispatcher import Dispatcher
 from ledgerq.consumers.execute import TaskRunner
@@ -77,6 +78,8 @@ class WorkerConfig:
     #: so a task that always hangs still ends ``dead`` after its attempts.
     default_timeout_s: float | None = 1800.0
     max_batch: int = 500
+    #: Batched commit for handlers that write through ``ctx.session`` (consumers.batch).
+    batch: BatchConfig = field(default_factory=BatchConfig)
     #: Unique per process start (a restarted container often has the same host
     #: name and pid 1): the reconciler counts a dead worker's tasks by this id.
     worker_id: str = field(
@@ -162,8 +165,9 @@ class Worker:
         )
         slots = Slots(config.concurrency)
         group = GroupCommitter(async_engine, config.worker_id, config.default_timeout_s)
+        self.batcher = Batcher(self.runner, config.batch, sync_engine, async_engine)
         self.dispatcher = Dispatcher(
-            registry, self.runner, group, slots, self.leases, self.finisher.put
+            registry, self.runner, group, self.batcher, slots, self.leases, self.finisher.put
         )
         self.claimer = Claimer(
             ledger,
@@ -224,6 +228,7 @@ class Worker:
             await self._consumption.cancel()
         await self.claimer.stop()
         await self.dispatcher.drain(self.config.grace_s)
+        await self.batcher.close()
         await self.finisher.close()  # every outcome written and acked
         await self.leases.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -384,6 +384,21 @@ SELECT id, kind, attempts, status, last_error FROM buried
 UNION ALL
 SELECT id, kind, attempts, status, last_error FROM retried
 
+-- name: lock_running
+-- Locks the rows of these fences that are still running under them, for the
+-- caller's transaction (the worker's batched commit, consumers/batch.py): until
+-- it commits, no one else can move them, so the fenced finish it runs before its
+-- COMMIT wins for every id returned. SKIP LOCKED: it never waits (a heartbeat,
+-- a cancel or the reconciler holding a row would otherwise deadlock with it); a
+-- row it did not return is busy or moved on, and its task takes the worker's
+-- ordinary path, whose own fenced finish tells the two apart.
+SELECT t.id
+FROM ledgerq_tasks t
+JOIN unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+  ON t.id = m.id AND t.epoch = m.epoch
+WHERE t.status = 'running'
+FOR UPDATE OF t SKIP LOCKED
+
 -- name: heartbeat
 -- Extends the leases still held, and says which of those tasks an operator
 -- asked to stop (ctx.cancel_requested).

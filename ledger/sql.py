@@ -59,6 +59,7 @@ class LedgerQueries:
     claim: TextClause
     whereabouts: TextClause
     finish: TextClause
+    lock_running: TextClause
     heartbeat: TextClause
     save_checkpoint: TextClause
     try_reconciler_lock: TextClause

@@ -4,11 +4,16 @@ A handler that writes through ``ctx.session`` has its writes and its
 ``succeeded`` committed together: the worker runs the same fenced ``finish``
 statement as everyone else, on the handler's own session, before the commit. A
 lost fence returns nothing, and the caller rolls the handler's writes back.
+
+The worker's batched commit (``consumers/batch.py``) first locks the rows it
+will finish (:func:`lock_within`), so none of its fences can be lost before its
+COMMIT, and finishes a window of tasks in one statement.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -26,6 +31,35 @@ def succeed_within(session: Session | Connection, fence: Fence, result: str | No
     return session.execute(Q.finish, params).first() is not None
 
 
+def _fence_params(fences: Sequence[Fence]) -> dict[str, list[int]]:
+    ordered = sorted(fences)
+    return {"ids": [f[0] for f in ordered], "epochs": [f[1] for f in ordered]}
+
+
+def lock_within(session: Session | Connection, fences: Sequence[Fence]) -> set[int]:
+    """Lock the rows still running under ``fences`` for the caller's transaction; their ids."""
+    return {int(r[0]) for r in session.execute(Q.lock_running, _fence_params(fences))}
+
+
+async def alock_within(
+    session: AsyncSession | AsyncConnection, fences: Sequence[Fence]
+) -> set[int]:
+    """:func:`lock_within`, async."""
+    return {int(r[0]) for r in await session.execute(Q.lock_running, _fence_params(fences))}
+
+
+def _succeeded(fences: Sequence[Fence], results: Sequence[str | None] | None) -> dict[str, Any]:
+    values = results if results is not None else [None] * len(fences)
+    return outcome_params([Outcome.succeeded(f, r) for f, r in zip(fences, values, strict=True)])
+
+
+def succeed_many_within(
+    session: Session | Connection, fences: Sequence[Fence], results: Sequence[str | None]
+) -> set[int]:
+    """running -> succeeded for ``fences`` in the caller's (sync) transaction; the ids won."""
+    return {int(r[0]) for r in session.execute(Q.finish, _succeeded(fences, results))}
+
+
 async def asucceed_within(
     session: AsyncSession | AsyncConnection,
     fences: Sequence[Fence],
@@ -33,6 +67,4 @@ async def asucceed_within(
 ) -> set[int]:
     """running -> succeeded for ``fences`` (with each handler's JSON result, in the
     same order) in the caller's (async) transaction; the ids whose fence held."""
-    values = results if results is not None else [None] * len(fences)
-    params = outcome_params([Outcome.succeeded(f, r) for f, r in zip(fences, values, strict=True)])
-    return {int(r[0]) for r in await session.execute(Q.finish, params)}
+    return {int(r[0]) for r in await session.execute(Q.finish, _succeeded(fences, results))}

@@ -9,6 +9,7 @@ ledger's own questions go through the storage seam, on one event loop
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import time
@@ -22,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from ledgerq import TaskSpec, enqueue, enqueue_many
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.protocol import InspectionLedger
+from ledgerq.ledger.protocol import Ledger
 from ledgerq.processes import Services
 
 T = TypeVar("T")
@@ -57,18 +58,22 @@ class LatencySample:
 class Bench:
     settings: Settings
     engine: Engine
-    ledger: InspectionLedger
+    ledger: Ledger
     run: RunCoroutine
     log_dir: Path
     workers: int
     concurrency: int
     #: 0: no metrics; else the relay serves them on this port, worker i on port + 1 + i.
     metrics_port: int = 0
+    #: Extra ``ledgerq worker`` options (e.g. ``--no-batch-commit`` to compare).
+    worker_args: tuple[str, ...] = ()
     services: Services = field(init=False)
 
     def __post_init__(self) -> None:
         self.services = Services(self.settings, self.log_dir)
         self._worker_pids: list[int] = []
+        #: Worker CPU (ms) per task in the last drain: steadier than a rate on a busy machine.
+        self.last_cpu_ms_per_task = 0.0
         self._relay: subprocess.Popen[bytes] | None = None
 
     def reset(self) -> None:
@@ -110,6 +115,7 @@ class Bench:
                 [
                     *("worker", "--app", "ledgerq.demo.app"),
                     *("--concurrency", str(self.concurrency), *self._metrics(1 + i)),
+                    *self.worker_args,
                 ],
             )
             self._worker_pids.append(proc.pid)
@@ -126,6 +132,17 @@ class Bench:
             self._relay.terminate()
             self._relay.wait(30)
         self._relay = None
+
+    def worker_cpu_s(self) -> float:
+        """CPU seconds (user + system) the worker processes have used so far."""
+        ticks = 0
+        for pid in self._worker_pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def worker_peak_rss_mb(self) -> float:
         peaks = []
@@ -163,8 +180,10 @@ class Bench:
         else:
             self.reset()
         self.enqueue_batch(n, kind, lambda d, t: None, keys=keys)
+        cpu = self.worker_cpu_s()
         self.start_relay()
         self.wait_finished(n, progress, timeout=max(120.0, n / 50))
+        self.last_cpu_ms_per_task = (self.worker_cpu_s() - cpu) * 1000 / n
         self.stop_relay()
         count, span = self.run(self.ledger.drain_span())
         return float(count) / span if span else 0.0

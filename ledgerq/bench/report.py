@@ -41,6 +41,16 @@ def render(result: dict[str, Any], console: Console) -> None:
     table.add_column("note")
     raw = result["raw_publish_per_s"] or 1.0
     rows = [
+        (
+            "drain, sync handler writing one row (no option)",
+            f"{result['drain_sync_db_per_s']:,.0f}/s",
+            _peer(result, "drain_sync_db_per_s"),
+        ),
+        (
+            "drain, async handler writing one row (no option)",
+            f"{result['drain_async_db_per_s']:,.0f}/s",
+            _peer(result, "drain_async_db_per_s"),
+        ),
         ("enqueue, 1 task per transaction", f"{result['enqueue_per_s']:,.0f}/s", ""),
         ("enqueue, batched (1,000 per statement)", f"{result['enqueue_batch_per_s']:,.0f}/s", ""),
         (
@@ -49,21 +59,38 @@ def render(result: dict[str, Any], console: Console) -> None:
             f"{result['drain_per_s'] / raw:.0%} of raw publish",
         ),
         (
-            "drain, one-row DB handler",
+            "drain, one row, group_commit=True",
             f"{result['drain_db_per_s']:,.0f}/s",
             f"{result['drain_db_per_s'] / raw:.0%} of raw publish",
-        ),
-        ("commit -> handler start, idle", _ms(result["latency_ms"]), "p50 / p95 / p99"),
-        ("commit -> terminal, idle", _ms(result["latency_ms_terminal"]), "p50 / p95 / p99"),
-        (
-            "commit -> handler start, loaded",
-            _ms(result["latency_ms_load"]),
-            f"at {result['config']['load_rate']:,.0f} tasks/s",
         ),
         ("worker peak RSS", f"{result['worker_rss_mb']:.0f} MB", "max over workers"),
         ("raw aio-pika publish + confirm", f"{result['raw_publish_per_s']:,.0f}/s", "ceiling"),
         ("raw aio-pika consume + ack", f"{result['raw_consume_per_s']:,.0f}/s", "ceiling"),
+        (
+            "publish -> consume -> ack, same ledger writes",
+            f"{result['pipeline_ceiling_per_s']:,.0f}/s",
+            f"no-op drain: {result['drain_per_s'] / (result['pipeline_ceiling_per_s'] or 1):.0%}",
+        ),
     ]
+    if "latency_ms" in result:
+        rows[6:6] = [
+            ("commit -> handler start, idle", _ms(result["latency_ms"]), "p50 / p95 / p99"),
+            ("commit -> terminal, idle", _ms(result["latency_ms_terminal"]), "p50 / p95 / p99"),
+            (
+                "commit -> handler start, loaded",
+                _ms(result["latency_ms_load"]),
+                f"at {result['config']['load_rate']:,.0f} tasks/s",
+            ),
+        ]
+    if "celery_db_per_s" in result:
+        rows.insert(
+            2,
+            (
+                "drain, Celery peer writing one row",
+                f"{result['celery_db_per_s']:,.0f}/s",
+                "RabbitMQ, acks_late, prefork x2",
+            ),
+        )
     if "drain_per_s_with_history" in result:
         rows.append(
             (
@@ -83,6 +110,11 @@ def render(result: dict[str, Any], console: Console) -> None:
     for measure, value, note in rows:
         table.add_row(measure, value, note)
     console.print(table)
+
+
+def _peer(result: dict[str, Any], key: str) -> str:
+    celery = result.get("celery_db_per_s")
+    return f"{result[key] / celery:.2f}x Celery" if celery else ""
 
 
 def _ms(p: dict[str, float]) -> str:

@@ -14,10 +14,30 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from ledgerq.bench.phases import Bench, percentiles
-from ledgerq.bench.raw import raw_ceiling
+from ledgerq.bench.raw import pipeline_ceiling, raw_ceiling
 from ledgerq.ledger.config import Settings
 
+#: The drains ``--handler`` can pick: name -> (kind, result key, phase label).
+DRAINS = {
+    "sync-db": ("demo.write", "drain_sync_db_per_s", "drain, sync handler, one row"),
+    "async-db": ("demo.awrite", "drain_async_db_per_s", "drain, async handler, one row"),
+    "noop": ("demo.noop", "drain_per_s", "drain, no-op"),
+    "group": ("demo.receipt", "drain_db_per_s", "drain, one row, group_commit=True"),
+}
+#: What each ``--handler`` choice runs, in the order the drains run.
+HANDLER_CHOICES = {
+    "all": ("sync-db", "async-db", "noop", "group"),
+    "both": ("noop", "group"),  # before issue 13: the no-op and the group-commit drain
+    "db": ("group",),
+    **{name: (name,) for name in DRAINS},
+}
+
 KEYS = (
+    "drain_sync_db_per_s",
+    "drain_async_db_per_s",
+    "drain_sync_db_cpu_ms_per_task",
+    "drain_async_db_cpu_ms_per_task",
+    "pipeline_ceiling_per_s",
     "enqueue_per_s",
     "enqueue_batch_per_s",
     "drain_per_s",
@@ -50,10 +70,17 @@ def run_suite(
     phase: Any,
     repeat: int = 1,
     ordering_keys: int = 0,
+    latency: bool = True,
 ) -> None:
     progress = phase("raw aio-pika ceiling", 1)
     publish, consume = bench.run(raw_ceiling(bench.settings.amqp_url, tasks))
     result["raw_publish_per_s"], result["raw_consume_per_s"] = round(publish), round(consume)
+    progress(1, 1)
+    progress = phase("pipeline ceiling (publish, consume, ack, ledger writes)", 1)
+    bench.reset()
+    bench.enqueue_batch(tasks, "demo.noop", lambda d, t: None)
+    ceiling = bench.run(pipeline_ceiling(bench.ledger, bench.settings.amqp_url, tasks))
+    result["pipeline_ceiling_per_s"] = round(ceiling)
     progress(1, 1)
     bench.reset()
     result["enqueue_per_s"] = round(
@@ -64,16 +91,24 @@ def run_suite(
         bench.enqueue_batch(tasks, "demo.noop", phase("enqueue, batched", 1))
     )
     bench.start_workers()
-    result["drain_per_s"] = result["drain_db_per_s"] = 0
-    if handler in ("both", "noop"):
-        runs = _drains(bench, tasks, "demo.noop", "drain, no-op", phase, repeat)
-        result["drain_per_s"], result["drain_runs"] = _median(runs), [round(r) for r in runs]
-        if ordering_keys:
-            _ordered_drain(bench, result, tasks, phase, repeat, ordering_keys)
-    if handler in ("both", "db"):
-        label = "drain, one-row DB handler"
-        runs = _drains(bench, tasks, "demo.receipt", label, phase, repeat)
-        result["drain_db_per_s"], result["drain_db_runs"] = _median(runs), [round(r) for r in runs]
+    for key in ("drain_per_s", "drain_db_per_s", "drain_sync_db_per_s", "drain_async_db_per_s"):
+        result[key] = 0
+    for name in HANDLER_CHOICES[handler]:
+        kind, key, label = DRAINS[name]
+        runs, cpu = [], []
+        for i in range(repeat):
+            runs.append(bench.drain(tasks, kind, phase(f"{label} ({i + 1}/{repeat})", 1)))
+            cpu.append(bench.last_cpu_ms_per_task)
+        result[key] = _median(runs)
+        result[key.replace("_per_s", "_runs")] = [round(r) for r in runs]
+        result[key.replace("_per_s", "_cpu_ms_per_task")] = round(statistics.median(cpu), 3)
+    if ordering_keys and "noop" in HANDLER_CHOICES[handler]:
+        _ordered_drain(bench, result, tasks, phase, repeat, ordering_keys)
+    if ceiling:
+        result["drain_vs_pipeline_ceiling"] = round(result["drain_per_s"] / ceiling, 3)
+    if not latency:
+        result["worker_rss_mb"] = bench.worker_peak_rss_mb()
+        return
     probes = max(10, min(int(idle_rate * 10), tasks // 2))
     idle = bench.latency(idle_rate, probes / idle_rate, 1, phase("latency, idle", 1))
     load_seconds = max(2.0, min(5.0, tasks / load_rate))
@@ -129,3 +164,12 @@ def _drains(
 
 def _median(values: list[float]) -> int:
     return round(statistics.median(values))
+
+
+def add_peer(result: dict[str, Any], runs: list[float]) -> None:
+    """The Celery drains' median, and each default-path drain's ratio to it."""
+    celery = _median(runs)
+    result["celery_db_per_s"], result["celery_db_runs"] = celery, [round(r) for r in runs]
+    for key in ("drain_sync_db_per_s", "drain_async_db_per_s", "drain_db_per_s"):
+        if result.get(key) and celery:
+            result[key.replace("_per_s", "_vs_celery")] = round(result[key] / celery, 2)

@@ -12,9 +12,10 @@ from typing import Any
 import click
 from rich.console import Console
 
+from ledgerq.bench.peer import CeleryPeer, require_celery
 from ledgerq.bench.phases import Bench
 from ledgerq.bench.report import plot, render, require_plotting
-from ledgerq.bench.suite import bench_settings, run_suite
+from ledgerq.bench.suite import HANDLER_CHOICES, add_peer, bench_settings, run_suite
 from ledgerq.cli.group import pass_settings, progress_bar
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.demo import prepare_shop
@@ -35,10 +36,12 @@ from ledgerq.ledger.pg.migrate import upgrade
 )
 @click.option(
     "--handler",
-    type=click.Choice(["both", "noop", "db"]),
-    default="both",
+    type=click.Choice(list(HANDLER_CHOICES)),
+    default="all",
     show_default=True,
-    help="Which drains to run.",
+    help="Which drains to run: sync-db / async-db (one row through ctx.session, no "
+    "option), noop, group (one row, group_commit=True); all: every one; both: noop "
+    "and group; db: group.",
 )
 @click.option(
     "--idle-rate",
@@ -81,6 +84,26 @@ from ledgerq.ledger.pg.migrate import upgrade
     show_default=True,
     help="Also drain the no-op backlog spread over this many ordering keys (0: skip).",
 )
+@click.option(
+    "--latency/--no-latency",
+    default=True,
+    show_default=True,
+    help="Run the latency phases (--no-latency: throughput only, for quick comparisons).",
+)
+@click.option(
+    "--peer",
+    type=click.Choice(["none", "celery"]),
+    default="none",
+    show_default=True,
+    help="Also drain the same one-row work with Celery (RabbitMQ, acks_late, prefork x2) "
+    "in this run, and print ledgerq's ratio to it (needs Celery: the dev extra).",
+)
+@click.option(
+    "--worker-arg",
+    "worker_args",
+    multiple=True,
+    help="An extra option for the workers (repeatable), e.g. --worker-arg=--no-batch-commit.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_settings
 def bench(
@@ -97,6 +120,9 @@ def bench(
     repeat: int,
     metrics_port: int,
     ordering_keys: int,
+    latency: bool,
+    worker_args: tuple[str, ...],
+    peer: str,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
     if tasks < 10 or workers < 1 or concurrency < 1 or repeat < 1 or ordering_keys < 0:
@@ -105,6 +131,8 @@ def bench(
         )
     if plot_path:
         require_plotting()
+    if peer == "celery":
+        require_celery()
     settings = bench_settings(settings)
     upgrade(settings)
     engine = sync_engine(settings, "ledgerq-bench", pool_size=2)
@@ -113,7 +141,15 @@ def bench(
     loop = asyncio.Runner()
     ledger = PgLedger(async_engine(settings, "ledgerq-bench", pool_size=2))
     bench = Bench(
-        settings, engine, ledger, loop.run, Path("bench-logs"), workers, concurrency, metrics_port
+        settings,
+        engine,
+        ledger,
+        loop.run,
+        Path("bench-logs"),
+        workers,
+        concurrency,
+        metrics_port,
+        worker_args,
     )
     result: dict[str, Any] = {
         "config": {
@@ -127,6 +163,8 @@ def bench(
             "repeat": repeat,
             "metrics_port": metrics_port,
             "ordering_keys": ordering_keys,
+            "worker_args": list(worker_args),
+            "peer": peer,
             "cpus": _cpus(),
             "python": platform.python_version(),
         }
@@ -149,7 +187,15 @@ def bench(
                 phase,
                 repeat,
                 ordering_keys,
+                latency,
             )
+            if peer == "celery":
+                celery = CeleryPeer(bench.settings, engine, bench.log_dir)
+                runs = [
+                    celery.drain(tasks, phase(f"drain, Celery peer ({i + 1}/{repeat})", 1))
+                    for i in range(repeat)
+                ]
+                add_peer(result, runs)
         finally:
             bench.services.stop()
             loop.run(ledger.dispose())

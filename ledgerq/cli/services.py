@@ -16,6 +16,7 @@ import click
 
 from ledgerq.cli.group import EX_USAGE, json_option, pass_settings
 from ledgerq.compose import serve_reconciler, serve_relay, serve_worker
+from ledgerq.consumers.batch import BatchConfig
 from ledgerq.consumers.registry import Registry, default_registry
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
@@ -114,6 +115,13 @@ def relay(
     show_default=True,
     help="Seconds in-flight tasks get to finish after SIGTERM.",
 )
+@click.option(
+    "--batch-commit/--no-batch-commit",
+    default=True,
+    show_default=True,
+    help="Commit handlers that write through ctx.session in batched windows, a savepoint "
+    "each (see docs/design.md); --no-batch-commit: one transaction per task.",
+)
 @metrics_port_option
 @pass_settings
 def worker(
@@ -127,6 +135,7 @@ def worker(
     lease_s: float,
     grace_s: float,
     metrics_port: int | None,
+    batch_commit: bool,
 ) -> None:
     """Run handlers for tasks delivered from RabbitMQ (runs until SIGTERM)."""
     registry = load_app(app)
@@ -141,6 +150,7 @@ def worker(
             heartbeat_s=lease_s / 4,
             grace_s=grace_s,
             default_timeout_s=default_timeout or None,
+            batch=BatchConfig(enabled=batch_commit),
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc

@@ -1,8 +1,10 @@
 """Handlers for the demo and the benchmark: ``ledgerq worker --app ledgerq.demo.app``.
 
-``demo.noop`` does nothing; ``demo.receipt`` writes one row through its context
-transaction (the row and ``succeeded`` commit together); ``demo.flaky`` fails
-its first attempt; ``demo.sleep`` sleeps ``payload["seconds"]``.
+``demo.noop`` does nothing; ``demo.write`` (a plain function) and
+``demo.awrite`` (``async def``) write one row through ``ctx.session`` with no
+option, as the README's handler does (the row and ``succeeded`` commit
+together); ``demo.receipt`` does the same with ``group_commit=True``;
+``demo.flaky`` fails its first attempt; ``demo.sleep`` sleeps ``payload["seconds"]``.
 """
 
 from __future__ import annotations
@@ -10,13 +12,23 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ledgerq import AsyncTaskContext, task
+from ledgerq import AsyncTaskContext, TaskContext, task
 from ledgerq.demo import Q
 
 
 @task("demo.noop")
 async def noop(payload: Any, ctx: AsyncTaskContext) -> None:
     return None
+
+
+@task("demo.write")
+def write(payload: Any, ctx: TaskContext) -> None:
+    ctx.session.execute(Q.insert_receipt, {"task_id": ctx.id, "order_id": payload["order"]})
+
+
+@task("demo.awrite")
+async def awrite(payload: Any, ctx: AsyncTaskContext) -> None:
+    await ctx.session.execute(Q.insert_receipt, {"task_id": ctx.id, "order_id": payload["order"]})
 
 
 @task("demo.receipt", group_commit=True)

@@ -15,7 +15,7 @@ from ledgerq.relay.broker.topology import Topology
 from tests.support import ledgerq_env
 
 
-def test_bench_runs_and_prints_every_key(settings: Settings) -> None:
+def test_bench_runs_and_prints_every_key_with_the_celery_peer(settings: Settings) -> None:
     result = subprocess.run(
         [
             sys.executable,
@@ -31,6 +31,8 @@ def test_bench_runs_and_prints_every_key(settings: Settings) -> None:
             "400",
             "--ordering-keys",
             "20",
+            "--peer",
+            "celery",
         ],
         env=ledgerq_env(settings),
         capture_output=True,
@@ -50,6 +52,12 @@ def test_bench_runs_and_prints_every_key(settings: Settings) -> None:
             "enqueue_batch_per_s",
             "drain_per_s",
             "drain_db_per_s",
+            "drain_sync_db_per_s",
+            "drain_async_db_per_s",
+            "drain_sync_db_cpu_ms_per_task",
+            "pipeline_ceiling_per_s",
+            "celery_db_per_s",
+            "drain_sync_db_vs_celery",
             "raw_publish_per_s",
             "raw_consume_per_s",
             "worker_rss_mb",
@@ -64,4 +72,7 @@ def test_bench_runs_and_prints_every_key(settings: Settings) -> None:
             channel.queue_delete(name)
         channel.exchange_delete(topology.exchange.name)
         channel.exchange_delete(topology.dead_letter_exchange.name)
+        celery = f"{settings.amqp_prefix}-bench.celery"  # the Celery peer's queue
+        channel.queue_delete(celery)
+        channel.exchange_delete(celery)
         conn.close()

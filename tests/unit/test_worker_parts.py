@@ -22,6 +22,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ledgerq.consumers.acker import Acker
+from ledgerq.consumers.batch import BatchConfig, Batcher
 from ledgerq.consumers.claimer import Claimer, Slots
 from ledgerq.consumers.context import AsyncTaskContext, TaskContext
 from ledgerq.consumers.dispatcher import SHUTDOWN, Dispatcher
@@ -884,7 +885,11 @@ def dispatcher_for(
 ) -> tuple[Dispatcher, Leases]:
     leases = Leases(UnusedWorkerLedger(), 60.0, 15.0)
     runner = TaskRunner(registry, "w-1", pool, None, None, on_context=leases.attach)
-    return Dispatcher(registry, runner, group or StubGroup(True), slots, leases, out.append), leases
+    batcher = Batcher(runner, BatchConfig(), None, None)  # no engines: nothing is batched
+    dispatcher = Dispatcher(
+        registry, runner, group or StubGroup(True), batcher, slots, leases, out.append
+    )
+    return dispatcher, leases
 
 
 def start(

@@ -1,0 +1,491 @@
+"""Batched commit: the default for handlers that write through ``ctx.session``.
+
+A kind whose handler was seen using ``ctx.session`` (the first runs of a kind
+take the ordinary path, :class:`~.execute.TaskRunner`, which learns it) has its
+claimed tasks run in *windows*: one connection, one transaction per window.
+
+* The window first locks its tasks' rows under their fences (``lock_running``,
+  SKIP LOCKED); until its COMMIT no one else can move them (the reconciler, a
+  cancel, a heartbeat wait for it), so its fenced finish wins for every row it
+  locked. A task whose row it could not lock (busy at that instant, or its fence
+  already lost) is not run in the window: it takes the ordinary path
+  (``fallback``), whose own fenced finish settles which it was.
+* Before each handler the window begins a SAVEPOINT, and the handler's
+  ``ctx.session`` joins it (``join_transaction_mode="rollback_only"``, see
+  :mod:`.context`: the session's commit only flushes, its rollback undoes the
+  savepoint). The handler's writes are undone alone (ROLLBACK TO SAVEPOINT)
+  when it raises, times out, is cancelled or returns a value that cannot be
+  stored, and that task's outcome goes to the finisher like any failure. One
+  handler's failure never undoes another's writes. Savepoints are never
+  released (a round trip saved per task): ``max_tasks`` stays at 64 or below,
+  PostgreSQL's per-backend cache of subtransaction ids. A handler that rolls
+  back its session itself and goes on writing would write into the savepoint
+  before its own; if it then fails, the window cannot undo that alone, so the
+  whole window is rolled back and its tasks are recorded as failed attempts
+  (:class:`SelfRolledBackError`).
+* After the handlers, one ``finish`` statement marks the window's successes
+  ``succeeded`` and one COMMIT makes their writes and their statuses durable
+  together (one WAL flush for the window). Only then are they handed to the
+  finisher, which acks them. If the COMMIT fails, nothing of the window was
+  committed and each of its tasks is recorded as a failed attempt (retried).
+
+Handlers of a window run one after another (async ones on the loop, sync ones
+in one pool thread, one hand-off per window). Tasks wait in a queue per kind
+of handler, and ``lanes`` windows take from it at once, each what is waiting,
+up to ``max_tasks``. A window takes no new handler once ``window_s`` has passed
+since it opened; the rest go back to the front of the queue. So a finished handler's commit
+waits at most ``window_s`` plus the run of the one handler still running in
+its window. A handler that runs longer than ``slow_s`` sends its kind back to
+the ordinary path (its own transaction, run concurrently) for ``cooldown_s``:
+a slow kind holds a window once, then leaves the batch.
+
+Races: a sync handler that outlives its timeout in a window cannot be stopped;
+the worker stops waiting ``window_s`` (plus a margin for the lock, finish and
+COMMIT) after the shortest timeout of the window's tasks,
+abandons the window (the thread rolls it back when the handler returns) and
+records every task of it as a failed attempt, so none is stuck. Tasks with a
+trace context, or whose payload was refused, take the ordinary path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+from sqlalchemy import Connection, Engine, Transaction
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransaction
+
+from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
+from ledgerq.consumers.execute import TaskRunner, _returned, failure, handler_timeout
+from ledgerq.consumers.handoff import Committed, Result
+from ledgerq.consumers.registry import Handler
+from ledgerq.ledger.logs import current_task
+from ledgerq.ledger.model import ClaimedTask, Outcome
+from ledgerq.ledger.within import (
+    alock_within,
+    asucceed_within,
+    lock_within,
+    succeed_many_within,
+)
+
+log = logging.getLogger("ledgerq.worker")
+
+
+class _NotLocked:
+    """The window could not lock the task's row: it was not run there."""
+
+
+NOT_LOCKED = _NotLocked()
+#: How a handler in a window ended: its JSON result (succeeded), or an outcome,
+#: or NOT_LOCKED (it takes the ordinary path).
+Ran = str | None | Outcome | _NotLocked
+Report = Callable[[int, Result], None]
+#: What a sync window's wait adds to its shortest timeout (lock, finish, COMMIT).
+WINDOW_MARGIN_S = 5.0
+_Started = tuple[float, contextvars.Token[tuple[int, str, int] | None]]
+
+
+@dataclass(eq=False)
+class Item:
+    """A task waiting for a window; ``report`` is called once, with how it ended."""
+
+    task: ClaimedTask
+    handler: Handler
+    report: Callable[[Result | None], None]
+    #: Run it on the ordinary path instead (which reports it itself).
+    fallback: Callable[[], None]
+    #: Its claimed batch stopped waiting (shutdown): no window takes it.
+    dropped: bool = False
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    #: A window takes no new handler after this long (the bound on a commit's wait).
+    window_s: float = 0.05
+    #: At most this many tasks per window: PostgreSQL keeps 64 subtransactions
+    #: (savepoints that wrote) per backend in shared memory before it overflows.
+    max_tasks: int = 50
+    #: Windows open at once, for async and for sync handlers each (connections held).
+    lanes: int = 2
+    #: A handler slower than this sends its kind to the ordinary path for ``cooldown_s``.
+    slow_s: float = 0.5
+    cooldown_s: float = 60.0
+    #: False: every handler takes the ordinary path (its own transaction).
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.window_s <= 1.0:
+            raise ValueError(f"batch window must be in (0, 1] s, got {self.window_s}")
+        if not 1 <= self.max_tasks <= 64:
+            raise ValueError(f"batch max_tasks must be 1..64, got {self.max_tasks}")
+        if not 1 <= self.lanes <= 100:
+            raise ValueError(f"batch lanes must be 1..100, got {self.lanes}")
+        if self.slow_s <= 0 or self.cooldown_s < 0:
+            raise ValueError("batch slow_s must be positive and cooldown_s >= 0")
+
+
+@dataclass
+class _Window:
+    """What a sync window's thread and the loop share: the abandon flag."""
+
+    abandoned: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class Batcher:
+    runner: TaskRunner
+    config: BatchConfig
+    sync_engine: Engine | None
+    async_engine: AsyncEngine | None
+    _demoted: dict[str, float] = field(default_factory=dict)
+    _queues: dict[bool, deque[Item]] = field(default_factory=dict)
+    _events: dict[bool, asyncio.Event] = field(default_factory=dict)
+    _lanes: dict[bool, list[asyncio.Task[None]]] = field(default_factory=dict)
+    #: Windows committed, tasks run in them, tasks sent to the ordinary path, demotions.
+    windows: int = 0
+    batched: int = 0
+    fell_back: int = 0
+    demoted: int = 0
+
+    def batchable(self, task: ClaimedTask, handler: Handler) -> bool:
+        """Whether the task runs in a window (see the module docstring)."""
+        if not self.config.enabled or task.kind not in self.runner.session_kinds:
+            return False
+        if task.trace_context is not None or task.oversize_payload_bytes is not None:
+            return False
+        if (self.async_engine if handler.is_async else self.sync_engine) is None:
+            return False
+        until = self._demoted.get(task.kind)
+        return until is None or until <= time.monotonic()
+
+    async def run(
+        self,
+        batch: Sequence[tuple[ClaimedTask, Handler]],
+        report: Report,
+        fallback: Callable[[int], None],
+    ) -> None:
+        """Queue ``batch`` for the windows; return once each task was reported
+        (``report(index, result)``, after its window committed or rolled back) or
+        handed to ``fallback(index)`` (the ordinary path). If cancelled, the tasks no
+        window took yet are dropped (the caller reports them)."""
+        left = set(range(len(batch)))
+        done = asyncio.Event()
+
+        def reporter(index: int) -> Callable[[Result | None], None]:
+            def reported(result: Result | None) -> None:
+                if index in left:  # once (a window still running at shutdown may report late)
+                    left.discard(index)
+                    if result is None:
+                        fallback(index)
+                    else:
+                        report(index, result)
+                    if not left:
+                        done.set()
+
+            return reported
+
+        items = []
+        for index, (task, handler) in enumerate(batch):
+            settle = reporter(index)
+            items.append(Item(task, handler, settle, partial(settle, None)))
+        for item in items:
+            self._queue(item.handler.is_async).append(item)
+        for is_async in {i.handler.is_async for i in items}:
+            self._wake(is_async)
+        try:
+            await done.wait()
+        finally:
+            for item in items:
+                item.dropped = True
+
+    def _queue(self, is_async: bool) -> deque[Item]:
+        return self._queues.setdefault(is_async, deque())
+
+    def _wake(self, is_async: bool) -> None:
+        event = self._events.setdefault(is_async, asyncio.Event())
+        event.set()
+        lanes = self._lanes.setdefault(is_async, [])
+        if len(lanes) < self.config.lanes:
+            name = f"ledgerq-batch-{'async' if is_async else 'sync'}-{len(lanes)}"
+            lanes.append(asyncio.create_task(self._lane(is_async), name=name))
+
+    async def _lane(self, is_async: bool) -> None:
+        """Take what waits (up to ``max_tasks``) into a window; put back what it did not take."""
+        queue, event = self._queue(is_async), self._events[is_async]
+        window = self._async_window if is_async else self._sync_window
+        while True:
+            if not queue:
+                event.clear()
+                await event.wait()
+                continue
+            items = [queue.popleft() for _ in range(min(len(queue), self.config.max_tasks))]
+            items = [i for i in items if not i.dropped]
+            if not items:
+                continue
+            try:
+                taken = await window(items)
+            except Exception:  # a bug of ours must not stop the lane
+                log.exception("a batched window failed unexpectedly")
+                _report_failed(items, "worker error in a batched window")
+                taken = len(items)
+            queue.extendleft(reversed(items[taken:]))
+
+    async def close(self) -> None:
+        """Stop the lanes (at shutdown, once the dispatcher has drained)."""
+        lanes = [lane for group in self._lanes.values() for lane in group]
+        for lane in lanes:
+            lane.cancel()
+        await asyncio.gather(*lanes, return_exceptions=True)
+        self._lanes.clear()
+        if self.windows:
+            log.info(
+                "batched commit: %d windows, %d tasks in them, %d to their own transaction, "
+                "%d kinds demoted",
+                self.windows,
+                self.batched,
+                self.fell_back,
+                self.demoted,
+            )
+
+    # -- async handlers, on the loop ---------------------------------------------
+    async def _async_window(self, items: list[Item]) -> int:
+        assert self.async_engine is not None
+        taken: list[Item] = []
+        ran: list[Ran] = []
+        try:
+            async with self.async_engine.connect() as conn:
+                await conn.begin()
+                held = await alock_within(conn, [i.task.fence for i in items])
+                for item in self._admitted(items, held, taken, ran):
+                    ran.append(await self._run_async(item.task, item.handler, conn))
+                ok = _successes(taken, ran)
+                won = await asucceed_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
+                committed = len(won) == len(ok)
+                if committed:
+                    await conn.commit()
+                else:
+                    await conn.rollback()
+        except Exception as exc:  # nothing of the window was committed
+            return _window_failed(items, taken, exc)
+        self._count(taken, ran, committed)
+        return len(taken)
+
+    async def _run_async(self, task: ClaimedTask, handler: Handler, conn: AsyncConnection) -> Ran:
+        """One async handler in the window: its savepoint is begun here and never
+        released (a round trip saved; ``max_tasks`` keeps them under 64). The
+        session joins it ("rollback_only": its commit only flushes)."""
+        timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
+        savepoint = await conn.begin_nested()
+        ctx = AsyncTaskContext(task, self.runner.worker, _bind=conn, _join="rollback_only")
+        started = self._begin(task, ctx)
+        try:
+            try:
+                async with asyncio.timeout(timeout):
+                    value = await handler.fn(task.payload, ctx)
+                result = _returned(value, ctx)
+                session = ctx._session
+                if session is not None and (session.new or session.dirty or session.deleted):
+                    await session.flush()  # ORM objects; no COMMIT, no RELEASE
+                _check_own(savepoint)
+                return result
+            except TimeoutError:
+                await _undo_async(savepoint)
+                return self.runner._timed_out(task, timeout, ctx)
+            except SelfRolledBackError:
+                raise
+            except Exception as exc:
+                await _undo_async(savepoint)
+                return self.runner._failed(task, exc, ctx)
+        finally:
+            # No session.close(): "rollback_only" leaves the connection alone, and the
+            # session holds nothing else worth a greenlet round trip per task.
+            self._end(task, started)
+
+    # -- sync handlers, one pool thread per window -------------------------------
+    async def _sync_window(self, items: list[Item]) -> int:
+        state = _Window()
+        limits = [handler_timeout(i.task, i.handler, self.runner.default_timeout_s) for i in items]
+        known = [limit for limit in limits if limit]
+        wait = min(known) + self.config.window_s + WINDOW_MARGIN_S if known else None
+        started: list[Item] = []
+        future = asyncio.get_running_loop().run_in_executor(
+            self.runner.pool,
+            contextvars.copy_context().run,
+            self._sync_thread,
+            items,
+            state,
+            started,
+        )
+        try:
+            taken, ran, committed = await asyncio.wait_for(asyncio.shield(future), wait)
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            state.abandoned.set()  # the thread rolls back when its handler returns
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            log.warning("a batched window of sync handlers outlived its timeout; abandoned")
+            _report_failed(items, f"timed out after {wait} s (in a batched window)")
+            return len(items)
+        except Exception as exc:  # nothing of the window was committed
+            return _window_failed(items, list(started), exc)
+        self._count(taken, ran, committed)
+        return len(taken)
+
+    def _sync_thread(
+        self, items: list[Item], state: _Window, taken: list[Item]
+    ) -> tuple[list[Item], list[Ran], bool]:
+        """In a pool thread: the window; ``taken`` (the caller's list) fills as it goes."""
+        assert self.sync_engine is not None
+        ran: list[Ran] = []
+        with self.sync_engine.connect() as conn:
+            conn.begin()
+            held = lock_within(conn, [i.task.fence for i in items])
+            for item in self._admitted(items, held, taken, ran, state.abandoned):
+                ran.append(self._run_sync(item.task, item.handler, conn))
+            ok = _successes(taken, ran)
+            won = succeed_many_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
+            committed = len(won) == len(ok) and not state.abandoned.is_set()
+            if committed:
+                conn.commit()
+            else:
+                conn.rollback()
+        return taken, ran, committed
+
+    def _run_sync(self, task: ClaimedTask, handler: Handler, conn: Connection) -> Ran:
+        """One sync handler in the window (in its thread), as :meth:`_run_async`."""
+        timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
+        savepoint = conn.begin_nested()
+        ctx = TaskContext(task, self.runner.worker, _bind=conn, _join="rollback_only")
+        started = self._begin(task, ctx)
+        try:
+            try:
+                result = _returned(handler.fn(task.payload, ctx), ctx)
+                if ctx._session is not None:
+                    ctx._session.commit()  # a flush: no COMMIT, no RELEASE
+                _check_own(savepoint)
+                if timeout is not None and time.perf_counter() - started[0] > timeout:
+                    savepoint.rollback()
+                    return self.runner._timed_out(task, timeout, ctx)
+                return result
+            except SelfRolledBackError:
+                raise
+            except Exception as exc:
+                _check_own(savepoint)
+                savepoint.rollback()
+                return self.runner._failed(task, exc, ctx)
+        finally:
+            if ctx._session is not None:
+                ctx._session.close()
+            self._end(task, started)
+
+    # -- shared ------------------------------------------------------------------
+    def _admitted(
+        self,
+        items: list[Item],
+        held: set[int],
+        taken: list[Item],
+        ran: list[Ran],
+        abandoned: threading.Event | None = None,
+    ) -> Iterator[Item]:
+        """The items to run in this window, in order, until it closes (``window_s``
+        after it opened, or abandoned). Each item it takes goes to ``taken``; one
+        whose row the window did not lock is recorded NOT_LOCKED instead of run."""
+        opened = time.monotonic()
+        for item in items:
+            late = bool(taken) and time.monotonic() - opened > self.config.window_s
+            if late or (abandoned is not None and abandoned.is_set()):
+                return
+            taken.append(item)
+            if item.task.id in held:
+                yield item
+            else:
+                ran.append(NOT_LOCKED)
+
+    def _count(self, taken: list[Item], ran: list[Ran], committed: bool) -> None:
+        """Report the window's tasks, and count it."""
+        self.windows += 1
+        self.fell_back += sum(isinstance(r, _NotLocked) for r in ran)
+        self.batched += len(taken)
+        _report(taken, ran, committed)
+
+    def _begin(self, task: ClaimedTask, ctx: HandlerContext) -> _Started:
+        """Before a handler: the lease keeping sees its context; log lines name it."""
+        self.runner._notify(task, ctx)
+        self.runner.probe("worker.mid_handler")
+        return time.perf_counter(), current_task.set((task.id, task.kind, task.attempts))
+
+    def _end(self, task: ClaimedTask, started: _Started) -> None:
+        current_task.reset(started[1])
+        took = time.perf_counter() - started[0]
+        self.runner.observer.ran(task.kind, took, task.waited_s)
+        if took > self.config.slow_s:
+            log.info(
+                "kind %s took %.0f ms in a batched window; its own transactions for %.0f s",
+                task.kind,
+                took * 1000,
+                self.config.cooldown_s,
+            )
+            self._demoted[task.kind] = time.monotonic() + self.config.cooldown_s
+            self.demoted += 1
+
+
+def _successes(taken: list[Item], ran: list[Ran]) -> list[tuple[ClaimedTask, str | None]]:
+    return [
+        (item.task, r)
+        for item, r in zip(taken, ran, strict=True)
+        if not isinstance(r, Outcome | _NotLocked)
+    ]
+
+
+def _report(taken: list[Item], ran: list[Ran], committed: bool) -> None:
+    for item, r in zip(taken, ran, strict=True):
+        if isinstance(r, _NotLocked):
+            item.fallback()
+        elif isinstance(r, Outcome):
+            item.report(r)
+        elif committed:
+            item.report(Committed(True))
+        else:  # cannot happen (the rows were locked): nothing of the window was committed
+            log.error("task %s: a locked fence was lost in a batched window", item.task.id)
+            item.report(failure(item.task, "the batched commit lost a fence; retried"))
+
+
+def _window_failed(items: list[Item], taken: list[Item], exc: Exception) -> int:
+    """A window failed before its COMMIT: its handlers' tasks are failed attempts; if
+    none had run (say the connection could not be had), all take the ordinary path."""
+    if not taken:
+        log.warning("batched window of %d could not run (%r); one by one", len(items), exc)
+        for item in items:
+            item.fallback()
+        return len(items)
+    _report_failed(taken, f"the batched commit failed: {exc!r}")
+    return len(taken)
+
+
+def _report_failed(items: Sequence[Item], error: str) -> None:
+    log.warning("batched window of %d failed: %s", len(items), error)
+    for item in items:
+        item.report(failure(item.task, error))
+
+
+class SelfRolledBackError(Exception):
+    """A handler in a window rolled ``ctx.session`` back itself: what it wrote after
+    that joined the savepoint before its own, so the window cannot undo it alone.
+    The whole window is rolled back (nothing of it committed; its tasks retried)."""
+
+
+def _check_own(savepoint: AsyncTransaction | Transaction) -> None:
+    if not savepoint.is_active:
+        raise SelfRolledBackError("a handler rolled back ctx.session itself in a batched window")
+
+
+async def _undo_async(savepoint: AsyncTransaction) -> None:
+    """ROLLBACK TO this handler's SAVEPOINT: its writes only."""
+    _check_own(savepoint)
+    await savepoint.rollback()

@@ -1,0 +1,141 @@
+"""The default commit path for handlers that write through ``ctx.session``:
+batched windows, a savepoint per handler (consumers/batch.py), end to end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from ledgerq import AsyncTaskContext, Registry, TaskContext, TaskSpec
+from ledgerq.consumers.batch import BatchConfig
+from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg import PgLedger
+from tests.harness import EFFECTS_DDL, Pipeline, db, effects, enqueue_committed
+
+INSERT = text("INSERT INTO test_effects (task_id, attempt) VALUES (:i, txid_current())")
+
+
+@pytest.fixture
+def effects_table(settings: Settings) -> Settings:
+    with db(settings) as conn:
+        conn.execute(EFFECTS_DDL)
+    return settings
+
+
+def misbehave(payload: dict[str, Any], attempt: int) -> str | None:
+    """What a test task does wrong on its first attempt, after writing."""
+    return payload.get("fail") if attempt == 1 else None
+
+
+def batched_registry() -> Registry:
+    registry = Registry()
+
+    @registry.task("t.async_write")
+    async def async_write(payload: Any, ctx: AsyncTaskContext) -> Any:
+        await ctx.session.execute(INSERT, {"i": ctx.id})
+        how = misbehave(payload, ctx.attempt)
+        if how == "raise":
+            raise RuntimeError("one bad apple")
+        if how == "sql":  # a failed statement: the savepoint, not the window, is undone
+            await ctx.session.execute(text("SELECT 1 / 0"))
+        if how == "self-rollback":  # against the rules: the window cannot undo it alone
+            await ctx.session.rollback()
+            await ctx.session.execute(INSERT, {"i": -ctx.id})
+            raise RuntimeError("rolled back, wrote again, failed")
+        return {"done": ctx.id} if how is None else object()  # not JSON: fails
+
+    @registry.task("t.sync_write")
+    def sync_write(payload: Any, ctx: TaskContext) -> Any:
+        ctx.session.execute(INSERT, {"i": ctx.id})
+        how = misbehave(payload, ctx.attempt)
+        if how == "raise":
+            raise RuntimeError("one bad apple")
+        if how == "sql":
+            ctx.session.execute(text("SELECT 1 / 0"))
+        if how == "self-rollback":
+            ctx.session.rollback()
+            ctx.session.execute(INSERT, {"i": -ctx.id})
+            raise RuntimeError("rolled back, wrote again, failed")
+        return {"done": ctx.id} if how is None else object()
+
+    return registry
+
+
+async def run_learned(
+    settings: Settings, kind: str, n: int, failing: dict[int, str]
+) -> tuple[int, list[int]]:
+    """One task of ``kind`` first (the worker learns, on its own path, that the kind
+    writes through ctx.session), then ``n`` more, those at the indexes of
+    ``failing`` misbehaving as named; return (the first id, the others' ids)."""
+    config = WorkerConfig(concurrency=50, lease_s=30, heartbeat_s=5, grace_s=5)
+    async with Pipeline(settings, batched_registry(), worker=config) as pipe:
+        [first] = enqueue_committed(settings, [TaskSpec(kind, {})])
+        await pipe.settle([first])
+        assert kind in pipe.worker.runner.session_kinds
+        specs = [
+            TaskSpec(kind, {"fail": failing[i]} if i in failing else {"n": i}, retry=[0.05])
+            for i in range(n)
+        ]
+        ids = enqueue_committed(settings, specs)
+        await pipe.settle(ids)
+    return first, ids
+
+
+@pytest.mark.parametrize("kind", ["t.async_write", "t.sync_write"])
+async def test_windows_share_commits_and_one_failure_undoes_only_its_own_writes(
+    effects_table: Settings, ledger: PgLedger, kind: str
+) -> None:
+    settings = effects_table
+    first, ids = await run_learned(settings, kind, 40, {7: "raise", 19: "sql", 31: "not json"})
+
+    unstorable = ids[31]  # a result that is not JSON ends the task dead, its write undone
+    where = await ledger.whereabouts(ids)
+    assert where.pop(unstorable) == "dead"
+    assert set(where.values()) == {"succeeded"}
+    attempts = {i: (await ledger.show(i))["attempts"] for i in where}
+    retried = {ids[7], ids[19]}
+    assert {i for i, a in attempts.items() if a == 2} == retried
+    assert all(attempts[i] == 1 for i in where if i not in retried)  # no one else was undone
+    assert (await ledger.show(ids[0]))["result"] == {"done": ids[0]}
+    written = [(t, x) for t, x in effects(settings) if t != first]
+    assert sorted(t for t, _ in written) == sorted(where)  # exactly one committed write each
+    transactions = {txid for _, txid in written}
+    assert len(transactions) < len(ids) / 2, len(transactions)  # commits were shared
+
+
+@pytest.mark.parametrize("kind", ["t.async_write", "t.sync_write"])
+async def test_a_handler_that_rolls_back_its_session_fails_its_whole_window(
+    effects_table: Settings, ledger: PgLedger, kind: str
+) -> None:
+    """Nothing a failed attempt wrote is committed, even past its own rollback."""
+    settings = effects_table
+    first, ids = await run_learned(settings, kind, 20, {5: "self-rollback"})
+
+    assert set((await ledger.whereabouts(ids)).values()) == {"succeeded"}
+    assert (await ledger.show(ids[5]))["attempts"] == 2
+    written = sorted(t for t, _ in effects(settings) if t != first)
+    assert written == sorted(ids)  # no write of a failed attempt, and none twice
+
+
+async def test_no_batch_commit_gives_every_task_its_own_transaction(
+    effects_table: Settings, ledger: PgLedger
+) -> None:
+    settings = effects_table
+    config = WorkerConfig(
+        concurrency=50, lease_s=30, heartbeat_s=5, grace_s=5, batch=BatchConfig(enabled=False)
+    )
+    ids = enqueue_committed(settings, [TaskSpec("t.async_write", {"n": i}) for i in range(20)])
+    async with Pipeline(settings, batched_registry(), worker=config) as pipe:
+        await pipe.settle(ids)
+    assert set((await ledger.whereabouts(ids)).values()) == {"succeeded"}
+    assert len({txid for _, txid in effects(settings)}) == len(ids)
+
+
+def test_batch_config_validates() -> None:
+    with pytest.raises(ValueError, match=r"1\.\.64"):
+        BatchConfig(max_tasks=65)
+    with pytest.raises(ValueError, match="window"):
+        BatchConfig(window_s=0)
