@@ -8,4 +8,5 @@ cd "$ROOT"
 say "migrating the ledger at ${LEDGERQ_DATABASE_URL}"
 "$VENV/bin/ledgerq" migrate
 say "running the demo"
-exec "$VENV/bin/ledgerq" demo "$@"
+"$VENV/bin/ledgerq" demo "$@"
+say "see it: $VENV/bin/ledgerq dashboard   (then open http://127.0.0.1:8270/)"
