@@ -158,6 +158,8 @@ class Batcher:
         """Whether the task runs in a window (see the module docstring)."""
         if not self.config.enabled or task.kind not in self.runner.session_kinds:
             return False
+        if task.kind in self.runner.checkpoint_kinds:  # long work: its own transactions
+            return False
         if task.trace_context is not None or task.oversize_payload_bytes is not None:
             return False
         if (self.async_engine if handler.is_async else self.sync_engine) is None:
@@ -306,7 +308,7 @@ class Batcher:
         finally:
             # No session.close(): "rollback_only" leaves the connection alone, and the
             # session holds nothing else worth a greenlet round trip per task.
-            self._end(task, started)
+            self._end(task, started, ctx)
 
     # -- sync handlers, one pool thread per window -------------------------------
     async def _sync_window(self, items: list[Item]) -> int:
@@ -382,7 +384,7 @@ class Batcher:
         finally:
             if ctx._session is not None:
                 ctx._session.close()
-            self._end(task, started)
+            self._end(task, started, ctx)
 
     # -- shared ------------------------------------------------------------------
     def _admitted(
@@ -420,8 +422,10 @@ class Batcher:
         self.runner.probe("worker.mid_handler")
         return time.perf_counter(), current_task.set((task.id, task.kind, task.attempts))
 
-    def _end(self, task: ClaimedTask, started: _Started) -> None:
+    def _end(self, task: ClaimedTask, started: _Started, ctx: HandlerContext) -> None:
         current_task.reset(started[1])
+        if ctx._checkpointed:
+            self.runner.checkpoint_kinds.add(task.kind)
         took = time.perf_counter() - started[0]
         self.runner.observer.ran(task.kind, took, task.waited_s)
         if took > self.config.slow_s:

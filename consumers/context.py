@@ -20,6 +20,7 @@ when the handler returns.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.session import JoinTransactionMode
 
+from ledgerq.consumers.progress import Keeper, checkpoint_json, progress_json, refused
 from ledgerq.ledger.model import ClaimedTask
+from ledgerq.ledger.within import acheckpoint_within, checkpoint_within
+
+#: ``ctx.checkpoint`` before this attempt saved one: the task's stored checkpoint.
+_NOT_SAVED: Any = object()
 
 
 @dataclass
@@ -42,6 +48,12 @@ class _Context:
     #: Set by the heartbeat when an operator asked this task to stop
     #: (``ledgerq tasks cancel``); read it through :attr:`cancel_requested`.
     _cancel_requested: bool = field(default=False, repr=False)
+    #: The worker's lease keeping (set when it tracks this task): it stores
+    #: checkpoints and carries progress reports to the heartbeat.
+    _keeper: Keeper | None = field(default=None, repr=False)
+    #: Whether the handler saved a checkpoint (its kind then leaves batched windows).
+    _checkpointed: bool = field(default=False, repr=False)
+    _saved: Any = field(default=_NOT_SAVED, repr=False)
 
     @property
     def cancel_requested(self) -> bool:
@@ -62,7 +74,39 @@ class _Context:
 
     @property
     def checkpoint(self) -> Any:
-        return self.task.checkpoint
+        """The last state saved with ``save_checkpoint``: by this attempt, else by an
+        earlier one (None if none ever was)."""
+        return self.task.checkpoint if self._saved is _NOT_SAVED else self._saved
+
+    def report_progress(
+        self, done: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """How far the task has got (``done`` of ``total``, and a line of text). Costs
+        no statement: the next heartbeat stores the latest report, shown by
+        ``ledgerq show``, ``ledgerq tasks list`` and the dashboard. ValueError for a
+        negative or non-numeric figure."""
+        report = progress_json(done, total, message)
+        if self._keeper is not None:
+            self._keeper.progress(self.task.fence, report)
+
+    def _prepare_checkpoint(self, state: Any) -> str:
+        text = checkpoint_json(state)
+        self._checkpointed = True
+        return text
+
+    def _stored(self, held: bool, state: Any) -> None:
+        if not held:
+            self.lost = True
+            raise refused(self.task.id)
+        self._saved = state
+
+    def _keeping(self) -> Keeper:
+        if self._keeper is None:
+            raise RuntimeError(
+                "save_checkpoint needs a worker's lease keeping: it is not available to "
+                "group_commit kinds, or outside a worker"
+            )
+        return self._keeper
 
 
 @dataclass
@@ -86,6 +130,23 @@ class TaskContext(_Context):
             self._session = Session(self._engine)
         return self._session
 
+    def save_checkpoint(self, state: Any) -> None:
+        """Store ``state`` (JSON) now, fenced by this attempt; the next attempt finds
+        it in ``ctx.checkpoint``. :class:`~ledgerq.LeaseLostError` if this attempt no
+        longer holds the task; ValueError if ``state`` is not JSON. See
+        :mod:`ledgerq.consumers.progress`."""
+        text = self._prepare_checkpoint(state)
+        if self._bind is not None:  # a batched window holds the row: store it there
+            held = checkpoint_within(self._bind, self.task.fence, text)
+        else:
+            keeper = self._keeping()
+            assert keeper.loop is not None, "the lease keeping runs on the worker's loop"
+            future = asyncio.run_coroutine_threadsafe(
+                keeper.save(self.task.fence, text), keeper.loop
+            )
+            held = future.result()
+        self._stored(held, state)
+
 
 @dataclass
 class AsyncTaskContext(_Context):
@@ -108,6 +169,18 @@ class AsyncTaskContext(_Context):
                 raise RuntimeError("this context has no database engine")
             self._session = AsyncSession(self._engine)
         return self._session
+
+    async def save_checkpoint(self, state: Any) -> None:
+        """Store ``state`` (JSON) now, fenced by this attempt; the next attempt finds
+        it in ``ctx.checkpoint``. :class:`~ledgerq.LeaseLostError` if this attempt no
+        longer holds the task; ValueError if ``state`` is not JSON. See
+        :mod:`ledgerq.consumers.progress`."""
+        text = self._prepare_checkpoint(state)
+        if self._bind is not None:  # a batched window holds the row: store it there
+            held = await acheckpoint_within(self._bind, self.task.fence, text)
+        else:
+            held = await self._keeping().save(self.task.fence, text)
+        self._stored(held, state)
 
 
 #: Either context; the worker's lease keeping flags ``lost`` on it.

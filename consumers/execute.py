@@ -150,6 +150,8 @@ class TaskRunner:
     threads_running: int = 0
     #: Kinds whose handler was seen using ``ctx.session`` (they run batched: consumers.batch).
     session_kinds: set[str] = field(default_factory=set)
+    #: Kinds whose handler was seen saving a checkpoint (long work: never batched).
+    checkpoint_kinds: set[str] = field(default_factory=set)
 
     async def run(self, task: ClaimedTask, release: Callable[[], None]) -> Result:
         """Run the task's handler (log lines meanwhile name the task); tell the observer."""
@@ -203,8 +205,7 @@ class TaskRunner:
         except Exception as exc:
             return self._failed(task, exc, ctx)
         finally:
-            if ctx._session is not None:
-                self.session_kinds.add(task.kind)
+            self._learn(task, ctx)
 
     async def _run_sync(
         self, task: ClaimedTask, handler: Handler, release: Callable[[], None]
@@ -234,8 +235,7 @@ class TaskRunner:
         except Exception as exc:
             return self._failed(task, exc, ctx)
         finally:
-            if ctx._session is not None:
-                self.session_kinds.add(task.kind)
+            self._learn(task, ctx)
 
     def _timed_out(self, task: ClaimedTask, timeout: float | None, ctx: HandlerContext) -> Outcome:
         log.warning("task %s (%s) timed out after %ss", task.id, task.kind, timeout)
@@ -254,6 +254,14 @@ class TaskRunner:
             return failure(task, describe(exc), final=True)
         log.info("task %s (%s) attempt %d failed: %r", task.id, task.kind, task.attempts, exc)
         return failure(task, describe(exc))
+
+    def _learn(self, task: ClaimedTask, ctx: HandlerContext) -> None:
+        """What the run showed about its kind: it writes through ``ctx.session``
+        (batch it), it saves checkpoints (never batch it)."""
+        if ctx._session is not None:
+            self.session_kinds.add(task.kind)
+        if ctx._checkpointed:
+            self.checkpoint_kinds.add(task.kind)
 
     def _notify(self, task: ClaimedTask, ctx: HandlerContext) -> None:
         if self.on_context is not None:

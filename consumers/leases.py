@@ -7,12 +7,15 @@ all of them. A task whose fence no longer holds was rescued by the reconciler
 flagged ``lost``, so a long handler can stop early, and its writes will not
 commit whatever it does, because the commit is fenced too. The same statement
 says which tasks an operator asked to stop: their context's
-``cancel_requested`` turns true.
+``cancel_requested`` turns true. It also carries the handlers' progress
+reports (each beat stores the latest of each task) and stores their checkpoints
+(consumers.progress).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 from ledgerq.consumers.context import HandlerContext
@@ -28,7 +31,11 @@ class Leases:
         self.lease_s = lease_s
         self.heartbeat_s = heartbeat_s
         self._running: dict[Fence, HandlerContext | None] = {}
+        #: Progress reported since the last beat (JSON text), by fence.
+        self._reported: dict[Fence, str] = {}
         self._loop: asyncio.Task[None] | None = None
+        #: The worker's event loop, on which sync handlers' checkpoints are stored.
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def track(self, task: ClaimedTask) -> None:
         self._running[task.fence] = None
@@ -37,9 +44,20 @@ class Leases:
         """The handler's context, so a lost lease can be flagged on it."""
         if task.fence in self._running:
             self._running[task.fence] = ctx
+            ctx._keeper = self
 
     def forget(self, fence: Fence) -> None:
         self._running.pop(fence, None)
+        self._reported.pop(fence, None)
+
+    def progress(self, fence: Fence, report: str) -> None:
+        """A handler's progress report (any thread): the next beat stores it."""
+        if fence in self._running:
+            self._reported[fence] = report
+
+    async def save(self, fence: Fence, state_json: str) -> bool:
+        """Store a checkpoint now (autocommit, fenced); whether the fence held."""
+        return await self.ledger.save_checkpoint(fence, json.loads(state_json))
 
     def __len__(self) -> int:
         return len(self._running)
@@ -49,7 +67,13 @@ class Leases:
         if not self._running:
             return 0
         snapshot = dict(self._running)
-        held = await self.ledger.heartbeat(snapshot, self.lease_s)
+        reported = {f: r for f, r in list(self._reported.items()) if f in snapshot}
+        held = await self.ledger.heartbeat(
+            snapshot, self.lease_s, {f[0]: r for f, r in reported.items()}
+        )
+        for fence, report in reported.items():  # stored, unless a newer one came since
+            if self._reported.get(fence) == report:
+                self._reported.pop(fence, None)
         lost = 0
         for fence, ctx in snapshot.items():
             if fence[0] in held.cancelling and ctx is not None and not ctx.cancel_requested:
@@ -75,6 +99,7 @@ class Leases:
                 log.exception("heartbeat failed; leases may lapse")
 
     def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
         self._loop = asyncio.create_task(self._run(), name="ledgerq-heartbeat")
 
     async def stop(self) -> None:

@@ -41,7 +41,8 @@ from ledgerq.ledger.validation import check_max_attempts, check_priority
 #: Columns of a ``list_tasks`` row, in order.
 LIST_COLUMNS = (
     "id", "kind", "queue", "status", "attempts", "max_attempts", "business_key", "run_at",
-    "created_at", "finished_at", "last_error", "priority", "epoch", "result", "location",
+    "created_at", "finished_at", "last_error", "priority", "epoch", "result", "progress",
+    "location",
 )  # fmt: skip
 ACTIONS = ("cancel", "retry", "reschedule", "set-attempts", "set-priority")
 BATCH_SIZE = 500
@@ -59,6 +60,19 @@ Plan = Generator[Step | None, Rows, "Report"]
 
 def jsonable(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
+
+
+def progress_text(progress: Any) -> str:
+    """A stored progress report as one short line: ``40/100 (40%) copying``, or ''."""
+    if not isinstance(progress, dict) or progress.get("done") is None:
+        return ""
+    done, total = progress["done"], progress.get("total")
+    text = f"{done:g}" if isinstance(done, int | float) else str(done)
+    if isinstance(total, int | float) and total:
+        text += f"/{total:g} ({100 * done / total:.0f}%)"
+    if progress.get("message"):
+        text += f" {progress['message']}"
+    return text
 
 
 def task_row(row: Sequence[Any]) -> dict[str, Any]:

@@ -17,10 +17,11 @@
 -- error filter reads only rows that have an error (the partial index
 -- (status, id) WHERE last_error IS NOT NULL) and tests the substring there.
 SELECT id, kind, queue, status, attempts, max_attempts, business_key, run_at, created_at,
-       finished_at, last_error, priority, epoch, result, location
+       finished_at, last_error, priority, epoch, result, progress, location
 FROM (
     (SELECT t.id, t.kind, t.queue, t.status, t.attempts, t.max_attempts, t.business_key,
             t.run_at, t.created_at, t.finished_at, t.last_error, t.priority, t.epoch, t.result,
+            t.progress,
             'live' AS location
      FROM ledgerq_tasks t
      WHERE t.status = ANY(CAST(:statuses AS text[]))
@@ -37,6 +38,7 @@ FROM (
     UNION ALL
     (SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
             h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch, h.result,
+            h.progress,
             'history' AS location
      FROM ledgerq_history h
      WHERE 'succeeded' = ANY(CAST(:statuses AS text[])) AND h.status = 'succeeded'
@@ -54,6 +56,7 @@ FROM (
     UNION ALL
     (SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
             h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch, h.result,
+            h.progress,
             'history' AS location
      FROM ledgerq_history h
      WHERE 'dead' = ANY(CAST(:statuses AS text[])) AND h.status = 'dead'
@@ -71,6 +74,7 @@ FROM (
     UNION ALL
     (SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
             h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch, h.result,
+            h.progress,
             'history' AS location
      FROM ledgerq_history h
      WHERE 'cancelled' = ANY(CAST(:statuses AS text[])) AND h.status = 'cancelled'
@@ -107,13 +111,13 @@ WITH m AS (
                                  publishes, lease_until, heartbeat_at, worker, checkpoint,
                                  last_error, timeout_s, parent_id, created_at, published_at,
                                  started_at, finished_at, suspect, result, attempt_log,
-                                 cancel_requested_at, trace_context, ordering_key)
+                                 cancel_requested_at, trace_context, ordering_key, progress)
     SELECT id, kind, queue, payload, business_key, NULL, priority,
            shard, run_at, 'cancelled', attempts, max_attempts, retry, epoch,
            publishes, NULL, heartbeat_at, NULL, checkpoint,
            last_error, timeout_s, parent_id, created_at, published_at,
            started_at, now(), suspect, NULL, attempt_log,
-           now(), trace_context, ordering_key
+           now(), trace_context, ordering_key, progress
     FROM gone
     RETURNING id
 )

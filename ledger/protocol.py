@@ -94,9 +94,13 @@ class WorkerLedger(FinishingLedger, Protocol):
         """The status of each id now (live or history); unknown ids are absent."""
         ...
 
-    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> Held:
-        """Extend the leases still held; the ids whose fence still holds, and
-        (``Held.cancelling``) those of them an operator asked to stop."""
+    async def heartbeat(
+        self, fences: Iterable[Fence], lease_s: float, progress: Mapping[int, str] | None = None
+    ) -> Held:
+        """Extend the leases still held, and store ``progress`` (JSON text by task
+        id: what ``ctx.report_progress`` reported since the last beat) on those;
+        the ids whose fence still holds, and (``Held.cancelling``) those of them an
+        operator asked to stop."""
         ...
 
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:

@@ -348,7 +348,7 @@ WITH m AS (
                                  publishes, lease_until, heartbeat_at, worker, checkpoint,
                                  last_error, timeout_s, parent_id, created_at, published_at,
                                  started_at, finished_at, suspect, result, attempt_log,
-                                 cancel_requested_at, trace_context, ordering_key)
+                                 cancel_requested_at, trace_context, ordering_key, progress)
     SELECT id, kind, queue, payload, business_key, NULL, priority,
            shard, run_at, ended_as, attempts, max_attempts, retry, epoch,
            publishes, NULL, heartbeat_at, worker, checkpoint,
@@ -358,7 +358,7 @@ WITH m AS (
                'attempt', attempts, 'worker', worker, 'started_at', started_at,
                'ended_at', now(), 'error', new_error, 'outcome', ended_as,
                'cancel_requested_at', cancel_requested_at)),
-           cancel_requested_at, trace_context, ordering_key
+           cancel_requested_at, trace_context, ordering_key, progress
     FROM ended
     RETURNING id, kind, attempts, status, last_error
 ), retried AS (
@@ -400,11 +400,14 @@ WHERE t.status = 'running'
 FOR UPDATE OF t SKIP LOCKED
 
 -- name: heartbeat
--- Extends the leases still held, and says which of those tasks an operator
--- asked to stop (ctx.cancel_requested).
+-- Extends the leases still held, writes the progress reported since the last
+-- beat (NULL: none, the stored one stays), and says which of those tasks an
+-- operator asked to stop (ctx.cancel_requested).
 UPDATE ledgerq_tasks t
-SET heartbeat_at = now(), lease_until = clock_timestamp() + make_interval(secs => :lease_s)
-FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+SET heartbeat_at = now(), lease_until = clock_timestamp() + make_interval(secs => :lease_s),
+    progress = COALESCE(CAST(m.progress AS jsonb), t.progress)
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]), CAST(:progress AS text[]))
+     AS m(id, epoch, progress)
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
 RETURNING t.id, t.cancel_requested_at IS NOT NULL AS cancel_requested
 

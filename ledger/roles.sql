@@ -50,7 +50,8 @@ GRANT INSERT (kind, key, task_id), SELECT (kind, key, task_id)
 -- no grant.
 GRANT SELECT, DELETE ON ledgerq_tasks TO ledgerq_service;
 GRANT UPDATE (status, epoch, attempts, publishes, run_at, published_at, started_at,
-              heartbeat_at, lease_until, worker, checkpoint, last_error, suspect, attempt_log)
+              heartbeat_at, lease_until, worker, checkpoint, last_error, suspect, attempt_log,
+              progress)
     ON ledgerq_tasks TO ledgerq_service;
 GRANT INSERT ON ledgerq_history TO ledgerq_service;
 GRANT SELECT (id, kind, attempts, status, last_error, ordering_key)

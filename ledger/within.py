@@ -68,3 +68,25 @@ async def asucceed_within(
     """running -> succeeded for ``fences`` (with each handler's JSON result, in the
     same order) in the caller's (async) transaction; the ids whose fence held."""
     return {int(r[0]) for r in await session.execute(Q.finish, _succeeded(fences, results))}
+
+
+def _checkpoint_params(fence: Fence, state_json: str) -> dict[str, Any]:
+    return {"id": fence[0], "epoch": fence[1], "checkpoint": state_json}
+
+
+def checkpoint_within(session: Session | Connection, fence: Fence, state_json: str) -> bool:
+    """Store a running task's checkpoint in the caller's (sync) transaction, fenced:
+    for a handler in a batched window, whose row the window holds locked until its
+    COMMIT (another connection's write would wait for it). Whether the fence held."""
+    return (
+        session.execute(Q.save_checkpoint, _checkpoint_params(fence, state_json)).first()
+        is not None
+    )
+
+
+async def acheckpoint_within(
+    session: AsyncSession | AsyncConnection, fence: Fence, state_json: str
+) -> bool:
+    """:func:`checkpoint_within`, async."""
+    result = await session.execute(Q.save_checkpoint, _checkpoint_params(fence, state_json))
+    return result.first() is not None

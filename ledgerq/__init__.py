@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from ledgerq.consumers.context import AsyncTaskContext, TaskContext
 from ledgerq.consumers.execute import Abort
+from ledgerq.consumers.progress import LeaseLostError
 from ledgerq.consumers.registry import Registry, RegistryError, default_registry, task
 from ledgerq.consumers.results import Cancelled
 from ledgerq.ledger.actions import Action, Report
@@ -60,6 +61,7 @@ __all__ = [
     "InvalidFilterError",
     "InvalidRetryPolicyError",
     "InvalidTaskError",
+    "LeaseLostError",
     "LedgerqError",
     "PayloadTooLargeError",
     "PrivilegeMissingError",

@@ -18,7 +18,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
@@ -102,9 +110,11 @@ class WatchedLedger:
         with self._watch.watching():
             return await self._ledger.whereabouts(ids)
 
-    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> Held:
+    async def heartbeat(
+        self, fences: Iterable[Fence], lease_s: float, progress: Mapping[int, str] | None = None
+    ) -> Held:
         with self._watch.watching():
-            return await self._ledger.heartbeat(fences, lease_s)
+            return await self._ledger.heartbeat(fences, lease_s, progress)
 
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
         with self._watch.watching():

@@ -168,11 +168,14 @@ class PgServices(PgBase):
             return []
         return _finished(await self._rows(Q.finish, outcome_params(outcomes)))
 
-    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> Held:
+    async def heartbeat(
+        self, fences: Iterable[Fence], lease_s: float, progress: Mapping[int, str] | None = None
+    ) -> Held:
         params: dict[str, Any] = fence_params(fences)
         if not params["ids"]:
             return Held()
         params["lease_s"] = lease_s
+        params["progress"] = [(progress or {}).get(task_id) for task_id in params["ids"]]
         rows = await self._rows(Q.heartbeat, params)
         return Held((int(r.id) for r in rows), (int(r.id) for r in rows if r.cancel_requested))
 

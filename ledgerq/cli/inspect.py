@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ledgerq.cli.group import emit, json_option, pass_settings
 from ledgerq.compose import open_ledger
+from ledgerq.ledger.actions import progress_text
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.masking import mask_url
 from ledgerq.ledger.pg import migrate as ledger_migrate
@@ -37,6 +38,8 @@ SHOW_FIELDS = (
     "retry",
     "last_error",
     "result",
+    "checkpoint",
+    "progress",
     "cancel_requested_at",
 )
 ATTEMPT_FIELDS = ("attempt", "worker", "started_at", "ended_at", "outcome", "error")
@@ -138,7 +141,8 @@ def render_task(console: Console, data: dict[str, Any]) -> None:
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     for key in SHOW_FIELDS:
-        table.add_row(key, Text(shown(data.get(key))))  # Text: never read as markup
+        value = progress_text(data.get(key)) if key == "progress" else shown(data.get(key))
+        table.add_row(key, Text(value))  # Text: never read as markup
     console.print(table)
     attempts = Table(title="attempts")
     for name in ATTEMPT_FIELDS:

@@ -25,7 +25,7 @@ from rich.text import Text
 
 from ledgerq.cli.group import EX_USAGE, emit, fail, json_option, pass_settings, progress_bar
 from ledgerq.compose import open_ledger
-from ledgerq.ledger.actions import Action, Report
+from ledgerq.ledger.actions import Action, Report, progress_text
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.filters import DEFAULT_LIMIT, STATUSES, TaskFilter, parse_time
 
@@ -100,14 +100,15 @@ def list_command(settings: Settings, /, as_json: bool, **criteria: Any) -> None:
         widest_id = max(2, *(len(str(r["id"])) for r in rows))
         for name, width in (("id", widest_id), ("status", 9), ("kind", 8), ("queue", 5)):
             table.add_column(name, no_wrap=True, min_width=width)
-        for name, width in (("tries", 5), ("run_at (UTC)", 14), ("key", 3)):
+        for name, width in (("tries", 5), ("run_at (UTC)", 14), ("key", 3), ("progress", 8)):
             table.add_column(name, no_wrap=True, min_width=width)
         table.add_column("last error", overflow="ellipsis", no_wrap=True, ratio=1)
         for r in rows:
             table.add_row(
                 str(r["id"]), r["status"], Text(r["kind"]), Text(r["queue"]),
                 f"{r['attempts']}/{r['max_attempts']}", _when(r["run_at"]),
-                Text(r["business_key"] or ""), Text(_short(r["last_error"], 40)),
+                Text(r["business_key"] or ""), Text(progress_text(r["progress"])),
+                Text(_short(r["last_error"], 40)),
             )  # fmt: skip
         console.print(table)
         if len(rows) == (selection.limit or DEFAULT_LIMIT):

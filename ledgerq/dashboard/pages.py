@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from ledgerq.dashboard import csrf
+from ledgerq.ledger.actions import progress_text
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("ledgerq.dashboard", "templates"),
@@ -51,7 +52,9 @@ def _last_line(text: str | None) -> str:
     return lines[-1][:300] if lines else ""
 
 
-_ENV.filters.update(pretty=_pretty, when=_when, duration=_duration, last_line=_last_line)
+_ENV.filters.update(
+    pretty=_pretty, when=_when, duration=_duration, last_line=_last_line, progress=progress_text
+)
 
 
 def escape(text: str) -> str:

@@ -8,14 +8,31 @@ import subprocess
 import sys
 
 import pika
+import psycopg
+from psycopg import sql
+from sqlalchemy.engine import make_url
 
-from ledgerq.bench.suite import KEYS
+from ledgerq.bench.suite import KEYS, bench_settings
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.relay.broker.topology import Topology
 from tests.support import ledgerq_env
 
 
+def _drop_bench_database(settings: Settings) -> None:
+    """The bench's own database starts from nothing, like the suite's: one left by an
+    earlier run (of an older schema, say) must not decide this one."""
+    url = make_url(bench_settings(settings).database_url)
+    assert url.database, "the bench database has a name"
+    maintenance = libpq_url(url.set(database="postgres").render_as_string(False))
+    with psycopg.connect(maintenance, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(url.database))
+        )
+
+
 def test_bench_runs_and_prints_every_key_with_the_celery_peer(settings: Settings) -> None:
+    _drop_bench_database(settings)
     result = subprocess.run(
         [
             sys.executable,

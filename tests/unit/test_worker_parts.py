@@ -14,7 +14,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
@@ -143,7 +143,9 @@ class UnusedWorkerLedger:
     async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
         raise AssertionError("finish was not expected here")
 
-    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> Held:
+    async def heartbeat(
+        self, fences: Iterable[Fence], lease_s: float, progress: Mapping[int, str] | None = None
+    ) -> Held:
         raise AssertionError("heartbeat was not expected here")
 
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
@@ -219,7 +221,9 @@ class HeartbeatLedger(UnusedWorkerLedger):
         self.held = Held(held, cancelling or ())
         self.beats: list[tuple[list[Fence], float]] = []
 
-    async def heartbeat(self, fences: Iterable[Fence], lease_s: float) -> Held:
+    async def heartbeat(
+        self, fences: Iterable[Fence], lease_s: float, progress: Mapping[int, str] | None = None
+    ) -> Held:
         self.beats.append((sorted(fences), lease_s))
         return self.held
 
