@@ -31,6 +31,7 @@ from ledgerq.consumers.acker import Acker
 from ledgerq.consumers.handoff import Arrival, Claimed
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.protocol import WorkerLedger
+from ledgerq.relay.broker.base import Delivery
 
 log = logging.getLogger("ledgerq.worker")
 
@@ -74,8 +75,11 @@ class Claimer:
         lease_s: float,
         max_batch: int,
         observer: Observer = NO_OBSERVER,
+        lease_kinds: frozenset[str] = frozenset(),
     ) -> None:
         self.ledger = ledger
+        #: Kinds in lease mode: their deliveries are acked as soon as the claim commits.
+        self.lease_kinds = lease_kinds
         self.observer = observer
         self.acker = acker
         self.slots = slots
@@ -132,12 +136,18 @@ class Claimer:
         by_fence = {(t.id, t.epoch - 1): t for t in won}
         winners: list[Claimed] = []
         losers: list[Arrival] = []
+        leased: list[Delivery] = []
         for arrival in batch:
             task = by_fence.pop(arrival.fence, None)
             if task is None:
                 losers.append(arrival)
+            elif task.kind in self.lease_kinds:  # the ledger's lease holds it from now on
+                leased.append(arrival.delivery)
+                winners.append(Claimed(task, None))
             else:
                 winners.append(Claimed(task, arrival.delivery))
+        if leased:
+            await self.acker.finished(leased)
         self.claimed += len(winners)
         self.observer.claimed(len(winners), len(losers))
         if winners:

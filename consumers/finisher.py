@@ -97,7 +97,7 @@ class Finisher:
         self._count(batch, finished)
         for ended in batch:
             self.leases.forget(ended.task.fence)
-        await self.acker.finished([e.delivery for e in batch])
+        await self.acker.finished([e.delivery for e in batch if e.delivery is not None])
 
     def _count(self, batch: list[Ended], finished: list[Finished]) -> None:
         for ended in batch:
@@ -129,7 +129,7 @@ class Finisher:
     async def _give_back(self, batch: list[Ended]) -> None:
         for ended in batch:
             self.leases.forget(ended.task.fence)
-        await self.acker.reject([e.delivery for e in batch], requeue=True)
+        await self.acker.reject([e.delivery for e in batch if e.delivery is not None], requeue=True)
 
     def _alert_later(self, row: Finished) -> None:
         self.alerts.submit(row)

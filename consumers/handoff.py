@@ -26,10 +26,11 @@ class Arrival:
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A delivery whose claim won: the row is ``running`` under ``task.epoch``."""
+    """A delivery whose claim won: the row is ``running`` under ``task.epoch``.
+    ``delivery`` is None when it was acked at the claim already (lease mode)."""
 
     task: ClaimedTask
-    delivery: Delivery
+    delivery: Delivery | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,4 +50,5 @@ Result = Committed | Outcome
 class Ended:
     task: ClaimedTask
     result: Result
-    delivery: Delivery
+    #: None: acked at the claim (lease mode), nothing to settle.
+    delivery: Delivery | None

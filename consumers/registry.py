@@ -54,6 +54,9 @@ class Handler:
     #: What a dead task of this kind does to its ordering key: ``release`` lets the
     #: key's later tasks run, ``block`` holds them until an operator acts.
     ordering: str = "release"
+    #: Lease mode for long tasks: the delivery is acked as soon as the claim commits,
+    #: and from then on only the ledger's lease (renewed by heartbeats) holds the task.
+    lease: bool = False
 
 
 class Registry:
@@ -72,6 +75,7 @@ class Registry:
         cron: str | None = None,
         queue: str = "default",
         ordering: str = "release",
+        lease: bool = False,
     ) -> Callable[[F], F]:
         """Decorator: register ``fn`` as the handler of ``kind``."""
         try:
@@ -90,6 +94,10 @@ class Registry:
             raise RegistryError(f"burst needs a rate_limit ({kind!r})")
         if ordering not in ORDERINGS:
             raise RegistryError(f"ordering must be 'release' or 'block', got {ordering!r}")
+        if lease and group_commit:
+            raise RegistryError(
+                f"{kind!r}: lease=True is for long tasks, group_commit=True for short ones"
+            )
 
         def register(fn: F) -> F:
             params = [
@@ -110,7 +118,7 @@ class Registry:
             if group_commit and not is_async:
                 raise RegistryError(f"group_commit needs an async handler ({fn.__qualname__})")
             self._handlers[kind] = Handler(
-                kind, fn, is_async, timeout, group_commit, limit, schedule, ordering
+                kind, fn, is_async, timeout, group_commit, limit, schedule, ordering, lease
             )
             return fn
 

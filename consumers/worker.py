@@ -178,6 +178,7 @@ class Worker:
             lease_s=config.lease_s,
             max_batch=config.max_batch,
             observer=observer,
+            lease_kinds=frozenset(h.kind for h in registry if h.lease),
         )
         self.intake = Intake(self.acker, self.claimer.offer, probe)
 

@@ -2,7 +2,8 @@
 
 ``fault.write`` records its run in ``fault_effects`` through the context's
 transaction, so a duplicate *database* effect would show as two rows.
-``fault.poison`` SIGKILLs the worker that runs it, every time.
+``fault.lease`` is the same handler in lease mode. ``fault.poison`` SIGKILLs
+the worker that runs it, every time.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ async def write(payload: Any, ctx: AsyncTaskContext) -> None:
         _INSERT,
         {"id": ctx.id, "marker": payload.get("marker"), "attempt": ctx.attempt, "pid": os.getpid()},
     )
+
+
+#: ``fault.write`` in lease mode: acked at its claim, held by the ledger's lease alone.
+task("fault.lease", lease=True)(write)
 
 
 @task("fault.poison")

@@ -15,6 +15,7 @@ duration, then restores both.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,3 +71,45 @@ async def test_long_task_past_the_delivery_timeout_runs_once(
     # redelivery was received and skipped rather than run.
     assert "came on a channel that is gone; not acked" in log, log[-3000:]
     assert "received=2, claimed=1, skipped=1, succeeded=1" in log, log[-3000:]
+
+
+async def test_a_lease_mode_task_past_the_delivery_timeout_is_never_redelivered(
+    settings: Settings,
+    ledger: PgLedger,
+    tmp_path: Path,
+    make_cluster: MakeCluster,
+    short_consumer_timeout: None,
+) -> None:
+    """``@task(lease=True)``: the delivery is acked as soon as the claim commits, so
+    the broker's consumer timeout has nothing to time out: no channel is closed, no
+    delivery redelivered, and the task runs once, held by the ledger's lease alone."""
+    cluster = await make_cluster(workers=1)
+    ids = enqueue_committed(settings, [TaskSpec("fault.lease", {"sleep": 6.0})])
+    await cluster.settle(ids, timeout=60)
+    await cluster.verify(ids, effects_expected=ids)
+    done = await ledger.show(ids[0])
+    assert (done["status"], done["attempts"]) == ("succeeded", 1)
+    assert (await cluster.stop())["worker-0"] == [0]
+    log = (tmp_path / "worker-0.log").read_text()
+    assert "came on a channel that is gone" not in log, log[-3000:]
+    assert "received=1, claimed=1, skipped=0, succeeded=1" in log, log[-3000:]
+
+
+async def test_a_lease_mode_task_whose_worker_dies_is_published_again_by_the_reconciler(
+    settings: Settings, ledger: PgLedger, make_cluster: MakeCluster
+) -> None:
+    """Acked at its claim, a lease-mode task is not in RabbitMQ any more when its
+    worker dies: the broker cannot redeliver it. Its lease expires, the reconciler
+    sends it back to pending, the relay publishes it again, and it runs once more:
+    one effect."""
+    cluster = await make_cluster(workers=1)
+    ids = enqueue_committed(settings, [TaskSpec("fault.lease", {"sleep": 3.0})])
+    for _ in range(200):
+        if (await ledger.show(ids[0]) or {}).get("status") == "running":
+            break
+        await asyncio.sleep(0.05)
+    assert cluster.kill("worker-0")
+    await cluster.settle(ids, timeout=90)
+    await cluster.verify(ids, effects_expected=ids)
+    done = await ledger.show(ids[0])
+    assert done["status"] == "succeeded" and "lease expired" in str(done["attempt_log"])
