@@ -67,6 +67,8 @@ class Bench:
     metrics_port: int = 0
     #: Extra ``ledgerq worker`` options (e.g. ``--no-batch-commit`` to compare).
     worker_args: tuple[str, ...] = ()
+    #: Relay processes the drains run (they share the due rows: SKIP LOCKED).
+    relays: int = 1
     services: Services = field(init=False)
 
     def __post_init__(self) -> None:
@@ -74,7 +76,7 @@ class Bench:
         self._worker_pids: list[int] = []
         #: Worker CPU (ms) per task in the last drain: steadier than a rate on a busy machine.
         self.last_cpu_ms_per_task = 0.0
-        self._relay: subprocess.Popen[bytes] | None = None
+        self._relays: list[subprocess.Popen[bytes]] = []
 
     def reset(self) -> None:
         self.run(self.ledger.truncate())
@@ -121,17 +123,21 @@ class Bench:
             self._worker_pids.append(proc.pid)
 
     def start_relay(self) -> None:
-        self._relay = self.services.start("relay", ["relay", *self._metrics(0)])
+        """The relays (only the first serves metrics: the workers' ports follow it)."""
+        for i in range(self.relays):
+            metrics = self._metrics(0) if i == 0 else []
+            self._relays.append(self.services.start(f"relay-{i}", ["relay", *metrics]))
 
     def _metrics(self, offset: int) -> list[str]:
         return ["--metrics-port", str(self.metrics_port + offset)] if self.metrics_port else []
 
     def stop_relay(self) -> None:
-        if self._relay is not None:
-            self.services.procs.remove(self._relay)
-            self._relay.terminate()
-            self._relay.wait(30)
-        self._relay = None
+        for relay in self._relays:
+            self.services.procs.remove(relay)
+            relay.terminate()
+        for relay in self._relays:
+            relay.wait(30)
+        self._relays = []
 
     def worker_cpu_s(self) -> float:
         """CPU seconds (user + system) the worker processes have used so far."""

@@ -28,6 +28,7 @@ from ledgerq.ledger.pg.migrate import upgrade
 @click.command("bench")
 @click.option("--tasks", default=20_000, show_default=True, help="Backlog size for each drain.")
 @click.option("--workers", default=1, show_default=True, help="Worker processes.")
+@click.option("--relays", default=1, show_default=True, help="Relay processes.")
 @click.option(
     "--concurrency",
     default=WorkerConfig.concurrency,
@@ -110,6 +111,7 @@ def bench(
     settings: Settings,
     tasks: int,
     workers: int,
+    relays: int,
     concurrency: int,
     handler: str,
     idle_rate: float,
@@ -125,9 +127,10 @@ def bench(
     peer: str,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
-    if tasks < 10 or workers < 1 or concurrency < 1 or repeat < 1 or ordering_keys < 0:
+    if min(workers, relays, concurrency, repeat) < 1 or tasks < 10 or ordering_keys < 0:
         raise click.BadParameter(
-            "--tasks >= 10, --workers, --concurrency and --repeat >= 1, --ordering-keys >= 0"
+            "--tasks >= 10, --workers, --relays, --concurrency and --repeat >= 1, "
+            "--ordering-keys >= 0"
         )
     if plot_path:
         require_plotting()
@@ -150,11 +153,13 @@ def bench(
         concurrency,
         metrics_port,
         worker_args,
+        relays,
     )
     result: dict[str, Any] = {
         "config": {
             "tasks": tasks,
             "workers": workers,
+            "relays": relays,
             "concurrency": concurrency,
             "handler": handler,
             "idle_rate": idle_rate,
