@@ -50,6 +50,21 @@ def short_consumer_timeout(broker_node: RabbitNode) -> Iterator[None]:
                 broker_node.ctl("eval", f"application:unset_env(rabbit, {key}).")
 
 
+async def _run_once_past_the_timeout(
+    kind: str, ledger: PgLedger, tmp_path: Path, make_cluster: MakeCluster, settings: Settings
+) -> str:
+    """One 6 s task of ``kind`` on one worker, past the 2 s delivery timeout: it
+    must run once and succeed, and the worker exit cleanly. The worker's log."""
+    cluster = await make_cluster(workers=1)
+    ids = enqueue_committed(settings, [TaskSpec(kind, {"sleep": 6.0})])
+    await cluster.settle(ids, timeout=60)
+    await cluster.verify(ids, effects_expected=ids)
+    done = await ledger.show(ids[0])
+    assert (done["status"], done["attempts"]) == ("succeeded", 1)
+    assert (await cluster.stop())["worker-0"] == [0]
+    return (tmp_path / "worker-0.log").read_text()
+
+
 async def test_long_task_past_the_delivery_timeout_runs_once(
     settings: Settings,
     ledger: PgLedger,
@@ -59,14 +74,7 @@ async def test_long_task_past_the_delivery_timeout_runs_once(
 ) -> None:
     # The worker's lease (2 s, heartbeat 0.5 s) keeps the task alive in the ledger
     # while the broker gives up on the delivery.
-    cluster = await make_cluster(workers=1)
-    ids = enqueue_committed(settings, [TaskSpec("fault.write", {"sleep": 6.0})])
-    await cluster.settle(ids, timeout=60)
-    await cluster.verify(ids, effects_expected=ids)
-    done = await ledger.show(ids[0])
-    assert (done["status"], done["attempts"]) == ("succeeded", 1)
-    assert (await cluster.stop())["worker-0"] == [0]
-    log = (tmp_path / "worker-0.log").read_text()
+    log = await _run_once_past_the_timeout("fault.write", ledger, tmp_path, make_cluster, settings)
     # The broker did time the delivery out: the original ack was dropped, and the
     # redelivery was received and skipped rather than run.
     assert "came on a channel that is gone; not acked" in log, log[-3000:]
@@ -83,14 +91,7 @@ async def test_a_lease_mode_task_past_the_delivery_timeout_is_never_redelivered(
     """``@task(lease=True)``: the delivery is acked as soon as the claim commits, so
     the broker's consumer timeout has nothing to time out: no channel is closed, no
     delivery redelivered, and the task runs once, held by the ledger's lease alone."""
-    cluster = await make_cluster(workers=1)
-    ids = enqueue_committed(settings, [TaskSpec("fault.lease", {"sleep": 6.0})])
-    await cluster.settle(ids, timeout=60)
-    await cluster.verify(ids, effects_expected=ids)
-    done = await ledger.show(ids[0])
-    assert (done["status"], done["attempts"]) == ("succeeded", 1)
-    assert (await cluster.stop())["worker-0"] == [0]
-    log = (tmp_path / "worker-0.log").read_text()
+    log = await _run_once_past_the_timeout("fault.lease", ledger, tmp_path, make_cluster, settings)
     assert "came on a channel that is gone" not in log, log[-3000:]
     assert "received=1, claimed=1, skipped=0, succeeded=1" in log, log[-3000:]
 
