@@ -45,10 +45,17 @@ def dashboard(settings: Settings, host: str, port: int, metrics_port: int | None
     dashboard_settings = DashboardSettings.from_env()
     check_bind(host, dashboard_settings)
     SECRETS.secrets.update(dashboard_settings.secrets())
-    click.echo(f"ledgerq dashboard on http://{host}:{port}/", err=True)
     run_service(
         serve_dashboard(
-            settings, dashboard_settings, host, port, metrics_port or 0, sorted(SECRETS.secrets)
+            settings,
+            dashboard_settings,
+            host,
+            port,
+            metrics_port or 0,
+            sorted(SECRETS.secrets),
+            # Said once the ledger answered (a database that is down or unmigrated
+            # stops the command first, with its one line).
+            on_ready=lambda: click.echo(f"ledgerq dashboard on http://{host}:{port}/", err=True),
         ),
         settings.event_loop,
     )

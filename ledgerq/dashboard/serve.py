@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 
 import uvicorn
@@ -95,13 +95,9 @@ async def serve_dashboard(
     port: int,
     metrics_port: int = 0,
     secrets: Iterable[str] = (),
+    on_ready: Callable[[], None] = lambda: None,
 ) -> None:
     check_bind(host, dashboard)
-    if dashboard.secret_generated:
-        log.warning(
-            "LEDGERQ_DASHBOARD_SECRET is not set: sessions are signed with a random key "
-            "and end when the dashboard restarts"
-        )
     async with (
         open_ledger(settings, "ledgerq-dashboard", pool_size=6) as ledger,
         ledger_metrics(ledger, metrics_port or settings.metrics_port) as health,
@@ -119,4 +115,10 @@ async def serve_dashboard(
                 health.stopping()
 
         on_stop_signal(stop)
+        if dashboard.secret_generated:
+            log.warning(
+                "LEDGERQ_DASHBOARD_SECRET is not set: sessions are signed with a random key "
+                "and end when the dashboard restarts"
+            )
+        on_ready()
         await server.serve()
