@@ -32,23 +32,31 @@ PostgreSQL's TLS stays in its URL, as libpq parameters (``?sslmode=verify-full
 from __future__ import annotations
 
 import os
-import re
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
-
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from urllib.parse import urlsplit
 
 from ledgerq.ledger.errors import ConfigError as ConfigError
 from ledgerq.ledger.masking import MASK, mask_url, split_urls
 from ledgerq.ledger.tls import (
-    AMQP_TLS_URL_PARAMETERS,
     TLSFileError,
     amqp_context,
     parse_tls_file,
+)
+from ledgerq.ledger.values import (
+    choice,
+    number,
+    optional_text,
+    parse_address,
+    parse_addresses,
+    parse_amqp_url,
+    parse_callable_path,
+    parse_database_url,
+    parse_event_loop,
+    parse_port,
+    parse_prefix,
 )
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/ledgerq"
@@ -56,12 +64,6 @@ DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DEFAULT_AMQP_PREFIX = "ledgerq"
 
 #: Database URL schemes ledgerq accepts (``postgresql`` means psycopg 3 too).
-DATABASE_DRIVERS = ("postgresql+psycopg", "postgresql")
-AMQP_SCHEMES = ("amqp", "amqps")
-EVENT_LOOPS = ("uvloop", "asyncio")
-_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
-_ADDRESS = re.compile(r"[^\s@,<>\"]+@[^\s@,<>\"]+")
 
 
 @dataclass(frozen=True)
@@ -409,158 +411,34 @@ def _parse(raw: Mapping[str, Any], names: Mapping[str, str]) -> tuple[dict[str, 
     return values, problems
 
 
-def parse_database_url(value: object) -> str:
-    text = str(value)
-    expected = "expected a URL such as postgresql+psycopg://postgres@127.0.0.1:5432/ledgerq"
-    try:
-        url = make_url(text)
-        _ = url.port
-    except (ArgumentError, ValueError, TypeError):
-        raise ValueError(
-            f"(the PostgreSQL ledger) is not a database URL: {mask_url(text)!r} ({expected})"
-        ) from None
-    if url.drivername not in DATABASE_DRIVERS:
-        raise ValueError(
-            f"(the PostgreSQL ledger) uses the driver {url.drivername!r}, which ledgerq does "
-            f"not support: {mask_url(text)!r} (supported: "
-            f"{', '.join(d + '://' for d in DATABASE_DRIVERS)})"
-        )
-    if url.drivername == "postgresql":
-        return "postgresql+psycopg" + text[len("postgresql") :]
-    return text
-
-
-def parse_amqp_url(value: object) -> str:
-    """One AMQP URL, or several separated by commas (the nodes of a cluster: the
-    services connect to whichever answers, in order, and fail over to the next)."""
-    urls = split_urls(str(value))
-    return ",".join(_parse_one_amqp_url(url) for url in urls)
-
-
-def _parse_one_amqp_url(text: str) -> str:
-    expected = "expected a URL such as amqp://guest@127.0.0.1:5672/ or amqps://..."
-    try:
-        parts = urlsplit(text)
-        host, _ = parts.hostname, parts.port
-    except ValueError:
-        host, parts = None, None
-    if parts is None or parts.scheme not in AMQP_SCHEMES or not host:
-        raise ValueError(f"(RabbitMQ) is not an AMQP URL: {mask_url(text)!r} ({expected})")
-    tls = sorted({k for k, _ in parse_qsl(parts.query) if k in AMQP_TLS_URL_PARAMETERS})
-    if tls:
-        raise ValueError(
-            f"(RabbitMQ) carries the TLS parameter(s) {', '.join(tls)} in its query: "
-            f"{mask_url(text)!r} (one AMQP client would refuse or ignore them; give files "
-            "with LEDGERQ_AMQP_CA_FILE, LEDGERQ_AMQP_CERT_FILE, LEDGERQ_AMQP_KEY_FILE)"
-        )
-    return text
-
-
-def parse_prefix(value: object) -> str:
-    text = str(value)
-    if not _PREFIX.fullmatch(text) or text.startswith("amq."):
-        raise ValueError(
-            f"(RabbitMQ names) must be 1-100 letters, digits, '.', '_' or '-', starting with "
-            f"a letter or digit and not with 'amq.', got {text!r}"
-        )
-    return text
-
-
-def _number(low: int, high: int, unit: str, kind: type[float] | type[int]) -> Callable[[Any], Any]:
-    def parse(value: Any) -> float | int:
-        try:
-            number = kind(value)
-        except (TypeError, ValueError, OverflowError):
-            number = low - 1
-        if not low <= number <= high:
-            raise ValueError(f"must be a number of {unit} from {low} to {high}, got {value!r}")
-        return number
-
-    return parse
-
-
-def parse_event_loop(value: object) -> str:
-    text = str(value)
-    if text not in EVENT_LOOPS:
-        raise ValueError(f"must be {' or '.join(EVENT_LOOPS)}, got {text!r}")
-    return text
-
-
-def _choice(*choices: str) -> Callable[[Any], str]:
-    def parse(value: Any) -> str:
-        if str(value) not in choices:
-            raise ValueError(f"must be {', '.join(choices[:-1])} or {choices[-1]}, got {value!r}")
-        return str(value)
-
-    return parse
-
-
-def _optional_text(value: Any) -> str | None:
-    text = str(value).strip() if value is not None else ""
-    if any(c in text for c in "\r\n\x00"):
-        raise ValueError("must be one line")
-    return text or None
-
-
-def parse_port(value: Any) -> int:
-    try:
-        port = int(value)
-    except (TypeError, ValueError, OverflowError):
-        port = -1
-    if not 0 <= port <= 65535:
-        raise ValueError(f"must be a TCP port from 0 (none) to 65535, got {value!r}")
-    return port
-
-
-def parse_callable_path(value: Any) -> str | None:
-    text = _optional_text(value)
-    if text is not None and not _DOTTED.fullmatch(text):
-        raise ValueError(f"must be a dotted path such as package.module:function, got {text!r}")
-    return text
-
-
-def parse_addresses(value: Any) -> tuple[str, ...]:
-    items = value if isinstance(value, tuple | list) else str(value).split(",")
-    addresses = tuple(a.strip() for a in items if str(a).strip())
-    for address in addresses:
-        if not _ADDRESS.fullmatch(address):
-            raise ValueError(f"must be comma-separated email addresses, got {address!r}")
-    return addresses
-
-
-def parse_address(value: Any) -> str | None:
-    text = _optional_text(value)
-    return parse_addresses(text)[0] if text else None
-
-
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "database_url": parse_database_url,
-    "database_pooler": _choice("none", "transaction"),
+    "database_pooler": choice("none", "transaction"),
     "direct_database_url": lambda v: parse_database_url(v) if v else None,
     "amqp_url": parse_amqp_url,
     "amqp_prefix": parse_prefix,
-    "queue_type": _choice("classic", "quorum"),
-    "connect_wait_s": _number(0, 3600, "seconds", float),
+    "queue_type": choice("classic", "quorum"),
+    "connect_wait_s": number(0, 3600, "seconds", float),
     "event_loop": parse_event_loop,
-    "statement_timeout_ms": _number(0, 86_400_000, "milliseconds", int),
-    "idle_in_transaction_timeout_ms": _number(0, 86_400_000, "milliseconds", int),
+    "statement_timeout_ms": number(0, 86_400_000, "milliseconds", int),
+    "idle_in_transaction_timeout_ms": number(0, 86_400_000, "milliseconds", int),
     "amqp_ca_file": parse_tls_file,
     "amqp_cert_file": parse_tls_file,
     "amqp_key_file": parse_tls_file,
-    "retention_succeeded_days": _number(0, 36_500, "days", float),
-    "retention_dead_days": _number(0, 36_500, "days", float),
-    "retention_cancelled_days": _number(0, 36_500, "days", float),
-    "priority_aging_s": _number(0, 31_536_000, "seconds", float),
-    "periodic_catch_up": _choice("latest", "none"),
-    "log_format": _choice("text", "json"),
+    "retention_succeeded_days": number(0, 36_500, "days", float),
+    "retention_dead_days": number(0, 36_500, "days", float),
+    "retention_cancelled_days": number(0, 36_500, "days", float),
+    "priority_aging_s": number(0, 31_536_000, "seconds", float),
+    "periodic_catch_up": choice("latest", "none"),
+    "log_format": choice("text", "json"),
     "metrics_port": parse_port,
-    "alert_webhook": _optional_text,
+    "alert_webhook": optional_text,
     "alert_callable": parse_callable_path,
-    "smtp_host": _optional_text,
+    "smtp_host": optional_text,
     "smtp_port": parse_port,
-    "smtp_tls": _choice("starttls", "ssl", "none"),
+    "smtp_tls": choice("starttls", "ssl", "none"),
     "smtp_ca_file": parse_tls_file,
-    "smtp_user": _optional_text,
+    "smtp_user": optional_text,
     "smtp_password": lambda v: str(v) if v else None,
     "alert_email_from": parse_address,
     "alert_email_to": parse_addresses,
