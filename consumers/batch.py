@@ -21,13 +21,20 @@ claimed tasks run in *windows*: one connection, one transaction per window.
   PostgreSQL's per-backend cache of subtransaction ids. A handler that rolls
   back its session itself and goes on writing would write into the savepoint
   before its own; if it then fails, the window cannot undo that alone, so the
-  whole window is rolled back and its tasks are recorded as failed attempts
-  (:class:`SelfRolledBackError`).
+  whole window is rolled back (:class:`SelfRolledBackError`) and its kind
+  leaves windows for ``cooldown_s``.
 * After the handlers, one ``finish`` statement marks the window's successes
   ``succeeded`` and one COMMIT makes their writes and their statuses durable
   together (one WAL flush for the window). Only then are they handed to the
-  finisher, which acks them. If the COMMIT fails, nothing of the window was
-  committed and each of its tasks is recorded as a failed attempt (retried).
+  finisher, which acks them.
+* A window that fails as a whole (that rollback, a failed statement or COMMIT,
+  a lost connection) committed nothing, and no single task is to blame: its
+  tasks run again on the ordinary path, each in its own transaction, with no
+  attempt counted. The one at fault (a deferred constraint, say) then fails
+  alone; the others commit. Their handlers have run twice, as after any
+  retry; their writes commit once. (If the COMMIT did reach the server before
+  the connection died, the rows moved on, and each re-run's fenced finish
+  loses and rolls its writes back.)
 
 Handlers of a window run one after another (async ones on the loop, sync ones
 in one pool thread, one hand-off per window). Tasks wait in a queue per kind
@@ -39,12 +46,17 @@ its window. A handler that runs longer than ``slow_s`` sends its kind back to
 the ordinary path (its own transaction, run concurrently) for ``cooldown_s``:
 a slow kind holds a window once, then leaves the batch.
 
-Races: a sync handler that outlives its timeout in a window cannot be stopped;
-the worker stops waiting ``window_s`` (plus a margin for the lock, finish and
-COMMIT) after the shortest timeout of the window's tasks,
-abandons the window (the thread rolls it back when the handler returns) and
-records every task of it as a failed attempt, so none is stuck. Tasks with a
-trace context, or whose payload was refused, take the ordinary path.
+Races: a sync handler that outlives its timeout in a window cannot be stopped.
+The worker waits for the handler running in the window up to that handler's
+own timeout plus a margin (``margin_s``), then abandons the window: it
+ends the window's transaction from another connection (``end_window``:
+terminating the backend rolls it back and releases its row locks now, so no
+heartbeat, cancel or reconciler waits for the hung thread), records that one
+task as timed out, and sends the tasks the window ran before it to the ordinary
+path, uncharged; those it had not reached go back to the queue. The thread and
+the loop agree on which tasks the window took under one lock
+(:class:`_Window`). Tasks with a trace context, or whose payload was refused,
+take the ordinary path.
 """
 
 from __future__ import annotations
@@ -52,11 +64,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 
 from sqlalchemy import Connection, Engine, Transaction
@@ -71,6 +85,7 @@ from ledgerq.ledger.model import ClaimedTask, Outcome
 from ledgerq.ledger.within import (
     alock_within,
     asucceed_within,
+    end_window,
     lock_within,
     succeed_many_within,
 )
@@ -87,8 +102,6 @@ NOT_LOCKED = _NotLocked()
 #: or NOT_LOCKED (it takes the ordinary path).
 Ran = str | None | Outcome | _NotLocked
 Report = Callable[[int, Result], None]
-#: What a sync window's wait adds to its shortest timeout (lock, finish, COMMIT).
-WINDOW_MARGIN_S = 5.0
 _Started = tuple[float, contextvars.Token[tuple[int, str, int] | None]]
 
 
@@ -117,6 +130,8 @@ class BatchConfig:
     #: A handler slower than this sends its kind to the ordinary path for ``cooldown_s``.
     slow_s: float = 0.5
     cooldown_s: float = 60.0
+    #: How long past a sync handler's own timeout its window waits before abandoning it.
+    margin_s: float = 5.0
     #: False: every handler takes the ordinary path (its own transaction).
     enabled: bool = True
 
@@ -127,15 +142,30 @@ class BatchConfig:
             raise ValueError(f"batch max_tasks must be 1..64, got {self.max_tasks}")
         if not 1 <= self.lanes <= 100:
             raise ValueError(f"batch lanes must be 1..100, got {self.lanes}")
-        if self.slow_s <= 0 or self.cooldown_s < 0:
-            raise ValueError("batch slow_s must be positive and cooldown_s >= 0")
+        if self.slow_s <= 0 or self.cooldown_s < 0 or self.margin_s < 0:
+            raise ValueError("batch slow_s must be positive, cooldown_s and margin_s >= 0")
 
 
 @dataclass
 class _Window:
-    """What a sync window's thread and the loop share: the abandon flag."""
+    """One window's record, shared by a sync window's thread and the loop. Under
+    ``lock`` the thread takes each task (``taken``) and notes the one it is
+    running (``running``); under the same lock the loop abandons the window, so
+    the two agree on which tasks it took. ``ran`` holds how each ended, in order."""
 
-    abandoned: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    taken: list[Item] = field(default_factory=list)
+    ran: list[Ran] = field(default_factory=list)
+    #: The task whose handler runs now, and since when (``time.monotonic()``).
+    running: tuple[Item, float] | None = None
+    #: The transaction holding the window's row locks (``lock_within``).
+    holder: tuple[int, datetime] | None = None
+    abandoned: bool = False
+
+    def done(self, result: Ran) -> None:
+        with self.lock:
+            self.ran.append(result)
+            self.running = None
 
 
 @dataclass
@@ -259,15 +289,14 @@ class Batcher:
     # -- async handlers, on the loop ---------------------------------------------
     async def _async_window(self, items: list[Item]) -> int:
         assert self.async_engine is not None
-        taken: list[Item] = []
-        ran: list[Ran] = []
+        state = _Window()
         try:
             async with self.async_engine.connect() as conn:
                 await conn.begin()
                 held = await alock_within(conn, [i.task.fence for i in items])
-                for item in self._admitted(items, held, taken, ran):
-                    ran.append(await self._run_async(item.task, item.handler, conn))
-                ok = _successes(taken, ran)
+                for item in self._admitted(items, held.ids, state):
+                    state.done(await self._run_async(item.task, item.handler, conn))
+                ok = _successes(state.taken, state.ran)
                 won = await asucceed_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
                 committed = len(won) == len(ok)
                 if committed:
@@ -275,9 +304,9 @@ class Batcher:
                 else:
                     await conn.rollback()
         except Exception as exc:  # nothing of the window was committed
-            return _window_failed(items, taken, exc)
-        self._count(taken, ran, committed)
-        return len(taken)
+            return self._window_failed(items, state, exc)
+        self._count(state, committed)
+        return len(state.taken)
 
     async def _run_async(self, task: ClaimedTask, handler: Handler, conn: AsyncConnection) -> Ran:
         """One async handler in the window: its savepoint is begun here and never
@@ -313,51 +342,80 @@ class Batcher:
     # -- sync handlers, one pool thread per window -------------------------------
     async def _sync_window(self, items: list[Item]) -> int:
         state = _Window()
-        limits = [handler_timeout(i.task, i.handler, self.runner.default_timeout_s) for i in items]
-        known = [limit for limit in limits if limit]
-        wait = min(known) + self.config.window_s + WINDOW_MARGIN_S if known else None
-        started: list[Item] = []
         future = asyncio.get_running_loop().run_in_executor(
-            self.runner.pool,
-            contextvars.copy_context().run,
-            self._sync_thread,
-            items,
-            state,
-            started,
+            self.runner.pool, contextvars.copy_context().run, self._sync_thread, items, state
         )
         try:
-            taken, ran, committed = await asyncio.wait_for(asyncio.shield(future), wait)
-        except (TimeoutError, asyncio.CancelledError) as exc:
-            state.abandoned.set()  # the thread rolls back when its handler returns
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            log.warning("a batched window of sync handlers outlived its timeout; abandoned")
-            _report_failed(items, f"timed out after {wait} s (in a batched window)")
-            return len(items)
+            while not (await asyncio.wait({future}, timeout=min(self._left(state), 1.0)))[0]:
+                if self._left(state) <= 0:
+                    return await self._abandon(state, future)
+            committed = future.result()
+        except asyncio.CancelledError:  # shutdown: end the window, report nothing
+            await self._abandon(state, future, report=False)
+            raise
         except Exception as exc:  # nothing of the window was committed
-            return _window_failed(items, list(started), exc)
-        self._count(taken, ran, committed)
+            return self._window_failed(items, state, exc)
+        self._count(state, committed)
+        return len(state.taken)
+
+    def _left(self, state: _Window) -> float:
+        """Seconds until the handler running in a sync window has outlived its own
+        timeout plus the margin (infinite if none runs: the window's own statements
+        are bounded by statement_timeout and the pool's timeout)."""
+        with state.lock:
+            running = state.running
+        if running is None:
+            return math.inf
+        item, since = running
+        limit = handler_timeout(item.task, item.handler, self.runner.default_timeout_s)
+        return (
+            math.inf if limit is None else since + limit + self.config.margin_s - time.monotonic()
+        )
+
+    async def _abandon(
+        self, state: _Window, future: asyncio.Future[bool], *, report: bool = True
+    ) -> int:
+        """Give up on a sync window whose handler outlived its timeout (module docstring)."""
+        with state.lock:
+            state.abandoned = True
+            taken, ran, running = list(state.taken), list(state.ran), state.running
+        # Once its transaction is ended the thread's next statement fails: nobody's error.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        if state.holder is not None and self.sync_engine is not None:
+            try:
+                await asyncio.to_thread(end_window, self.sync_engine, state.holder)
+            except Exception as exc:  # it ends at idle_in_transaction_session_timeout
+                log.warning("could not end an abandoned batched window: %r", exc)
+        if not report:
+            return len(taken)
+        for item in taken[: len(ran)]:
+            item.fallback()
+        if running is not None:
+            item, _ = running
+            limit = handler_timeout(item.task, item.handler, self.runner.default_timeout_s)
+            log.warning("task %s outlived its timeout in a batched window; abandoned", item.task.id)
+            self._demote(item.task.kind)
+            item.report(failure(item.task, f"timed out after {limit} s (in a batched window)"))
         return len(taken)
 
-    def _sync_thread(
-        self, items: list[Item], state: _Window, taken: list[Item]
-    ) -> tuple[list[Item], list[Ran], bool]:
-        """In a pool thread: the window; ``taken`` (the caller's list) fills as it goes."""
+    def _sync_thread(self, items: list[Item], state: _Window) -> bool:
+        """In a pool thread: the window; whether it committed. ``state`` fills as it goes."""
         assert self.sync_engine is not None
-        ran: list[Ran] = []
         with self.sync_engine.connect() as conn:
             conn.begin()
             held = lock_within(conn, [i.task.fence for i in items])
-            for item in self._admitted(items, held, taken, ran, state.abandoned):
-                ran.append(self._run_sync(item.task, item.handler, conn))
-            ok = _successes(taken, ran)
+            state.holder = held.holder
+            for item in self._admitted(items, held.ids, state):
+                state.done(self._run_sync(item.task, item.handler, conn))
+            ok = _successes(state.taken, state.ran)
             won = succeed_many_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
-            committed = len(won) == len(ok) and not state.abandoned.is_set()
+            with state.lock:
+                committed = len(won) == len(ok) and not state.abandoned
             if committed:
                 conn.commit()
             else:
                 conn.rollback()
-        return taken, ran, committed
+        return committed
 
     def _run_sync(self, task: ClaimedTask, handler: Handler, conn: Connection) -> Ran:
         """One sync handler in the window (in its thread), as :meth:`_run_async`."""
@@ -387,34 +445,46 @@ class Batcher:
             self._end(task, started, ctx)
 
     # -- shared ------------------------------------------------------------------
-    def _admitted(
-        self,
-        items: list[Item],
-        held: set[int],
-        taken: list[Item],
-        ran: list[Ran],
-        abandoned: threading.Event | None = None,
-    ) -> Iterator[Item]:
+    def _admitted(self, items: list[Item], held: set[int], state: _Window) -> Iterator[Item]:
         """The items to run in this window, in order, until it closes (``window_s``
-        after it opened, or abandoned). Each item it takes goes to ``taken``; one
-        whose row the window did not lock is recorded NOT_LOCKED instead of run."""
+        after it opened, or abandoned). Each item it takes goes to ``state.taken``
+        (and becomes ``state.running``); one whose row the window did not lock is
+        recorded NOT_LOCKED instead of run."""
         opened = time.monotonic()
         for item in items:
-            late = bool(taken) and time.monotonic() - opened > self.config.window_s
-            if late or (abandoned is not None and abandoned.is_set()):
-                return
-            taken.append(item)
-            if item.task.id in held:
-                yield item
-            else:
-                ran.append(NOT_LOCKED)
+            with state.lock:
+                late = bool(state.taken) and time.monotonic() - opened > self.config.window_s
+                if late or state.abandoned:
+                    return
+                state.taken.append(item)
+                if item.task.id not in held:
+                    state.ran.append(NOT_LOCKED)
+                    continue
+                state.running = (item, time.monotonic())
+            yield item
 
-    def _count(self, taken: list[Item], ran: list[Ran], committed: bool) -> None:
+    def _count(self, state: _Window, committed: bool) -> None:
         """Report the window's tasks, and count it."""
         self.windows += 1
-        self.fell_back += sum(isinstance(r, _NotLocked) for r in ran)
-        self.batched += len(taken)
-        _report(taken, ran, committed)
+        self.fell_back += sum(isinstance(r, _NotLocked) for r in state.ran)
+        self.batched += len(state.taken)
+        _report(state.taken, state.ran, committed)
+
+    def _window_failed(self, items: list[Item], state: _Window, exc: Exception) -> int:
+        """A window failed before or at its COMMIT: nothing of it was committed, and
+        its tasks take the ordinary path, uncharged (module docstring). If none had
+        been taken (say no connection could be had), all of them do."""
+        taken = state.taken or items
+        if isinstance(exc, SelfRolledBackError) and state.running is not None:
+            self._demote(state.running[0].task.kind)
+        log.warning(
+            "batched window of %d rolled back (%r); its tasks run again one by one",
+            len(taken),
+            exc,
+        )
+        for item in taken:
+            item.fallback()
+        return len(taken)
 
     def _begin(self, task: ClaimedTask, ctx: HandlerContext) -> _Started:
         """Before a handler: the lease keeping sees its context; log lines name it."""
@@ -429,14 +499,14 @@ class Batcher:
         took = time.perf_counter() - started[0]
         self.runner.observer.ran(task.kind, took, task.waited_s)
         if took > self.config.slow_s:
-            log.info(
-                "kind %s took %.0f ms in a batched window; its own transactions for %.0f s",
-                task.kind,
-                took * 1000,
-                self.config.cooldown_s,
-            )
-            self._demoted[task.kind] = time.monotonic() + self.config.cooldown_s
-            self.demoted += 1
+            log.info("kind %s took %.0f ms in a batched window", task.kind, took * 1000)
+            self._demote(task.kind)
+
+    def _demote(self, kind: str) -> None:
+        """Send ``kind`` to the ordinary path (its own transactions) for ``cooldown_s``."""
+        log.info("kind %s: its own transactions for %.0f s", kind, self.config.cooldown_s)
+        self._demoted[kind] = time.monotonic() + self.config.cooldown_s
+        self.demoted += 1
 
 
 def _successes(taken: list[Item], ran: list[Ran]) -> list[tuple[ClaimedTask, str | None]]:
@@ -460,18 +530,6 @@ def _report(taken: list[Item], ran: list[Ran], committed: bool) -> None:
             item.report(failure(item.task, "the batched commit lost a fence; retried"))
 
 
-def _window_failed(items: list[Item], taken: list[Item], exc: Exception) -> int:
-    """A window failed before its COMMIT: its handlers' tasks are failed attempts; if
-    none had run (say the connection could not be had), all take the ordinary path."""
-    if not taken:
-        log.warning("batched window of %d could not run (%r); one by one", len(items), exc)
-        for item in items:
-            item.fallback()
-        return len(items)
-    _report_failed(taken, f"the batched commit failed: {exc!r}")
-    return len(taken)
-
-
 def _report_failed(items: Sequence[Item], error: str) -> None:
     log.warning("batched window of %d failed: %s", len(items), error)
     for item in items:
@@ -481,7 +539,7 @@ def _report_failed(items: Sequence[Item], error: str) -> None:
 class SelfRolledBackError(Exception):
     """A handler in a window rolled ``ctx.session`` back itself: what it wrote after
     that joined the savepoint before its own, so the window cannot undo it alone.
-    The whole window is rolled back (nothing of it committed; its tasks retried)."""
+    The whole window is rolled back, and its tasks run again on the ordinary path."""
 
 
 def _check_own(savepoint: AsyncTransaction | Transaction) -> None:

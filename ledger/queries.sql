@@ -391,13 +391,26 @@ SELECT id, kind, attempts, status, last_error FROM retried
 -- COMMIT wins for every id returned. SKIP LOCKED: it never waits (a heartbeat,
 -- a cancel or the reconciler holding a row would otherwise deadlock with it); a
 -- row it did not return is busy or moved on, and its task takes the worker's
--- ordinary path, whose own fenced finish tells the two apart.
-SELECT t.id
+-- ordinary path, whose own fenced finish tells the two apart. Each row also
+-- names the transaction holding the locks (its backend and start), so a window
+-- abandoned by the worker can be ended from another connection (end_window).
+SELECT t.id, pg_backend_pid() AS pid, now() AS began
 FROM ledgerq_tasks t
 JOIN unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
   ON t.id = m.id AND t.epoch = m.epoch
 WHERE t.status = 'running'
 FOR UPDATE OF t SKIP LOCKED
+
+-- name: end_window
+-- Ends a batched window's transaction that the worker abandoned (a sync handler
+-- outlived its timeout in it): terminating its backend rolls the window back and
+-- releases its row locks at once, instead of at idle_in_transaction_session_timeout.
+-- Only that transaction: the backend must still be in the transaction that began
+-- at :began (a reused pid, or a later transaction, is left alone). A role may end
+-- its own backends.
+SELECT pg_terminate_backend(a.pid)
+FROM pg_stat_activity a
+WHERE a.pid = :pid AND a.xact_start = :began
 
 -- name: heartbeat
 -- Extends the leases still held, writes the progress reported since the last

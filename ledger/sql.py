@@ -60,6 +60,7 @@ class LedgerQueries:
     whereabouts: TextClause
     finish: TextClause
     lock_running: TextClause
+    end_window: TextClause
     heartbeat: TextClause
     save_checkpoint: TextClause
     try_reconciler_lock: TextClause

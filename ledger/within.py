@@ -13,9 +13,11 @@ COMMIT, and finishes a window of tasks in one statement.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine, Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
@@ -36,16 +38,39 @@ def _fence_params(fences: Sequence[Fence]) -> dict[str, list[int]]:
     return {"ids": [f[0] for f in ordered], "epochs": [f[1] for f in ordered]}
 
 
-def lock_within(session: Session | Connection, fences: Sequence[Fence]) -> set[int]:
-    """Lock the rows still running under ``fences`` for the caller's transaction; their ids."""
-    return {int(r[0]) for r in session.execute(Q.lock_running, _fence_params(fences))}
+@dataclass(frozen=True)
+class Locked:
+    """What :func:`lock_within` locked: the ids, and the transaction holding them
+    (its backend's pid and its start; None if it locked nothing), which
+    :func:`end_window` can end from another connection."""
+
+    ids: set[int]
+    holder: tuple[int, datetime] | None
 
 
-async def alock_within(
-    session: AsyncSession | AsyncConnection, fences: Sequence[Fence]
-) -> set[int]:
+def _locked(rows: Sequence[Row[Any]]) -> Locked:
+    holder = (int(rows[0].pid), rows[0].began) if rows else None
+    return Locked({int(r.id) for r in rows}, holder)
+
+
+def lock_within(session: Session | Connection, fences: Sequence[Fence]) -> Locked:
+    """Lock the rows still running under ``fences`` for the caller's transaction."""
+    return _locked(session.execute(Q.lock_running, _fence_params(fences)).all())
+
+
+async def alock_within(session: AsyncSession | AsyncConnection, fences: Sequence[Fence]) -> Locked:
     """:func:`lock_within`, async."""
-    return {int(r[0]) for r in await session.execute(Q.lock_running, _fence_params(fences))}
+    return _locked((await session.execute(Q.lock_running, _fence_params(fences))).all())
+
+
+def end_window(engine: Engine, holder: tuple[int, datetime]) -> bool:
+    """End (roll back, unlock) the transaction ``holder`` names, from a connection of
+    ``engine``; whether it was still there to end."""
+    pid, began = holder
+    with engine.connect() as conn:
+        ended = conn.execute(Q.end_window, {"pid": pid, "began": began}).scalar()
+        conn.commit()
+    return bool(ended)
 
 
 def _succeeded(fences: Sequence[Fence], results: Sequence[str | None] | None) -> dict[str, Any]:

@@ -3,6 +3,8 @@ batched windows, a savepoint per handler (consumers/batch.py), end to end."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -107,17 +109,63 @@ async def test_windows_share_commits_and_one_failure_undoes_only_its_own_writes(
 
 
 @pytest.mark.parametrize("kind", ["t.async_write", "t.sync_write"])
-async def test_a_handler_that_rolls_back_its_session_fails_its_whole_window(
+async def test_a_handler_that_rolls_back_its_session_sends_its_window_to_the_ordinary_path(
     effects_table: Settings, ledger: PgLedger, kind: str
 ) -> None:
-    """Nothing a failed attempt wrote is committed, even past its own rollback."""
+    """The window cannot undo that handler alone, so it is rolled back whole; its
+    tasks run again in their own transactions with no attempt counted, and only
+    the handler at fault fails there. Nothing a failed attempt wrote is committed."""
     settings = effects_table
     first, ids = await run_learned(settings, kind, 20, {5: "self-rollback"})
 
     assert set((await ledger.whereabouts(ids)).values()) == {"succeeded"}
-    assert (await ledger.show(ids[5]))["attempts"] == 2
+    attempts = {i: (await ledger.show(i))["attempts"] for i in ids}
+    assert attempts.pop(ids[5]) == 2
+    assert set(attempts.values()) == {1}  # the innocent were not charged
     written = sorted(t for t, _ in effects(settings) if t != first)
     assert written == sorted(ids)  # no write of a failed attempt, and none twice
+
+
+async def test_a_sync_handler_that_outlives_its_timeout_in_a_window_frees_the_others(
+    effects_table: Settings, ledger: PgLedger
+) -> None:
+    """A hung sync handler cannot be stopped; past its timeout (plus the margin) the
+    worker ends its window's transaction from another connection. The hung task is
+    charged a timed-out attempt; the tasks the window ran before it commit on the
+    ordinary path at once, uncharged, long before the hung thread returns."""
+    settings = effects_table
+    release = threading.Event()
+    registry = batched_registry()
+
+    @registry.task("t.sync_hang")
+    def hang(payload: Any, ctx: TaskContext) -> Any:
+        ctx.session.execute(INSERT, {"i": ctx.id})
+        if payload.get("hang") and ctx.attempt == 1:
+            release.wait(60)  # far past its timeout
+        return None
+
+    batch = BatchConfig(window_s=1.0, margin_s=0.5, lanes=1)
+    config = WorkerConfig(concurrency=50, lease_s=30, heartbeat_s=1, grace_s=5, batch=batch)
+    try:
+        async with Pipeline(settings, registry, worker=config) as pipe:
+            [first] = enqueue_committed(settings, [TaskSpec("t.sync_hang", {})])
+            await pipe.settle([first])
+            specs = [TaskSpec("t.sync_hang", {"n": i}) for i in range(10)]
+            specs.append(TaskSpec("t.sync_hang", {"hang": True}, timeout=1.0, retry=[0.05]))
+            ids = enqueue_committed(settings, specs)
+            started = time.monotonic()
+            await pipe.settle(ids, timeout=20)
+            took = time.monotonic() - started
+            assert pipe.worker.batcher.demoted >= 1
+    finally:
+        release.set()
+    assert took < 15, took  # the hung thread returns only at 60 s
+    hung = await ledger.show(ids[-1])
+    assert hung["status"] == "succeeded" and hung["attempts"] == 2
+    assert "in a batched window" in hung["attempt_log"][0]["error"]
+    assert {(await ledger.show(i))["attempts"] for i in ids[:-1]} == {1}
+    written = sorted(t for t, _ in effects(settings) if t != first)
+    assert written == sorted(ids)  # the hung attempt's write was rolled back with its window
 
 
 async def test_no_batch_commit_gives_every_task_its_own_transaction(
@@ -137,5 +185,7 @@ async def test_no_batch_commit_gives_every_task_its_own_transaction(
 def test_batch_config_validates() -> None:
     with pytest.raises(ValueError, match=r"1\.\.64"):
         BatchConfig(max_tasks=65)
+    with pytest.raises(ValueError, match="margin_s"):
+        BatchConfig(margin_s=-1)
     with pytest.raises(ValueError, match="window"):
         BatchConfig(window_s=0)
