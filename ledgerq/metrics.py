@@ -243,10 +243,15 @@ class LedgerGauges:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._rows: list[dict[str, Any]] = []
+        #: Every queue seen since start (and ``default``): a queue that empties keeps
+        #: reporting 0, so a rule such as ``ledgerq_due_tasks > 100`` sees 0, not no
+        #: series at all (which it would read as "no data", never as "all clear").
+        self._queues: set[str] = {"default"}
         registry.register(self)
 
     def update(self, live_counts: list[dict[str, Any]]) -> None:
         self._rows = list(live_counts)
+        self._queues |= {str(row["queue"]) for row in self._rows}
 
     def describe(self) -> Iterable[Any]:
         return []
@@ -268,11 +273,12 @@ class LedgerGauges:
             "Age of the oldest due, unpublished task by queue (0 when none is due).",
             labels=["queue"],
         )
-        by_queue: dict[str, dict[str, float]] = {}
+        by_queue: dict[str, dict[str, float]] = {
+            queue: {"pending": 0, "published": 0, "running": 0, "due": 0, "oldest": 0.0}
+            for queue in self._queues
+        }
         for row in self._rows:
-            q = by_queue.setdefault(
-                row["queue"], {"pending": 0, "published": 0, "running": 0, "due": 0, "oldest": 0.0}
-            )
+            q = by_queue[row["queue"]]
             for key in ("pending", "published", "running", "due"):
                 q[key] += int(row[key])
             q["oldest"] = max(q["oldest"], float(row["oldest_due_s"] or 0.0))

@@ -4,23 +4,28 @@ A minimal publish-with-confirms loop (persistent, mandatory, pipelined in window
 like the relay) and a consume-with-ack loop, on a private queue of the same
 broker, so every ledgerq figure can be read as a fraction of it; and
 :func:`pipeline_ceiling`, the same two loops joined with the ledger writes every
-task needs (lock and mark published, claim, finish), the ceiling the no-op
-drain is compared with.
+task needs (lock and mark published, claim, finish), each in a process of its
+own like the relay and the worker: the ceiling the no-op drain is compared with.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import time
 import uuid
+from multiprocessing.synchronize import Barrier, Event
+from typing import Any
 
 import aio_pika
 from aio_pika.abc import DeliveryMode
 
+from ledgerq.compose import open_ledger
+from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Fence, Outcome
-from ledgerq.ledger.protocol import Ledger
 from ledgerq.relay.broker.aio import connect
+from ledgerq.runtime import run_service
 
 BODY = b'{"id":123456789,"epoch":0}'
 
@@ -77,73 +82,141 @@ async def raw_ceiling(
         await connection.close()
 
 
-async def pipeline_ceiling(
-    ledger: Ledger, amqp_url: str, tasks: int, batch: int = 500, prefetch: int = 256
+def pipeline_ceiling(
+    settings: Settings, tasks: int, batch: int = 500, prefetch: int = 256
 ) -> float:
     """A minimal publish -> consume -> ack pipeline with the per-task ledger writes
-    of the real one, and nothing else; tasks/s.
+    of the real one, and nothing else, in two processes as the relay and the worker
+    are; tasks/s.
 
-    ``tasks`` pending rows must be in the ledger. One loop locks due rows
-    (``select_due``), publishes them with confirms and marks them published; the
-    consumer claims what arrived in one statement, finishes the winners
-    ``succeeded`` in one more, and acks (one ``multiple`` ack per batch). No
-    relay or worker process, no handler, no heartbeat, no metrics: what the
-    real pipeline adds to this is its own cost."""
-    connection = await connect(amqp_url, name="ledgerq-bench-pipeline")
-    try:
-        channel = await connection.channel(publisher_confirms=True)
-        queue = await channel.declare_queue(
-            f"ledgerq-bench-pipeline.{uuid.uuid4().hex[:8]}", durable=True, auto_delete=False
+    ``tasks`` pending rows must be in the ledger. The publishing process locks due
+    rows (``select_due``), publishes them with confirms and marks them published;
+    the consuming process claims what arrived in one statement, finishes the
+    winners ``succeeded`` in one more, and acks (one ``multiple`` ack per batch),
+    claiming the next batch while it finishes the last, as the worker does.
+    No handler, no heartbeat, no metrics, no scheduling of its own: what the real
+    relay and worker add to this is their own cost. Both processes start (imports,
+    connections) before the clock does; it stops when the consumer has acked the
+    last task."""
+    queue = f"ledgerq-bench-pipeline.{uuid.uuid4().hex[:8]}"
+    context = multiprocessing.get_context("spawn")
+    ready, go = context.Barrier(3), context.Event()
+    results: multiprocessing.Queue[float] = context.Queue()
+    sides = [
+        context.Process(
+            target=_side, args=(role, settings, queue, tasks, batch, prefetch, ready, go, results)
         )
-        consume_channel = await connection.channel()
-        await consume_channel.set_qos(prefetch_count=prefetch)
-        consume_queue = await consume_channel.get_queue(queue.name)
-        arrived: list[tuple[Fence, aio_pika.abc.AbstractIncomingMessage]] = []
-        wake = asyncio.Event()
+        for role in ("consume", "publish")
+    ]
+    for side in sides:
+        side.start()
+    try:
+        ready.wait(timeout=120)  # both connected, the queue declared
+        started = time.monotonic()
+        go.set()
+        finished = results.get(timeout=max(120.0, tasks / 100))
+        return tasks / (finished - started)
+    finally:
+        for side in sides:
+            side.join(timeout=30)
+            if side.is_alive():
+                side.kill()
 
-        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
-            body = json.loads(message.body)
-            arrived.append(((int(body["id"]), int(body["epoch"])), message))
-            wake.set()
 
-        async def consume() -> None:
+def _side(role: str, settings: Settings, queue: str, *args: Any) -> None:
+    """One process of :func:`pipeline_ceiling`, on the services' event loop."""
+    main = _consume if role == "consume" else _publish
+    run_service(main(settings, queue, *args), settings.event_loop)
+
+
+async def _consume(
+    settings: Settings,
+    queue_name: str,
+    tasks: int,
+    batch: int,
+    prefetch: int,
+    ready: Barrier,
+    go: Event,
+    results: multiprocessing.Queue[float],
+) -> None:
+    connection = await connect(settings.amqp_url, name="ledgerq-bench-pipeline-consume")
+    try:
+        async with open_ledger(settings, "ledgerq-bench-pipeline", check=False) as ledger:
+            channel = await connection.channel()
+            await channel.set_qos(prefetch_count=prefetch)
+            queue = await channel.declare_queue(queue_name, durable=True, auto_delete=False)
+            arrived: list[tuple[Fence, aio_pika.abc.AbstractIncomingMessage]] = []
+            wake = asyncio.Event()
+
+            async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+                body = json.loads(message.body)
+                arrived.append(((int(body["id"]), int(body["epoch"])), message))
+                wake.set()
+
+            claimed: asyncio.Queue[tuple[list[Fence], aio_pika.abc.AbstractIncomingMessage, int]]
+            claimed = asyncio.Queue(maxsize=2)
+
+            async def claim() -> None:  # claims overlap finishes, as in the worker
+                while True:
+                    await wake.wait()
+                    wake.clear()
+                    while arrived:
+                        taken = arrived[:batch]
+                        del arrived[: len(taken)]
+                        won = await ledger.claim([f for f, _ in taken], "bench-pipeline", 60.0)
+                        await claimed.put(([t.fence for t in won], taken[-1][1], len(taken)))
+
+            tag = await queue.consume(on_message)
+            await asyncio.to_thread(ready.wait)
+            claimer = asyncio.create_task(claim())
             finished = 0
             while finished < tasks:
-                await wake.wait()
-                wake.clear()
-                while arrived:
-                    taken = arrived[:batch]
-                    del arrived[: len(taken)]
-                    won = await ledger.claim([f for f, _ in taken], "bench-pipeline", 60.0)
-                    await ledger.finish([Outcome.succeeded(t.fence) for t in won])
-                    await taken[-1][1].ack(multiple=True)
-                    finished += len(taken)
+                fences, last, count = await claimed.get()
+                await ledger.finish([Outcome.succeeded(f) for f in fences])
+                await last.ack(multiple=True)
+                finished += count
+            results.put(time.monotonic())
+            claimer.cancel()
+            await queue.cancel(tag)
+            await queue.delete(if_unused=False, if_empty=False)
+    finally:
+        await connection.close()
 
-        started = time.perf_counter()
-        consumer = asyncio.create_task(consume())
-        tag = await consume_queue.consume(on_message)
-        published = 0
-        while published < tasks:
-            async with ledger.publish_batch(batch) as due:
-                await asyncio.gather(
-                    *(
-                        channel.default_exchange.publish(
-                            aio_pika.Message(
-                                json.dumps({"id": row.id, "epoch": row.epoch}).encode(),
-                                delivery_mode=DeliveryMode.PERSISTENT,
-                                message_id=str(row.id),
-                            ),
-                            routing_key=queue.name,
-                            mandatory=True,
+
+async def _publish(
+    settings: Settings,
+    queue_name: str,
+    tasks: int,
+    batch: int,
+    prefetch: int,
+    ready: Barrier,
+    go: Event,
+    results: multiprocessing.Queue[float],
+) -> None:
+    connection = await connect(settings.amqp_url, name="ledgerq-bench-pipeline-publish")
+    try:
+        async with open_ledger(settings, "ledgerq-bench-pipeline", check=False) as ledger:
+            channel = await connection.channel(publisher_confirms=True)
+            await channel.declare_queue(queue_name, durable=True, auto_delete=False)
+            await asyncio.to_thread(ready.wait)
+            await asyncio.to_thread(go.wait)
+            published = 0
+            while published < tasks:
+                async with ledger.publish_batch(batch) as due:
+                    await asyncio.gather(
+                        *(
+                            channel.default_exchange.publish(
+                                aio_pika.Message(
+                                    json.dumps({"id": row.id, "epoch": row.epoch}).encode(),
+                                    delivery_mode=DeliveryMode.PERSISTENT,
+                                    message_id=str(row.id),
+                                ),
+                                routing_key=queue_name,
+                                mandatory=True,
+                            )
+                            for row in due.rows
                         )
-                        for row in due.rows
                     )
-                )
-                published += len(await due.mark_published(due.rows))
-        await asyncio.wait_for(consumer, timeout=max(60.0, tasks / 100))
-        elapsed = time.perf_counter() - started
-        await consume_queue.cancel(tag)
-        await queue.delete(if_unused=False, if_empty=False)
-        return tasks / elapsed
+                    published += len(await due.mark_published(due.rows))
     finally:
         await connection.close()
