@@ -83,15 +83,15 @@ async def raw_ceiling(
 
 
 def pipeline_ceiling(
-    settings: Settings, tasks: int, batch: int = 500, prefetch: int = 256
+    settings: Settings, tasks: int, batch: int = 500, prefetch: int = 1000
 ) -> float:
     """A minimal publish -> consume -> ack pipeline with the per-task ledger writes
     of the real one, and nothing else, in two processes as the relay and the worker
     are; tasks/s.
 
     ``tasks`` pending rows must be in the ledger. The publishing process locks due
-    rows (``select_due``), publishes them with confirms and marks them published;
-    the consuming process claims what arrived in one statement, finishes the
+    rows (``select_due``), publishes them with confirms and marks them published,
+    two batches at a time; the consuming process claims what arrived in one statement, finishes the
     winners ``succeeded`` in one more, and acks (one ``multiple`` ack per batch),
     claiming the next batch while it finishes the last, as the worker does.
     No handler, no heartbeat, no metrics, no scheduling of its own: what the real
@@ -201,22 +201,30 @@ async def _publish(
             await asyncio.to_thread(ready.wait)
             await asyncio.to_thread(go.wait)
             published = 0
-            while published < tasks:
-                async with ledger.publish_batch(batch) as due:
-                    await asyncio.gather(
-                        *(
-                            channel.default_exchange.publish(
-                                aio_pika.Message(
-                                    json.dumps({"id": row.id, "epoch": row.epoch}).encode(),
-                                    delivery_mode=DeliveryMode.PERSISTENT,
-                                    message_id=str(row.id),
-                                ),
-                                routing_key=queue_name,
-                                mandatory=True,
+
+            async def publish() -> None:  # two of these overlap, as the relay's batches do
+                nonlocal published
+                while published < tasks:
+                    async with ledger.publish_batch(batch) as due:
+                        if not due.rows:  # the other one holds the rest
+                            await asyncio.sleep(0.005)
+                            continue
+                        await asyncio.gather(
+                            *(
+                                channel.default_exchange.publish(
+                                    aio_pika.Message(
+                                        json.dumps({"id": row.id, "epoch": row.epoch}).encode(),
+                                        delivery_mode=DeliveryMode.PERSISTENT,
+                                        message_id=str(row.id),
+                                    ),
+                                    routing_key=queue_name,
+                                    mandatory=True,
+                                )
+                                for row in due.rows
                             )
-                            for row in due.rows
                         )
-                    )
-                    published += len(await due.mark_published(due.rows))
+                        published += len(await due.mark_published(due.rows))
+
+            await asyncio.gather(publish(), publish())
     finally:
         await connection.close()
