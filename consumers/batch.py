@@ -4,37 +4,9 @@ A kind whose handler was seen using ``ctx.session`` (the first runs of a kind
 take the ordinary path, :class:`~.execute.TaskRunner`, which learns it) has its
 claimed tasks run in *windows*: one connection, one transaction per window.
 
-* The window first locks its tasks' rows under their fences (``lock_running``,
-  SKIP LOCKED); until its COMMIT no one else can move them (the reconciler, a
-  cancel, a heartbeat wait for it), so its fenced finish wins for every row it
-  locked. A task whose row it could not lock (busy at that instant, or its fence
-  already lost) is not run in the window: it takes the ordinary path
-  (``fallback``), whose own fenced finish settles which it was.
-* Before each handler the window begins a SAVEPOINT, and the handler's
-  ``ctx.session`` joins it (``join_transaction_mode="rollback_only"``, see
-  :mod:`.context`: the session's commit only flushes, its rollback undoes the
-  savepoint). The handler's writes are undone alone (ROLLBACK TO SAVEPOINT)
-  when it raises, times out, is cancelled or returns a value that cannot be
-  stored, and that task's outcome goes to the finisher like any failure. One
-  handler's failure never undoes another's writes. Savepoints are never
-  released (a round trip saved per task): ``max_tasks`` stays at 64 or below,
-  PostgreSQL's per-backend cache of subtransaction ids. A handler that rolls
-  back its session itself and goes on writing would write into the savepoint
-  before its own; if it then fails, the window cannot undo that alone, so the
-  whole window is rolled back (:class:`SelfRolledBackError`) and its kind
-  leaves windows for ``cooldown_s``.
-* After the handlers, one ``finish`` statement marks the window's successes
-  ``succeeded`` and one COMMIT makes their writes and their statuses durable
-  together (one WAL flush for the window). Only then are they handed to the
-  finisher, which acks them.
-* A window that fails as a whole (that rollback, a failed statement or COMMIT,
-  a lost connection) committed nothing, and no single task is to blame: its
-  tasks run again on the ordinary path, each in its own transaction, with no
-  attempt counted. The one at fault (a deferred constraint, say) then fails
-  alone; the others commit. Their handlers have run twice, as after any
-  retry; their writes commit once. (If the COMMIT did reach the server before
-  the connection died, the rows moved on, and each re-run's fenced finish
-  loses and rolls its writes back.)
+How one window runs (locks, a savepoint per handler, one COMMIT, what happens
+when it fails or hangs) is :mod:`.window`'s contract. This module schedules
+windows.
 
 Handlers of a window run one after another (async ones on the loop, sync ones
 in one pool thread, one hand-off per window). Tasks wait in a queue per kind
@@ -46,76 +18,31 @@ its window. A handler that runs longer than ``slow_s`` sends its kind back to
 the ordinary path (its own transaction, run concurrently) for ``cooldown_s``:
 a slow kind holds a window once, then leaves the batch.
 
-Races: a sync handler that outlives its timeout in a window cannot be stopped.
-The worker waits for the handler running in the window up to that handler's
-own timeout plus a margin (``margin_s``), then abandons the window: it
-ends the window's transaction from another connection (``end_window``:
-terminating the backend rolls it back and releases its row locks now, so no
-heartbeat, cancel or reconciler waits for the hung thread), records that one
-task as timed out, and sends the tasks the window ran before it to the ordinary
-path, uncharged; those it had not reached go back to the queue. The thread and
-the loop agree on which tasks the window took under one lock
-(:class:`_Window`). Tasks with a trace context, or whose payload was refused,
-take the ordinary path.
+Tasks with a trace context, or whose payload was refused, take the ordinary
+path.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-import math
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import partial
 
-from sqlalchemy import Connection, Engine, Transaction
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransaction
+from sqlalchemy import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
-from ledgerq.consumers.execute import TaskRunner, _returned, failure, handler_timeout
-from ledgerq.consumers.handoff import Committed, Result
+from ledgerq.consumers.execute import TaskRunner
+from ledgerq.consumers.handoff import Result
 from ledgerq.consumers.registry import Handler
-from ledgerq.ledger.logs import current_task
-from ledgerq.ledger.model import ClaimedTask, Outcome
-from ledgerq.ledger.within import (
-    alock_within,
-    asucceed_within,
-    end_window,
-    lock_within,
-    succeed_many_within,
-)
+from ledgerq.consumers.window import Item, Windows, report_failed
+from ledgerq.ledger.model import ClaimedTask
 
 log = logging.getLogger("ledgerq.worker")
-
-
-class _NotLocked:
-    """The window could not lock the task's row: it was not run there."""
-
-
-NOT_LOCKED = _NotLocked()
-#: How a handler in a window ended: its JSON result (succeeded), or an outcome,
-#: or NOT_LOCKED (it takes the ordinary path).
-Ran = str | None | Outcome | _NotLocked
 Report = Callable[[int, Result], None]
-_Started = tuple[float, contextvars.Token[tuple[int, str, int] | None]]
-
-
-@dataclass(eq=False)
-class Item:
-    """A task waiting for a window; ``report`` is called once, with how it ended."""
-
-    task: ClaimedTask
-    handler: Handler
-    report: Callable[[Result | None], None]
-    #: Run it on the ordinary path instead (which reports it itself).
-    fallback: Callable[[], None]
-    #: Its claimed batch stopped waiting (shutdown): no window takes it.
-    dropped: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,42 +74,28 @@ class BatchConfig:
 
 
 @dataclass
-class _Window:
-    """One window's record, shared by a sync window's thread and the loop. Under
-    ``lock`` the thread takes each task (``taken``) and notes the one it is
-    running (``running``); under the same lock the loop abandons the window, so
-    the two agree on which tasks it took. ``ran`` holds how each ended, in order."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    taken: list[Item] = field(default_factory=list)
-    ran: list[Ran] = field(default_factory=list)
-    #: The task whose handler runs now, and since when (``time.monotonic()``).
-    running: tuple[Item, float] | None = None
-    #: The transaction holding the window's row locks (``lock_within``).
-    holder: tuple[int, datetime] | None = None
-    abandoned: bool = False
-
-    def done(self, result: Ran) -> None:
-        with self.lock:
-            self.ran.append(result)
-            self.running = None
-
-
-@dataclass
 class Batcher:
     runner: TaskRunner
     config: BatchConfig
     sync_engine: Engine | None
     async_engine: AsyncEngine | None
     _demoted: dict[str, float] = field(default_factory=dict)
+    _windows: Windows = field(init=False)
     _queues: dict[bool, deque[Item]] = field(default_factory=dict)
     _events: dict[bool, asyncio.Event] = field(default_factory=dict)
     _lanes: dict[bool, list[asyncio.Task[None]]] = field(default_factory=dict)
-    #: Windows committed, tasks run in them, tasks sent to the ordinary path, demotions.
-    windows: int = 0
-    batched: int = 0
-    fell_back: int = 0
+    #: Kinds sent to the ordinary path for a while.
     demoted: int = 0
+
+    def __post_init__(self) -> None:
+        self._windows = Windows(
+            self.runner, self.config, self.sync_engine, self.async_engine, self._demote
+        )
+
+    @property
+    def batched(self) -> int:
+        """Tasks run in windows so far."""
+        return self._windows.batched
 
     def batchable(self, task: ClaimedTask, handler: Handler) -> bool:
         """Whether the task runs in a window (see the module docstring)."""
@@ -251,7 +164,7 @@ class Batcher:
     async def _lane(self, is_async: bool) -> None:
         """Take what waits (up to ``max_tasks``) into a window; put back what it did not take."""
         queue, event = self._queue(is_async), self._events[is_async]
-        window = self._async_window if is_async else self._sync_window
+        window = self._windows.run_async if is_async else self._windows.run_sync
         while True:
             if not queue:
                 event.clear()
@@ -265,7 +178,7 @@ class Batcher:
                 taken = await window(items)
             except Exception:  # a bug of ours must not stop the lane
                 log.exception("a batched window failed unexpectedly")
-                _report_failed(items, "worker error in a batched window")
+                report_failed(items, "worker error in a batched window")
                 taken = len(items)
             queue.extendleft(reversed(items[taken:]))
 
@@ -276,278 +189,18 @@ class Batcher:
             lane.cancel()
         await asyncio.gather(*lanes, return_exceptions=True)
         self._lanes.clear()
-        if self.windows:
+        if self._windows.windows:
             log.info(
                 "batched commit: %d windows, %d tasks in them, %d to their own transaction, "
                 "%d kinds demoted",
-                self.windows,
-                self.batched,
-                self.fell_back,
+                self._windows.windows,
+                self._windows.batched,
+                self._windows.fell_back,
                 self.demoted,
             )
-
-    # -- async handlers, on the loop ---------------------------------------------
-    async def _async_window(self, items: list[Item]) -> int:
-        assert self.async_engine is not None
-        state = _Window()
-        try:
-            async with self.async_engine.connect() as conn:
-                await conn.begin()
-                held = await alock_within(conn, [i.task.fence for i in items])
-                for item in self._admitted(items, held.ids, state):
-                    state.done(await self._run_async(item.task, item.handler, conn))
-                ok = _successes(state.taken, state.ran)
-                won = await asucceed_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
-                committed = len(won) == len(ok)
-                if committed:
-                    await conn.commit()
-                else:
-                    await conn.rollback()
-        except Exception as exc:  # nothing of the window was committed
-            return self._window_failed(items, state, exc)
-        self._count(state, committed)
-        return len(state.taken)
-
-    async def _run_async(self, task: ClaimedTask, handler: Handler, conn: AsyncConnection) -> Ran:
-        """One async handler in the window: its savepoint is begun here and never
-        released (a round trip saved; ``max_tasks`` keeps them under 64). The
-        session joins it ("rollback_only": its commit only flushes)."""
-        timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
-        savepoint = await conn.begin_nested()
-        ctx = AsyncTaskContext(task, self.runner.worker, _bind=conn, _join="rollback_only")
-        started = self._begin(task, ctx)
-        try:
-            try:
-                async with asyncio.timeout(timeout):
-                    value = await handler.fn(task.payload, ctx)
-                result = _returned(value, ctx)
-                session = ctx._session
-                if session is not None and (session.new or session.dirty or session.deleted):
-                    await session.flush()  # ORM objects; no COMMIT, no RELEASE
-                _check_own(savepoint)
-                return result
-            except TimeoutError:
-                await _undo_async(savepoint)
-                return self.runner._timed_out(task, timeout, ctx)
-            except SelfRolledBackError:
-                raise
-            except Exception as exc:
-                await _undo_async(savepoint)
-                return self.runner._failed(task, exc, ctx)
-        finally:
-            # No session.close(): "rollback_only" leaves the connection alone, and the
-            # session holds nothing else worth a greenlet round trip per task.
-            self._end(task, started, ctx)
-
-    # -- sync handlers, one pool thread per window -------------------------------
-    async def _sync_window(self, items: list[Item]) -> int:
-        state = _Window()
-        future = asyncio.get_running_loop().run_in_executor(
-            self.runner.pool, contextvars.copy_context().run, self._sync_thread, items, state
-        )
-        try:
-            while not (await asyncio.wait({future}, timeout=min(self._left(state), 1.0)))[0]:
-                if self._left(state) <= 0:
-                    return await self._abandon(state, future)
-            committed = future.result()
-        except asyncio.CancelledError:  # shutdown: end the window, report nothing
-            await self._abandon(state, future, report=False)
-            raise
-        except Exception as exc:  # nothing of the window was committed
-            return self._window_failed(items, state, exc)
-        self._count(state, committed)
-        return len(state.taken)
-
-    def _left(self, state: _Window) -> float:
-        """Seconds until the handler running in a sync window has outlived its own
-        timeout plus the margin (infinite if none runs: the window's own statements
-        are bounded by statement_timeout and the pool's timeout)."""
-        with state.lock:
-            running = state.running
-        if running is None:
-            return math.inf
-        item, since = running
-        limit = handler_timeout(item.task, item.handler, self.runner.default_timeout_s)
-        return (
-            math.inf if limit is None else since + limit + self.config.margin_s - time.monotonic()
-        )
-
-    async def _abandon(
-        self, state: _Window, future: asyncio.Future[bool], *, report: bool = True
-    ) -> int:
-        """Give up on a sync window whose handler outlived its timeout (module docstring)."""
-        with state.lock:
-            state.abandoned = True
-            taken, ran, running = list(state.taken), list(state.ran), state.running
-        # Once its transaction is ended the thread's next statement fails: nobody's error.
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        if state.holder is not None and self.sync_engine is not None:
-            try:
-                await asyncio.to_thread(end_window, self.sync_engine, state.holder)
-            except Exception as exc:  # it ends at idle_in_transaction_session_timeout
-                log.warning("could not end an abandoned batched window: %r", exc)
-        if not report:
-            return len(taken)
-        for item in taken[: len(ran)]:
-            item.fallback()
-        if running is not None:
-            item, _ = running
-            limit = handler_timeout(item.task, item.handler, self.runner.default_timeout_s)
-            log.warning("task %s outlived its timeout in a batched window; abandoned", item.task.id)
-            self._demote(item.task.kind)
-            item.report(failure(item.task, f"timed out after {limit} s (in a batched window)"))
-        return len(taken)
-
-    def _sync_thread(self, items: list[Item], state: _Window) -> bool:
-        """In a pool thread: the window; whether it committed. ``state`` fills as it goes."""
-        assert self.sync_engine is not None
-        with self.sync_engine.connect() as conn:
-            conn.begin()
-            held = lock_within(conn, [i.task.fence for i in items])
-            state.holder = held.holder
-            for item in self._admitted(items, held.ids, state):
-                state.done(self._run_sync(item.task, item.handler, conn))
-            ok = _successes(state.taken, state.ran)
-            won = succeed_many_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
-            with state.lock:
-                committed = len(won) == len(ok) and not state.abandoned
-            if committed:
-                conn.commit()
-            else:
-                conn.rollback()
-        return committed
-
-    def _run_sync(self, task: ClaimedTask, handler: Handler, conn: Connection) -> Ran:
-        """One sync handler in the window (in its thread), as :meth:`_run_async`."""
-        timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
-        savepoint = conn.begin_nested()
-        ctx = TaskContext(task, self.runner.worker, _bind=conn, _join="rollback_only")
-        started = self._begin(task, ctx)
-        try:
-            try:
-                result = _returned(handler.fn(task.payload, ctx), ctx)
-                if ctx._session is not None:
-                    ctx._session.commit()  # a flush: no COMMIT, no RELEASE
-                _check_own(savepoint)
-                if timeout is not None and time.perf_counter() - started[0] > timeout:
-                    savepoint.rollback()
-                    return self.runner._timed_out(task, timeout, ctx)
-                return result
-            except SelfRolledBackError:
-                raise
-            except Exception as exc:
-                _check_own(savepoint)
-                savepoint.rollback()
-                return self.runner._failed(task, exc, ctx)
-        finally:
-            if ctx._session is not None:
-                ctx._session.close()
-            self._end(task, started, ctx)
-
-    # -- shared ------------------------------------------------------------------
-    def _admitted(self, items: list[Item], held: set[int], state: _Window) -> Iterator[Item]:
-        """The items to run in this window, in order, until it closes (``window_s``
-        after it opened, or abandoned). Each item it takes goes to ``state.taken``
-        (and becomes ``state.running``); one whose row the window did not lock is
-        recorded NOT_LOCKED instead of run."""
-        opened = time.monotonic()
-        for item in items:
-            with state.lock:
-                late = bool(state.taken) and time.monotonic() - opened > self.config.window_s
-                if late or state.abandoned:
-                    return
-                state.taken.append(item)
-                if item.task.id not in held:
-                    state.ran.append(NOT_LOCKED)
-                    continue
-                state.running = (item, time.monotonic())
-            yield item
-
-    def _count(self, state: _Window, committed: bool) -> None:
-        """Report the window's tasks, and count it."""
-        self.windows += 1
-        self.fell_back += sum(isinstance(r, _NotLocked) for r in state.ran)
-        self.batched += len(state.taken)
-        _report(state.taken, state.ran, committed)
-
-    def _window_failed(self, items: list[Item], state: _Window, exc: Exception) -> int:
-        """A window failed before or at its COMMIT: nothing of it was committed, and
-        its tasks take the ordinary path, uncharged (module docstring). If none had
-        been taken (say no connection could be had), all of them do."""
-        taken = state.taken or items
-        if isinstance(exc, SelfRolledBackError) and state.running is not None:
-            self._demote(state.running[0].task.kind)
-        log.warning(
-            "batched window of %d rolled back (%r); its tasks run again one by one",
-            len(taken),
-            exc,
-        )
-        for item in taken:
-            item.fallback()
-        return len(taken)
-
-    def _begin(self, task: ClaimedTask, ctx: HandlerContext) -> _Started:
-        """Before a handler: the lease keeping sees its context; log lines name it."""
-        self.runner._notify(task, ctx)
-        self.runner.probe("worker.mid_handler")
-        return time.perf_counter(), current_task.set((task.id, task.kind, task.attempts))
-
-    def _end(self, task: ClaimedTask, started: _Started, ctx: HandlerContext) -> None:
-        current_task.reset(started[1])
-        if ctx._checkpointed:
-            self.runner.checkpoint_kinds.add(task.kind)
-        took = time.perf_counter() - started[0]
-        self.runner.observer.ran(task.kind, took, task.waited_s)
-        if took > self.config.slow_s:
-            log.info("kind %s took %.0f ms in a batched window", task.kind, took * 1000)
-            self._demote(task.kind)
 
     def _demote(self, kind: str) -> None:
         """Send ``kind`` to the ordinary path (its own transactions) for ``cooldown_s``."""
         log.info("kind %s: its own transactions for %.0f s", kind, self.config.cooldown_s)
         self._demoted[kind] = time.monotonic() + self.config.cooldown_s
         self.demoted += 1
-
-
-def _successes(taken: list[Item], ran: list[Ran]) -> list[tuple[ClaimedTask, str | None]]:
-    return [
-        (item.task, r)
-        for item, r in zip(taken, ran, strict=True)
-        if not isinstance(r, Outcome | _NotLocked)
-    ]
-
-
-def _report(taken: list[Item], ran: list[Ran], committed: bool) -> None:
-    for item, r in zip(taken, ran, strict=True):
-        if isinstance(r, _NotLocked):
-            item.fallback()
-        elif isinstance(r, Outcome):
-            item.report(r)
-        elif committed:
-            item.report(Committed(True))
-        else:  # cannot happen (the rows were locked): nothing of the window was committed
-            log.error("task %s: a locked fence was lost in a batched window", item.task.id)
-            item.report(failure(item.task, "the batched commit lost a fence; retried"))
-
-
-def _report_failed(items: Sequence[Item], error: str) -> None:
-    log.warning("batched window of %d failed: %s", len(items), error)
-    for item in items:
-        item.report(failure(item.task, error))
-
-
-class SelfRolledBackError(Exception):
-    """A handler in a window rolled ``ctx.session`` back itself: what it wrote after
-    that joined the savepoint before its own, so the window cannot undo it alone.
-    The whole window is rolled back, and its tasks run again on the ordinary path."""
-
-
-def _check_own(savepoint: AsyncTransaction | Transaction) -> None:
-    if not savepoint.is_active:
-        raise SelfRolledBackError("a handler rolled back ctx.session itself in a batched window")
-
-
-async def _undo_async(savepoint: AsyncTransaction) -> None:
-    """ROLLBACK TO this handler's SAVEPOINT: its writes only."""
-    _check_own(savepoint)
-    await savepoint.rollback()
