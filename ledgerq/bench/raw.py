@@ -15,8 +15,8 @@ import json
 import multiprocessing
 import time
 import uuid
+from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier, Event
-from typing import Any
 
 import aio_pika
 from aio_pika.abc import DeliveryMode
@@ -102,12 +102,8 @@ def pipeline_ceiling(
     context = multiprocessing.get_context("spawn")
     ready, go = context.Barrier(3), context.Event()
     results: multiprocessing.Queue[float] = context.Queue()
-    sides = [
-        context.Process(
-            target=_side, args=(role, settings, queue, tasks, batch, prefetch, ready, go, results)
-        )
-        for role in ("consume", "publish")
-    ]
+    run = _Run(settings, queue, tasks, batch, prefetch, ready, go, results)
+    sides = [context.Process(target=_side, args=(role, run)) for role in ("consume", "publish")]
     for side in sides:
         side.start()
     try:
@@ -123,27 +119,33 @@ def pipeline_ceiling(
                 side.kill()
 
 
-def _side(role: str, settings: Settings, queue: str, *args: Any) -> None:
+@dataclass(frozen=True)
+class _Run:
+    """What both processes of :func:`pipeline_ceiling` are given."""
+
+    settings: Settings
+    queue: str
+    tasks: int
+    batch: int
+    prefetch: int
+    ready: Barrier
+    go: Event
+    results: multiprocessing.Queue[float]
+
+
+def _side(role: str, run: _Run) -> None:
     """One process of :func:`pipeline_ceiling`, on the services' event loop."""
     main = _consume if role == "consume" else _publish
-    run_service(main(settings, queue, *args), settings.event_loop)
+    run_service(main(run), run.settings.event_loop)
 
 
-async def _consume(
-    settings: Settings,
-    queue_name: str,
-    tasks: int,
-    batch: int,
-    prefetch: int,
-    ready: Barrier,
-    go: Event,
-    results: multiprocessing.Queue[float],
-) -> None:
+async def _consume(run: _Run) -> None:
+    settings, queue_name, tasks, batch = run.settings, run.queue, run.tasks, run.batch
     connection = await connect(settings.amqp_url, name="ledgerq-bench-pipeline-consume")
     try:
         async with open_ledger(settings, "ledgerq-bench-pipeline", check=False) as ledger:
             channel = await connection.channel()
-            await channel.set_qos(prefetch_count=prefetch)
+            await channel.set_qos(prefetch_count=run.prefetch)
             queue = await channel.declare_queue(queue_name, durable=True, auto_delete=False)
             arrived: list[tuple[Fence, aio_pika.abc.AbstractIncomingMessage]] = []
             wake = asyncio.Event()
@@ -167,7 +169,7 @@ async def _consume(
                         await claimed.put(([t.fence for t in won], taken[-1][1], len(taken)))
 
             tag = await queue.consume(on_message)
-            await asyncio.to_thread(ready.wait)
+            await asyncio.to_thread(run.ready.wait)
             claimer = asyncio.create_task(claim())
             finished = 0
             while finished < tasks:
@@ -175,7 +177,7 @@ async def _consume(
                 await ledger.finish([Outcome.succeeded(f) for f in fences])
                 await last.ack(multiple=True)
                 finished += count
-            results.put(time.monotonic())
+            run.results.put(time.monotonic())
             claimer.cancel()
             await queue.cancel(tag)
             await queue.delete(if_unused=False, if_empty=False)
@@ -183,23 +185,15 @@ async def _consume(
         await connection.close()
 
 
-async def _publish(
-    settings: Settings,
-    queue_name: str,
-    tasks: int,
-    batch: int,
-    prefetch: int,
-    ready: Barrier,
-    go: Event,
-    results: multiprocessing.Queue[float],
-) -> None:
+async def _publish(run: _Run) -> None:
+    settings, queue_name, tasks, batch = run.settings, run.queue, run.tasks, run.batch
     connection = await connect(settings.amqp_url, name="ledgerq-bench-pipeline-publish")
     try:
         async with open_ledger(settings, "ledgerq-bench-pipeline", check=False) as ledger:
             channel = await connection.channel(publisher_confirms=True)
             await channel.declare_queue(queue_name, durable=True, auto_delete=False)
-            await asyncio.to_thread(ready.wait)
-            await asyncio.to_thread(go.wait)
+            await asyncio.to_thread(run.ready.wait)
+            await asyncio.to_thread(run.go.wait)
             published = 0
 
             async def publish() -> None:  # two of these overlap, as the relay's batches do
