@@ -55,6 +55,7 @@ class LedgerQueries:
     select_due: TextClause
     register_limits: TextClause
     register_ordering: TextClause
+    register_children_done: TextClause
     mark_published: TextClause
     claim: TextClause
     whereabouts: TextClause
