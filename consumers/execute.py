@@ -243,9 +243,9 @@ class TaskRunner:
         ctx = AsyncTaskContext(task, self.worker, _engine=self.async_engine)
         self._notify(task, ctx)
         try:
-            # asyncio.timeout, not wait_for: no extra task per handler run. A
+            # asyncio.timeout_at, not wait_for: no extra task per handler run. A
             # checkpoint moves it (ctx._on_progress runs on this loop).
-            async with asyncio.timeout(deadline.on_loop(ctx)) as timer:
+            async with asyncio.timeout_at(deadline.on_loop(ctx)) as timer:
                 ctx._on_progress = lambda: timer.reschedule(deadline.on_loop(ctx))
                 return await _run_async(handler, ctx)
         except TimeoutError:
