@@ -112,6 +112,8 @@ class OperationsQueries:
 
     list_tasks: TextClause
     cancel_queued: TextClause
+    family: TextClause
+    live_descendants: TextClause
     request_cancel: TextClause
     retry_history: TextClause
     reschedule: TextClause

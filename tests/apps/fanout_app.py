@@ -1,12 +1,14 @@
 """Handlers for the fan-out tests: ``--app tests.apps.fanout_app``.
 
-``fan.parent`` spawns ``payload["n"]`` children of ``payload["child"]`` (default
-``fan.child``), each told to fail (``dead`` at its first attempt) or to sleep as
-``payload["fail"]`` and ``payload["sleep"]`` say, waiting ``payload["pace"]``
-seconds between spawns; ``fan.mid`` is the same kind of parent as a child (the
-nested case). Their callback ``fan.done`` records its payload in
-``fanout_callbacks`` through the context's transaction, so a second callback
-would show as a second row. ``fan.slow`` runs until cancelled.
+``fan.parent`` spawns ``payload["n"]`` children of ``fan.child``, each told to
+fail (``dead`` at its only attempt: max_attempts=1) or to sleep as
+``payload["fail"]`` and ``payload["sleep"]`` say; the indices in
+``payload["slow"]`` are ``fan.slow`` instead, and ``payload["extra"]`` lists
+more ``[kind, payload]`` children. It waits ``payload["pace"]`` seconds between
+spawns. ``fan.mid`` is the same kind of parent, for the nested case. Their
+callback ``fan.done`` records its payload in ``fanout_callbacks`` through the
+context's transaction, so a second callback would show as a second row.
+``fan.slow`` runs until cancelled.
 """
 
 from __future__ import annotations
@@ -31,21 +33,17 @@ _RECORD = text(
 
 
 def _children(payload: dict[str, Any], ctx: TaskContext) -> None:
-    fail = set(payload.get("fail", []))
+    fail, slow = set(payload.get("fail", [])), set(payload.get("slow", []))
     for i in range(int(payload.get("n", 0))):
         ctx.spawn(
-            payload.get("child", "fan.child"),
-            {
-                "i": i,
-                "fail": i in fail,
-                "sleep": payload.get("sleep", 0),
-                "attempt": ctx.attempt,
-                "n": payload.get("grand", 0),
-            },
+            "fan.slow" if i in slow else "fan.child",
+            {"i": i, "fail": i in fail, "sleep": payload.get("sleep", 0), "attempt": ctx.attempt},
             max_attempts=1,
         )
         if payload.get("pace"):
             time.sleep(float(payload["pace"]))
+    for kind, child_payload in payload.get("extra", []):
+        ctx.spawn(kind, child_payload)
 
 
 @task("fan.parent", on_children_done="fan.done")
