@@ -29,6 +29,10 @@ cancels, the reconciler) is covered without each statement knowing:
   different workers: the one that waited re-reads after the other committed. A
   statement whose rows touch no open family exits after one index probe.
 
+Both functions run as the migrator (``SECURITY DEFINER``, like the retention
+functions of 0004): the producer and service roles need no grant on
+``ledgerq_families``, nor the producer any read of history.
+
 Revision ID: 0010
 Revises: 0009
 Create Date: 2026-11-23
@@ -57,7 +61,8 @@ _UPGRADE = [
     """CREATE INDEX ledgerq_families_open ON ledgerq_families (parent_id)
        WHERE completed_at IS NULL""",
     """
-    CREATE FUNCTION ledgerq_child_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+    CREATE FUNCTION ledgerq_child_inserted() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
     BEGIN
         IF NOT EXISTS (SELECT 1 FROM ledgerq_tasks WHERE id = NEW.parent_id)
            AND NOT EXISTS (SELECT 1 FROM ledgerq_history WHERE id = NEW.parent_id) THEN
@@ -79,7 +84,8 @@ _UPGRADE = [
        FOR EACH ROW WHEN (NEW.parent_id IS NOT NULL)
        EXECUTE FUNCTION ledgerq_child_inserted()""",
     """
-    CREATE FUNCTION ledgerq_family_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+    CREATE FUNCTION ledgerq_family_ended() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
     DECLARE
         fam bigint;
         parent record;
