@@ -216,16 +216,16 @@ _PARENT_REFUSALS: dict[str, type[InvalidTaskError]] = {
 }
 
 
-def _refusal(exc: Exception) -> InvalidTaskError | None:
-    """The typed error for a child the ledger refused (SQLAlchemy wraps the driver's
-    error in ``orig``; a raw psycopg connection raises it bare)."""
+def _refused(exc: Exception) -> None:
+    """Raise the typed error for a child the ledger refused, if ``exc`` is that
+    (SQLAlchemy wraps the driver's error in ``orig``; a raw psycopg connection
+    raises it bare); else return."""
     error = getattr(exc, "orig", None) or exc
     kind = _PARENT_REFUSALS.get(str(getattr(error, "sqlstate", "")))
-    if kind is None:
-        return None
-    diag = getattr(error, "diag", None)
-    message = getattr(diag, "message_primary", None) or str(error).splitlines()[0]
-    return kind(message)
+    if kind is not None:
+        diag = getattr(error, "diag", None)
+        message = getattr(diag, "message_primary", None) or str(error).splitlines()[0]
+        raise kind(message) from exc
 
 
 def _checked(run: Runner) -> Runner:
@@ -233,10 +233,8 @@ def _checked(run: Runner) -> Runner:
         try:
             return run(statement, params)
         except Exception as exc:
-            refusal = _refusal(exc)
-            if refusal is None:
-                raise
-            raise refusal from exc
+            _refused(exc)
+            raise
 
     return checked
 
@@ -246,10 +244,8 @@ def _achecked(run: AsyncRunner) -> AsyncRunner:
         try:
             return await run(statement, params)
         except Exception as exc:
-            refusal = _refusal(exc)
-            if refusal is None:
-                raise
-            raise refusal from exc
+            _refused(exc)
+            raise
 
     return checked
 

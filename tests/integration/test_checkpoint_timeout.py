@@ -69,24 +69,19 @@ async def test_a_task_that_keeps_checkpointing_outlives_its_timeout(
 
 
 @pytest.mark.parametrize("flavour", ["async", "sync"])
-async def test_a_task_that_stops_checkpointing_times_out(
-    settings: Settings, ledger: PgLedger, flavour: str
+@pytest.mark.parametrize(
+    ("checkpoints", "error"),
+    [(4, "timed out after 1 s without a checkpoint"), (0, "timed out after 1 s")],
+    ids=["stops", "never"],
+)
+async def test_a_task_that_stops_or_never_checkpoints_times_out(
+    settings: Settings, ledger: PgLedger, flavour: str, checkpoints: int, error: str
 ) -> None:
-    task_id = await _run(settings, _registry(flavour), {"beats": 20, "checkpoint": 4})
+    task_id = await _run(settings, _registry(flavour), {"beats": 20, "checkpoint": checkpoints})
     shown = await ledger.show(task_id)
     assert shown["status"] == "dead"
-    assert "timed out after 1 s without a checkpoint" in shown["last_error"]
-    assert shown["checkpoint"] == {"beat": 3}
-
-
-@pytest.mark.parametrize("flavour", ["async", "sync"])
-async def test_a_task_that_never_checkpoints_times_out(
-    settings: Settings, ledger: PgLedger, flavour: str
-) -> None:
-    task_id = await _run(settings, _registry(flavour), {"beats": 10, "checkpoint": 0})
-    shown = await ledger.show(task_id)
-    assert shown["status"] == "dead"
-    assert "timed out after 1 s" in shown["last_error"]
+    assert error in shown["last_error"]
+    assert shown["checkpoint"] == ({"beat": checkpoints - 1} if checkpoints else None)
 
 
 @pytest.mark.parametrize("flavour", ["async", "sync"])
