@@ -228,3 +228,17 @@ async def test_500_children_on_three_worker_processes_get_one_callback(
     finally:
         _stop(workers)
     assert got == [{"parent_id": parent, "succeeded": 470, "dead": 20, "cancelled": 10}]
+
+
+async def test_an_operator_can_retry_a_dead_child_after_its_family_completed(
+    fanout_settings: Settings, ledger: PgLedger
+) -> None:
+    [parent] = enqueue_committed(fanout_settings, [TaskSpec("fan.parent", {"n": 2, "fail": [0]})])
+    async with Pipeline(fanout_settings, default_registry, worker=WORKER) as pipe:
+        await wait_for_callbacks(pipe, fanout_settings, 1)
+        [dead] = [c["id"] for c in await ledger.children(parent) if c["status"] == "dead"]
+        report = await ledger.act(Action.retry(), TaskFilter(ids=(dead,)), actor="test")
+        assert report.changed == 1
+        assert await pipe.settle([dead]) == {dead: "dead"}  # it fails again, as it must
+        got = await wait_for_callbacks(pipe, fanout_settings, 1)
+    assert len(got) == 1  # the family completed once: no second callback

@@ -17,8 +17,11 @@ cancels, the reconciler) is covered without each statement knowing:
 - ``ledgerq_tasks_child`` (row, ``WHEN (NEW.parent_id IS NOT NULL)``: other
   inserts pay the test alone): the parent must exist, live or in history, and its
   family must not have completed, else SQLSTATE ``LQF01`` / ``LQF02`` (the
-  producer raises :class:`~ledgerq.ledger.errors.UnknownParentError`); then the
-  family row is created if missing (``ON CONFLICT DO NOTHING``: no lock taken
+  producer raises :class:`~ledgerq.ledger.errors.UnknownParentError` /
+  ``FamilyCompletedError``); then the family row is created if missing. A row
+  with ``epoch > 0`` is a task an operator's retry brought back from history,
+  not a new child: it passes unchecked (its family's callback, if it already
+  ran, does not run again) (``ON CONFLICT DO NOTHING``: no lock taken
   on an existing row, so spawning never waits for children that are ending).
 - ``ledgerq_history_family`` (statement, on history inserts, with the inserted
   rows as a transition table): for the families touched (a child ended, or a
@@ -64,6 +67,12 @@ _UPGRADE = [
     CREATE FUNCTION ledgerq_child_inserted() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
     BEGIN
+        IF NEW.epoch > 0 THEN
+            -- Back from history (an operator's retry: the epoch was bumped), not a
+            -- new child: it stays in its family, completed or not, and is never
+            -- refused (its parent may have been purged meanwhile).
+            RETURN NULL;
+        END IF;
         IF NOT EXISTS (SELECT 1 FROM ledgerq_tasks WHERE id = NEW.parent_id)
            AND NOT EXISTS (SELECT 1 FROM ledgerq_history WHERE id = NEW.parent_id) THEN
             RAISE EXCEPTION 'unknown parent task %', NEW.parent_id
