@@ -19,6 +19,15 @@ transaction began and cannot be timed apart):
   enqueue by the history trigger, publication by the relay, run and finish).
 
 Prints one JSON object with every run and the medians.
+
+``--cost`` measures instead what the two triggers of migration 0010 cost tasks
+that are not in a family, in PostgreSQL (where they run): ROUNDS rounds, in A B
+B A order, each timing STATEMENTS statements of 100 rows (the finisher's batch
+size) with the triggers enabled (B) and disabled (A, ``ALTER TABLE ... DISABLE
+TRIGGER``, as on the code before): an insert of 100 tasks without a parent
+into ``ledgerq_tasks`` (the producer's batch), and a move of those 100 rows to
+history as ``succeeded`` (the shape of ``finish``). Run it on a scratch database
+with no open family.
 """
 
 from __future__ import annotations
@@ -99,15 +108,71 @@ def one_run(settings: Settings, children: int, timeout: float = 600) -> dict[str
     }
 
 
+COST_INSERT = """
+INSERT INTO ledgerq_tasks (kind, status, payload)
+SELECT 'cost.noop', 'pending', '{}'::jsonb FROM generate_series(1, 100)
+"""
+COST_FINISH = """
+WITH ended AS (
+    DELETE FROM ledgerq_tasks WHERE id IN (
+        SELECT id FROM ledgerq_tasks WHERE kind = 'cost.noop' ORDER BY id LIMIT 100)
+    RETURNING *
+)
+INSERT INTO ledgerq_history (id, kind, queue, payload, priority, shard, run_at, status,
+                             attempts, max_attempts, epoch, publishes, created_at,
+                             finished_at, suspect)
+SELECT id, kind, queue, payload, priority, shard, run_at, 'succeeded', 1, max_attempts,
+       epoch, publishes, created_at, now(), false
+FROM ended
+"""
+SWITCH = {
+    "A": (
+        "ALTER TABLE ledgerq_tasks DISABLE TRIGGER ledgerq_tasks_child",
+        "ALTER TABLE ledgerq_history DISABLE TRIGGER ledgerq_history_family",
+    ),
+    "B": (
+        "ALTER TABLE ledgerq_tasks ENABLE TRIGGER ledgerq_tasks_child",
+        "ALTER TABLE ledgerq_history ENABLE TRIGGER ledgerq_history_family",
+    ),
+}
+
+
+def cost(settings: Settings, statements: int, rounds: int) -> dict[str, Any]:
+    """Milliseconds per 100-row statement, triggers on (B) and off (A), A B B A."""
+    times: dict[str, dict[str, list[float]]] = {side: {"insert": [], "finish": []} for side in "AB"}
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
+        for side in "ABBA" * rounds:
+            for statement in SWITCH[side]:
+                conn.execute(statement)
+            for part, sql in (("insert", COST_INSERT), ("finish", COST_FINISH)):
+                started = time.perf_counter()
+                for _ in range(statements):
+                    conn.execute(sql)
+                times[side][part].append(1000 * (time.perf_counter() - started) / statements)
+        for statement in SWITCH["B"]:
+            conn.execute(statement)
+    medians = {
+        side: {part: round(statistics.median(v), 3) for part, v in parts.items()}
+        for side, parts in times.items()
+    }
+    ratio = {p: round(medians["B"][p] / medians["A"][p], 3) for p in ("insert", "finish")}
+    return {"ms_per_100_rows": medians, "on_over_off": ratio, "runs": times}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--children", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--log", type=Path, default=Path("measure_fanout.log"))
+    parser.add_argument("--cost", action="store_true", help="the triggers' cost instead")
+    parser.add_argument("--statements", type=int, default=200)
     args = parser.parse_args()
     settings = Settings.from_env()
     upgrade(settings)
+    if args.cost:
+        print(json.dumps(cost(settings, args.statements, args.repeat), indent=2))
+        return
     asyncio.run(truncate(settings))
     procs = processes(settings, args.workers, args.log)
     try:
