@@ -12,6 +12,17 @@ first use, its commit releases the savepoint and its rollback undoes the
 handler's writes alone, while the window's one COMMIT makes them durable with
 the status.
 
+``ctx.spawn(kind, payload, **options)`` enqueues a child of this task
+(``parent_id``) through ``ctx.session``: the children are inserted in the
+transaction (in a batched window, the savepoint) that writes this attempt's
+``succeeded``, so they exist exactly when the attempt commits, and a failed,
+timed-out or killed attempt leaves none. A spawning handler therefore always has
+a transaction of its own, like any handler that uses ``ctx.session``.
+
+A saved checkpoint counts as progress (:attr:`_Context._progress_at`): the
+worker measures the attempt's timeout from the later of its start and its last
+checkpoint (consumers.execute, :func:`~ledgerq.consumers.execute.Deadline`).
+
 ``ctx.cancel_requested`` turns true within one heartbeat of an operator's
 ``ledgerq tasks cancel`` (the heartbeat statement reads it back); the worker
 flags it from its heartbeat task while the handler runs, and reads it once more
@@ -21,6 +32,8 @@ when the handler returns.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +44,7 @@ from sqlalchemy.orm.session import JoinTransactionMode
 
 from ledgerq.consumers.progress import Keeper, checkpoint_json, progress_json, refused
 from ledgerq.ledger.model import ClaimedTask
+from ledgerq.ledger.producer import aenqueue, enqueue
 from ledgerq.ledger.within import acheckpoint_within, checkpoint_within
 
 #: ``ctx.checkpoint`` before this attempt saved one: the task's stored checkpoint.
@@ -54,6 +68,11 @@ class _Context:
     #: Whether the handler saved a checkpoint (its kind then leaves batched windows).
     _checkpointed: bool = field(default=False, repr=False)
     _saved: Any = field(default=_NOT_SAVED, repr=False)
+    #: When (time.monotonic) this attempt last saved a checkpoint: its timeout runs
+    #: from then (None: from the start).
+    _progress_at: float | None = field(default=None, repr=False)
+    #: Called on the worker's loop after each checkpoint (moves an async deadline).
+    _on_progress: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
     def cancel_requested(self) -> bool:
@@ -99,6 +118,9 @@ class _Context:
             self.lost = True
             raise refused(self.task.id)
         self._saved = state
+        self._progress_at = time.monotonic()
+        if self._on_progress is not None:
+            self._on_progress()
 
     def _keeping(self) -> Keeper:
         if self._keeper is None:
@@ -147,6 +169,12 @@ class TaskContext(_Context):
             held = future.result()
         self._stored(held, state)
 
+    def spawn(self, kind: str, payload: Any = None, **options: Any) -> int:
+        """Enqueue a child task (``parent_id`` this task) through ``ctx.session``, so
+        it exists exactly when this attempt commits; its id. Options as
+        :func:`~ledgerq.enqueue`; :class:`~ledgerq.InvalidTaskError` for bad ones."""
+        return enqueue(self.session, kind, payload, parent_id=self.task.id, **options)
+
 
 @dataclass
 class AsyncTaskContext(_Context):
@@ -181,6 +209,12 @@ class AsyncTaskContext(_Context):
         else:
             held = await self._keeping().save(self.task.fence, text)
         self._stored(held, state)
+
+    async def spawn(self, kind: str, payload: Any = None, **options: Any) -> int:
+        """Enqueue a child task (``parent_id`` this task) through ``ctx.session``, so
+        it exists exactly when this attempt commits; its id. Options as
+        :func:`~ledgerq.aenqueue`; :class:`~ledgerq.InvalidTaskError` for bad ones."""
+        return await aenqueue(self.session, kind, payload, parent_id=self.task.id, **options)
 
 
 #: Either context; the worker's lease keeping flags ``lost`` on it.

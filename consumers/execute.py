@@ -16,6 +16,15 @@ The result is one of:
   :data:`~ledgerq.ledger.validation.MAX_CLAIM_PAYLOAD_BYTES`) is not run: it ends
   ``dead`` with the reason "payload too large".
 
+The timeout (the task's ``timeout``, the handler's, else the worker's default)
+bounds an attempt that makes no progress: it runs from the later of the
+attempt's start and its last saved checkpoint (:class:`Deadline`), so a task that
+keeps checkpointing is never judged hung, and one that stops checkpointing times
+out ``timeout`` seconds after its last checkpoint. ``@task(max_runtime=...)``
+caps the attempt however often it checkpoints. In a batched window
+(consumers.batch) the timeout runs from the start: a kind that checkpoints leaves
+batched windows after its first run.
+
 ``release`` is called exactly once, when the handler has really stopped: for a
 sync handler that outlived its timeout that is when its thread returns, so a
 worker never runs more threads than its concurrency.
@@ -89,6 +98,41 @@ def handler_timeout(task: ClaimedTask, handler: Handler, default: float | None) 
     """The smaller of the task's and the handler's timeouts, else the worker's default."""
     limits = [t for t in (task.timeout_s, handler.timeout_s) if t]
     return min(limits) if limits else default
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When an attempt times out: ``timeout`` seconds after the later of its start
+    and its last checkpoint, and never later than ``cap`` seconds after its start
+    (times on ``time.monotonic``). None for both: never."""
+
+    timeout: float | None
+    cap: float | None
+    started: float = field(default_factory=time.monotonic)
+
+    def at(self, ctx: HandlerContext) -> float | None:
+        ends = []
+        if self.timeout is not None:
+            ends.append((ctx._progress_at or self.started) + self.timeout)
+        if self.cap is not None:
+            ends.append(self.started + self.cap)
+        return min(ends) if ends else None
+
+    def remaining(self, ctx: HandlerContext) -> float | None:
+        at = self.at(ctx)
+        return None if at is None else at - time.monotonic()
+
+    def on_loop(self, ctx: HandlerContext) -> float | None:
+        """The deadline on the running loop's clock (for ``asyncio.timeout``)."""
+        left = self.remaining(ctx)
+        return None if left is None else asyncio.get_running_loop().time() + left
+
+    def describe(self, ctx: HandlerContext) -> str:
+        if self.cap is not None and self.at(ctx) == self.started + self.cap:
+            return f"timed out after {self.cap} s (max_runtime)"
+        if ctx._progress_at is not None:
+            return f"timed out after {self.timeout} s without a checkpoint"
+        return f"timed out after {self.timeout} s"
 
 
 def _returned(value: Any, ctx: HandlerContext) -> str | None:
@@ -193,15 +237,19 @@ class TaskRunner:
         return await self._run_sync(task, handler, release)
 
     async def _run_async(self, task: ClaimedTask, handler: Handler) -> Result:
-        timeout = handler_timeout(task, handler, self.default_timeout_s)
+        deadline = Deadline(
+            handler_timeout(task, handler, self.default_timeout_s), handler.max_runtime
+        )
         ctx = AsyncTaskContext(task, self.worker, _engine=self.async_engine)
         self._notify(task, ctx)
         try:
-            # asyncio.timeout, not wait_for: no extra task per handler run.
-            async with asyncio.timeout(timeout):
+            # asyncio.timeout_at, not wait_for: no extra task per handler run. A
+            # checkpoint moves it (ctx._on_progress runs on this loop).
+            async with asyncio.timeout_at(deadline.on_loop(ctx)) as timer:
+                ctx._on_progress = lambda: timer.reschedule(deadline.on_loop(ctx))
                 return await _run_async(handler, ctx)
         except TimeoutError:
-            return self._timed_out(task, timeout, ctx)
+            return self._timed_out(task, deadline, ctx)
         except Exception as exc:
             return self._failed(task, exc, ctx)
         finally:
@@ -210,7 +258,9 @@ class TaskRunner:
     async def _run_sync(
         self, task: ClaimedTask, handler: Handler, release: Callable[[], None]
     ) -> Result:
-        timeout = handler_timeout(task, handler, self.default_timeout_s)
+        deadline = Deadline(
+            handler_timeout(task, handler, self.default_timeout_s), handler.max_runtime
+        )
         ctx = TaskContext(task, self.worker, _engine=self.sync_engine)
         self._notify(task, ctx)
         # The thread runs in a copy of this context: its log lines name the task too.
@@ -225,23 +275,26 @@ class TaskRunner:
 
         future.add_done_callback(thread_done)
         try:
-            # shield: a timeout or shutdown stops the wait, never the thread's
-            # commit-or-rollback (which the fence makes safe either way).
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
+            return await _until(future, deadline, ctx)
         except TimeoutError:
             ctx.lost = True  # the thread may look; its writes will not commit
             future.add_done_callback(_log_late_exception)
-            return self._timed_out(task, timeout, ctx)
+            return self._timed_out(task, deadline, ctx)
         except Exception as exc:
             return self._failed(task, exc, ctx)
         finally:
             self._learn(task, ctx)
 
-    def _timed_out(self, task: ClaimedTask, timeout: float | None, ctx: HandlerContext) -> Outcome:
-        log.warning("task %s (%s) timed out after %ss", task.id, task.kind, timeout)
+    def _timed_out(
+        self, task: ClaimedTask, deadline: Deadline | float | None, ctx: HandlerContext
+    ) -> Outcome:
+        if not isinstance(deadline, Deadline):
+            deadline = Deadline(deadline, None)
+        reason = deadline.describe(ctx)
+        log.warning("task %s (%s) %s", task.id, task.kind, reason)
         if ctx.cancel_requested:
             return Outcome.cancelled(task.fence, f"{CANCELLED_ON_REQUEST}; timed out")
-        return failure(task, f"timed out after {timeout} s")
+        return failure(task, reason)
 
     def _failed(self, task: ClaimedTask, exc: Exception, ctx: HandlerContext) -> Outcome:
         if isinstance(exc, Cancelled) or ctx.cancel_requested:
@@ -266,6 +319,22 @@ class TaskRunner:
     def _notify(self, task: ClaimedTask, ctx: HandlerContext) -> None:
         if self.on_context is not None:
             self.on_context(task, ctx)
+
+
+async def _until(future: asyncio.Future[Result], deadline: Deadline, ctx: HandlerContext) -> Result:
+    """The sync handler's result, or TimeoutError once ``deadline`` passes with no
+    checkpoint moving it. shield: a timeout or shutdown stops the wait, never the
+    thread's commit-or-rollback (which the fence makes safe either way)."""
+    while True:
+        left = deadline.remaining(ctx)
+        if left is not None and left <= 0:
+            raise TimeoutError
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), left)
+        except TimeoutError:
+            moved = deadline.remaining(ctx)
+            if moved is None or moved <= 0:
+                raise
 
 
 def _log_late_exception(future: asyncio.Future[Result]) -> None:

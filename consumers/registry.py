@@ -13,7 +13,11 @@ kind hold its ordering key (the default, ``release``, lets the next run), also
 written at worker start; ``every=SECONDS`` or ``cron="*/5 * * * *"`` makes
 the kind periodic: each worker runs a
 :class:`~ledgerq.consumers.periodic.PeriodicEnqueuer` that enqueues one task per
-period on ``queue``.
+period on ``queue``; ``on_children_done="import.finish"`` is written there too:
+when a task of the kind and every task it spawned (``ctx.spawn``, or
+``enqueue(parent_id=...)``) are terminal, the ledger enqueues one task of that
+kind with ``{"parent_id", "succeeded", "dead", "cancelled"}`` (see
+docs/design.md, "Fan-out").
 """
 
 from __future__ import annotations
@@ -57,6 +61,12 @@ class Handler:
     #: Lease mode for long tasks: the delivery is acked as soon as the claim commits,
     #: and from then on only the ledger's lease (renewed by heartbeats) holds the task.
     lease: bool = False
+    #: The kind of the task enqueued once a task of this kind and all its children
+    #: are terminal (fan-out with completion).
+    on_children_done: str | None = None
+    #: Seconds an attempt may run at most however often it checkpoints (the
+    #: timeout alone runs from the last checkpoint; consumers.execute.Deadline).
+    max_runtime: float | None = None
 
 
 class Registry:
@@ -76,10 +86,14 @@ class Registry:
         queue: str = "default",
         ordering: str = "release",
         lease: bool = False,
+        on_children_done: str | None = None,
+        max_runtime: float | None = None,
     ) -> Callable[[F], F]:
         """Decorator: register ``fn`` as the handler of ``kind``."""
         try:
             check_name(kind, "kind")
+            if on_children_done is not None:
+                check_name(on_children_done, "on_children_done")
             limit = None if rate_limit is None else RateLimit.parse(rate_limit, burst)
             schedule = (
                 None
@@ -88,16 +102,7 @@ class Registry:
             )
         except ValueError as exc:  # InvalidTaskError and ScheduleError are ValueErrors
             raise RegistryError(str(exc)) from exc
-        if timeout is not None and timeout <= 0:
-            raise RegistryError(f"handler timeout must be positive, got {timeout!r}")
-        if burst is not None and limit is None:
-            raise RegistryError(f"burst needs a rate_limit ({kind!r})")
-        if ordering not in ORDERINGS:
-            raise RegistryError(f"ordering must be 'release' or 'block', got {ordering!r}")
-        if lease and group_commit:
-            raise RegistryError(
-                f"{kind!r}: lease=True is for long tasks, group_commit=True for short ones"
-            )
+        _check_options(kind, timeout, max_runtime, burst, limit, ordering, lease, group_commit)
 
         def register(fn: F) -> F:
             params = [
@@ -118,7 +123,17 @@ class Registry:
             if group_commit and not is_async:
                 raise RegistryError(f"group_commit needs an async handler ({fn.__qualname__})")
             self._handlers[kind] = Handler(
-                kind, fn, is_async, timeout, group_commit, limit, schedule, ordering, lease
+                kind,
+                fn,
+                is_async,
+                timeout,
+                group_commit,
+                limit,
+                schedule,
+                ordering,
+                lease,
+                on_children_done,
+                max_runtime,
             )
             return fn
 
@@ -138,6 +153,10 @@ class Registry:
         """Every kind and what its dead tasks do to their ordering keys."""
         return {h.kind: h.ordering for h in self._handlers.values()}
 
+    def children_done(self) -> dict[str, str | None]:
+        """Every kind and the callback kind its families enqueue (None: none)."""
+        return {h.kind: h.on_children_done for h in self._handlers.values()}
+
     def schedules(self) -> list[Schedule]:
         """The periodic kinds' schedules."""
         return [h.schedule for h in self._handlers.values() if h.schedule is not None]
@@ -147,6 +166,30 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._handlers)
+
+
+def _check_options(
+    kind: str,
+    timeout: float | None,
+    max_runtime: float | None,
+    burst: float | None,
+    limit: RateLimit | None,
+    ordering: str,
+    lease: bool,
+    group_commit: bool,
+) -> None:
+    """RegistryError for options that are each valid but wrong (or wrong together)."""
+    for name, seconds in (("handler timeout", timeout), ("max_runtime", max_runtime)):
+        if seconds is not None and seconds <= 0:
+            raise RegistryError(f"{name} must be positive, got {seconds!r}")
+    if burst is not None and limit is None:
+        raise RegistryError(f"burst needs a rate_limit ({kind!r})")
+    if ordering not in ORDERINGS:
+        raise RegistryError(f"ordering must be 'release' or 'block', got {ordering!r}")
+    if lease and group_commit:
+        raise RegistryError(
+            f"{kind!r}: lease=True is for long tasks, group_commit=True for short ones"
+        )
 
 
 #: The default registry that ``from ledgerq import task`` writes to.

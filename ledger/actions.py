@@ -18,6 +18,13 @@ overwritten. Then, unless it is a dry run, the batch's counts and each task's
 outcome go into the action's audit row, in the same transaction. A dry run
 writes nothing and reports what the statements would be asked to change.
 
+``Action.cancel(cascade=True)`` also cancels, batch by batch, the live
+descendants of every matched task (``live_descendants``: its children, their
+children, ..., through finished ones too), with the same two statements; each
+is recorded in the audit row and counted in ``Report.cascaded``. A descendant
+that ends meanwhile is skipped as "moved on"; one spawned after the walk is not
+cancelled (its parent's attempt committed after the cancel was decided).
+
 Races: a task listed as pending may be claimed before its CAS runs: it is
 skipped as "moved on". Paging is by id, so tasks changed by this action (a
 retried one moves tables) are never met twice.
@@ -75,6 +82,33 @@ def progress_text(progress: Any) -> str:
     return text
 
 
+def children_summary(family: dict[str, Any]) -> dict[str, Any] | None:
+    """A ``family`` row as ``show`` gives it: ``total``, ``by_status`` (the statuses
+    some child has), ``completed_at`` and ``callback_id``; None with no child."""
+    if not family["total"]:
+        return None
+    statuses = ("pending", "published", "running", "succeeded", "dead", "cancelled")
+    return {
+        "total": family["total"],
+        "by_status": {s: family[s] for s in statuses if family[s]},
+        "completed_at": family["completed_at"],
+        "callback_id": family["callback_id"],
+    }
+
+
+def children_text(children: dict[str, Any] | None) -> str:
+    """A ``children_summary`` as one line: ``500: 490 succeeded, 10 dead; callback 9``."""
+    if not children:
+        return ""
+    counts = ", ".join(f"{n} {s}" for s, n in children["by_status"].items())
+    text = f"{children['total']}: {counts}"
+    if children["callback_id"] is not None:
+        text += f"; callback task {children['callback_id']}"
+    elif children["completed_at"] is not None:
+        text += "; completed (no on_children_done callback)"
+    return text
+
+
 def task_row(row: Sequence[Any]) -> dict[str, Any]:
     """A ``list_tasks`` row as a dict of JSON values."""
     return {k: jsonable(v) for k, v in zip(LIST_COLUMNS, row, strict=True)}
@@ -88,10 +122,12 @@ class Action:
     run_at: datetime | None = None
     max_attempts: int | None = None
     priority: int | None = None
+    #: cancel only: the matched tasks' live descendants too.
+    cascade: bool = False
 
     @classmethod
-    def cancel(cls) -> Action:
-        return cls("cancel")
+    def cancel(cls, *, cascade: bool = False) -> Action:
+        return cls("cancel", cascade=bool(cascade))
 
     @classmethod
     def retry(cls) -> Action:
@@ -120,6 +156,7 @@ class Action:
     def options(self) -> dict[str, Any]:
         values = {"run_at": self.run_at, "max_attempts": self.max_attempts}
         values["priority"] = self.priority
+        values["cascade"] = self.cascade or None
         return {k: jsonable(v) for k, v in values.items() if v is not None}
 
     def route(self, status: str, run_at: datetime, now: datetime) -> Step | str:
@@ -163,7 +200,9 @@ class Report:
     """What an action did (or, in a dry run, would do): ``matched`` tasks, of which
     ``changed`` were changed and ``skipped`` were not, ``reasons`` counting why.
     ``asked_to_stop``: of the changed, the running tasks a cancel asked to stop
-    (they end ``cancelled`` when their handler returns)."""
+    (they end ``cancelled`` when their handler returns). ``cascaded``: the live
+    descendants a cascading cancel changed (not in ``matched``/``changed``; the
+    running ones are in ``asked_to_stop``)."""
 
     action: str
     dry_run: bool = False
@@ -173,6 +212,7 @@ class Report:
     reasons: dict[str, int] = field(default_factory=dict)
     audit_id: int | None = None
     asked_to_stop: int = 0
+    cascaded: int = 0
 
     def skip(self, why: str, n: int = 1) -> None:
         self.skipped += n
@@ -187,6 +227,7 @@ class Report:
             "dry_run": self.dry_run,
             "audit_id": self.audit_id,
             "asked_to_stop": self.asked_to_stop,
+            "cascaded": self.cascaded,
         }
 
 
@@ -222,6 +263,37 @@ def _batch(
             report.asked_to_stop += len(won)
         if len(rows) > len(won):
             report.skip(MOVED_ON, len(rows) - len(won))
+    if action.cascade:
+        below = yield from _cascade([r["id"] for r in page], report)
+        outcome.update({k: v for k, v in below.items() if k not in outcome})
+    return outcome
+
+
+#: The outcome recorded for a descendant a cascading cancel changed.
+CASCADED = "cancelled with an ancestor (cascade)"
+
+
+def _cascade(ids: list[int], report: Report) -> Generator[Step | None, Rows, dict[int, str]]:
+    """Cancel the live descendants of ``ids``; each one's outcome."""
+    outcome: dict[int, str] = {}
+    rows = yield OQ.live_descendants, {"ids": sorted(ids)}
+    found: list[dict[str, Any]] = [
+        {"id": int(r[0]), "epoch": int(r[1]), "status": str(r[2])} for r in rows
+    ]
+    for statement in (OQ.cancel_queued, OQ.request_cancel):
+        group = [r for r in found if (r["status"] in QUEUED) == (statement is OQ.cancel_queued)]
+        if not group:
+            continue
+        if report.dry_run:
+            won = {r["id"] for r in group}
+        else:
+            answer = yield statement, _fences(group)
+            won = {int(r[0]) for r in answer}
+        for row in group:
+            outcome[row["id"]] = CASCADED if row["id"] in won else MOVED_ON
+        report.cascaded += len(won)
+        if statement is OQ.request_cancel:
+            report.asked_to_stop += len(won)
     return outcome
 
 
@@ -289,7 +361,7 @@ def plan(
 
 
 def _audit_params(audit_id: int | None, outcome: dict[int, str]) -> dict[str, Any]:
-    changed = sum(1 for o in outcome.values() if o == "changed")
+    changed = sum(1 for o in outcome.values() if o in ("changed", CASCADED))
     return {
         "audit_id": audit_id,
         "matched": len(outcome),

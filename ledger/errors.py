@@ -28,6 +28,17 @@ class InvalidRetryPolicyError(InvalidTaskError):
     """A retry policy could not be understood."""
 
 
+class UnknownParentError(InvalidTaskError):
+    """``parent_id`` names no task, live or in history (the ledger refused the insert:
+    SQLSTATE ``LQF01``). The caller's transaction is aborted: roll it back."""
+
+
+class FamilyCompletedError(InvalidTaskError):
+    """``parent_id`` names a task whose family already completed (its
+    ``on_children_done`` callback was enqueued, SQLSTATE ``LQF02``): a late child
+    would never be counted. The caller's transaction is aborted: roll it back."""
+
+
 class ConfigError(LedgerqError, ValueError):
     """A setting (an environment variable, a CLI option, a :class:`Settings` field)
     holds a value ledgerq cannot use. Each line of the message names one setting

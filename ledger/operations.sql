@@ -123,6 +123,39 @@ WITH m AS (
 )
 SELECT id FROM buried
 
+-- name: family
+-- A parent's children counted by status (live and finished), and its family
+-- row: when it completed and the on_children_done callback it enqueued.
+SELECT count(*) FILTER (WHERE c.status = 'pending') AS pending,
+       count(*) FILTER (WHERE c.status = 'published') AS published,
+       count(*) FILTER (WHERE c.status = 'running') AS running,
+       count(*) FILTER (WHERE c.status = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE c.status = 'dead') AS dead,
+       count(*) FILTER (WHERE c.status = 'cancelled') AS cancelled,
+       count(*) AS total,
+       (SELECT f.completed_at FROM ledgerq_families f WHERE f.parent_id = :id) AS completed_at,
+       (SELECT f.callback_id FROM ledgerq_families f WHERE f.parent_id = :id) AS callback_id
+FROM (SELECT status FROM ledgerq_tasks WHERE parent_id = :id
+      UNION ALL SELECT status FROM ledgerq_history WHERE parent_id = :id) c
+
+-- name: live_descendants
+-- The live tasks below :ids in the fan-out tree (children, their children, ...),
+-- for a cascading cancel. The walk goes through finished tasks too (a child
+-- that succeeded may have live children); each step reads the parent_id
+-- indexes of both tables. UNION (not ALL) stops at a task already met.
+WITH RECURSIVE tree(id) AS (
+    SELECT unnest(CAST(:ids AS bigint[]))
+    UNION
+    SELECT c.id
+    FROM tree
+    JOIN (SELECT id, parent_id FROM ledgerq_tasks
+          UNION ALL SELECT id, parent_id FROM ledgerq_history) c ON c.parent_id = tree.id
+)
+SELECT t.id, t.epoch, t.status
+FROM ledgerq_tasks t
+WHERE t.id IN (SELECT id FROM tree) AND t.id <> ALL(CAST(:ids AS bigint[]))
+ORDER BY t.id
+
 -- name: request_cancel
 -- A running task is asked to stop: the worker's heartbeat reads the request
 -- back (ctx.cancel_requested) and the finish statement ends it cancelled.

@@ -17,6 +17,12 @@ Either way a duplicate inserts nothing and returns the id of the task holding
 the key. Producers racing on one key agree through the index or the primary
 key (the second waits for the first to commit or roll back), never through a
 check-then-insert.
+
+``parent_id`` makes the task a child of another (fan-out, migration 0010): the
+ledger's insert trigger refuses a parent that does not exist
+(:class:`~ledgerq.ledger.errors.UnknownParentError`) or whose family already
+completed (:class:`~ledgerq.ledger.errors.FamilyCompletedError`); the statement
+then failed, so the caller's transaction must be rolled back.
 """
 
 from __future__ import annotations
@@ -31,8 +37,21 @@ from sqlalchemy import TextClause
 
 from ledgerq.ledger import tracing
 from ledgerq.ledger import validation as v
-from ledgerq.ledger.errors import InvalidTaskError, LedgerqError
-from ledgerq.ledger.executors import AsyncExecutor, Executor, async_runner, runner
+from ledgerq.ledger.errors import (
+    FamilyCompletedError,
+    InvalidTaskError,
+    LedgerqError,
+    UnknownParentError,
+)
+from ledgerq.ledger.executors import (
+    AsyncExecutor,
+    AsyncRunner,
+    Executor,
+    Rows,
+    Runner,
+    async_runner,
+    runner,
+)
 from ledgerq.ledger.retry import RetryPolicy
 from ledgerq.ledger.sql import Q
 
@@ -190,6 +209,47 @@ def _unique_race_lost(params: dict[str, Any]) -> LedgerqError:
     )
 
 
+#: The SQLSTATEs of the child-insert trigger (migration 0010), and what they mean.
+_PARENT_REFUSALS: dict[str, type[InvalidTaskError]] = {
+    "LQF01": UnknownParentError,
+    "LQF02": FamilyCompletedError,
+}
+
+
+def _refused(exc: Exception) -> None:
+    """Raise the typed error for a child the ledger refused, if ``exc`` is that
+    (SQLAlchemy wraps the driver's error in ``orig``; a raw psycopg connection
+    raises it bare); else return."""
+    error = getattr(exc, "orig", None) or exc
+    kind = _PARENT_REFUSALS.get(str(getattr(error, "sqlstate", "")))
+    if kind is not None:
+        diag = getattr(error, "diag", None)
+        message = getattr(diag, "message_primary", None) or str(error).splitlines()[0]
+        raise kind(message) from exc
+
+
+def _checked(run: Runner) -> Runner:
+    def checked(statement: TextClause, params: Mapping[str, Any]) -> Rows:
+        try:
+            return run(statement, params)
+        except Exception as exc:
+            _refused(exc)
+            raise
+
+    return checked
+
+
+def _achecked(run: AsyncRunner) -> AsyncRunner:
+    async def checked(statement: TextClause, params: Mapping[str, Any]) -> Rows:
+        try:
+            return await run(statement, params)
+        except Exception as exc:
+            _refused(exc)
+            raise
+
+    return checked
+
+
 def enqueue(executor: Executor, kind: str, payload: Any = None, **options: Any) -> int:
     """Insert one task in ``executor``'s transaction and return its id.
 
@@ -198,7 +258,7 @@ def enqueue(executor: Executor, kind: str, payload: Any = None, **options: Any) 
     the key is permanent: the id of the task that first took it is returned (even
     if that task finished long ago) and nothing is inserted.
     """
-    run = runner(executor, "enqueue")
+    run = _checked(runner(executor, "enqueue"))
     params = TaskSpec(kind, payload, **options).params()
     insert, lookup, key = _lookup(params)
     for _ in range(_UNIQUE_TRIES):
@@ -214,7 +274,7 @@ def enqueue_many(executor: Executor, specs: Iterable[TaskSpec]) -> list[int]:
     Tasks skipped as duplicates (``unique=True`` or ``once=True``) are left out of the
     result.
     """
-    run = runner(executor, "enqueue_many")
+    run = _checked(runner(executor, "enqueue_many"))
     ids: list[int] = []
     for chunk in _chunks(specs):
         document = _rows_document(chunk)  # validates every spec first
@@ -225,7 +285,7 @@ def enqueue_many(executor: Executor, specs: Iterable[TaskSpec]) -> list[int]:
 
 async def aenqueue(executor: AsyncExecutor, kind: str, payload: Any = None, **options: Any) -> int:
     """:func:`enqueue` on an async executor (see :mod:`ledgerq.ledger.executors`)."""
-    run = async_runner(executor, "aenqueue")
+    run = _achecked(async_runner(executor, "aenqueue"))
     params = TaskSpec(kind, payload, **options).params()
     insert, lookup, key = _lookup(params)
     for _ in range(_UNIQUE_TRIES):
@@ -237,7 +297,7 @@ async def aenqueue(executor: AsyncExecutor, kind: str, payload: Any = None, **op
 
 async def aenqueue_many(executor: AsyncExecutor, specs: Iterable[TaskSpec]) -> list[int]:
     """:func:`enqueue_many` on an async executor (see :func:`aenqueue`)."""
-    run = async_runner(executor, "aenqueue_many")
+    run = _achecked(async_runner(executor, "aenqueue_many"))
     ids: list[int] = []
     for chunk in _chunks(specs):
         document = _rows_document(chunk)  # validates every spec first

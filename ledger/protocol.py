@@ -173,6 +173,12 @@ class SchedulingLedger(Protocol):
         (``release`` or ``block``), at its start; the kinds whose setting changed."""
         ...
 
+    async def register_children_done(self, callbacks: Mapping[str, str | None]) -> list[str]:
+        """The callback kind each of a worker's kinds enqueues when a task of it and
+        all its children are terminal (None: none), at its start; the kinds whose
+        setting changed."""
+        ...
+
     async def enqueue(self, specs: Sequence[TaskSpec]) -> list[int]:
         """Insert ``specs`` in one committed transaction of the ledger's own (the
         periodic enqueuer's); the ids inserted."""

@@ -253,6 +253,28 @@ WITH r AS (
 )
 SELECT kind FROM blocking UNION ALL SELECT kind FROM releasing
 
+-- name: register_children_done
+-- A worker's kinds at its start and the kind of the callback each enqueues when
+-- a task of it and all its children are terminal (@task(on_children_done=...),
+-- NULL: none). A kind with a callback gets a row; a kind without one is written
+-- only if its row says otherwise. The history trigger of migration 0010 reads it.
+WITH r AS (
+    SELECT * FROM unnest(CAST(:kinds AS text[]), CAST(:callbacks AS text[])) AS r(kind, callback)
+), named AS (
+    INSERT INTO ledgerq_kinds AS k (kind, on_children_done)
+    SELECT kind, callback FROM r WHERE callback IS NOT NULL
+    ON CONFLICT (kind) DO UPDATE SET on_children_done = excluded.on_children_done,
+                                     updated_at = now()
+    WHERE k.on_children_done IS DISTINCT FROM excluded.on_children_done
+    RETURNING k.kind
+), cleared AS (
+    UPDATE ledgerq_kinds k SET on_children_done = NULL, updated_at = now()
+    FROM r
+    WHERE k.kind = r.kind AND r.callback IS NULL AND k.on_children_done IS NOT NULL
+    RETURNING k.kind
+)
+SELECT kind FROM named UNION ALL SELECT kind FROM cleared
+
 -- name: mark_published
 -- After a confirmed publish, by the relay (the row is pending and locked since
 -- select_due) or the reconciler (a stalled published row, or an overdue pending

@@ -59,15 +59,17 @@ GRANT SELECT (id, kind, attempts, status, last_error, ordering_key)
 -- Scheduling (select_due, select_overdue): the relay and the reconciler read
 -- the pauses, and the relay locks and charges the token buckets; a worker
 -- registers its kinds' rate limits and ordering at start (register_limits,
--- register_ordering). The key probe reads dead history rows' ordering_key.
+-- register_ordering, register_children_done). The key probe reads dead history
+-- rows' ordering_key. The fan-out triggers (migration 0010) run as the migrator:
+-- no grant on ledgerq_families.
 GRANT SELECT ON ledgerq_pauses TO ledgerq_service;
-GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens, ordering),
-      UPDATE (rate_per_s, burst, tokens, refilled_at, updated_at, ordering)
+GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens, ordering, on_children_done),
+      UPDATE (rate_per_s, burst, tokens, refilled_at, updated_at, ordering, on_children_done)
     ON ledgerq_kinds TO ledgerq_service;
 -- Operator: `ledgerq stats`, `show`, `tasks list` and `tasks audit` read the
 -- tables whole.
 GRANT SELECT ON ledgerq_tasks, ledgerq_history, ledgerq_audit, ledgerq_audit_tasks,
-                ledgerq_pauses, ledgerq_kinds
+                ledgerq_pauses, ledgerq_kinds, ledgerq_families
     TO ledgerq_operator;
 -- Retention (the reconciler's pass) and `ledgerq purge`: history's day
 -- partitions are created, dropped and purged only through these functions,

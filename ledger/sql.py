@@ -55,6 +55,7 @@ class LedgerQueries:
     select_due: TextClause
     register_limits: TextClause
     register_ordering: TextClause
+    register_children_done: TextClause
     mark_published: TextClause
     claim: TextClause
     whereabouts: TextClause
@@ -112,6 +113,8 @@ class OperationsQueries:
 
     list_tasks: TextClause
     cancel_queued: TextClause
+    family: TextClause
+    live_descendants: TextClause
     request_cancel: TextClause
     retry_history: TextClause
     reschedule: TextClause

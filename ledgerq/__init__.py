@@ -30,6 +30,7 @@ from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.errors import (
     ConfigError,
     CredentialsRefusedError,
+    FamilyCompletedError,
     InvalidFilterError,
     InvalidRetryPolicyError,
     InvalidTaskError,
@@ -42,6 +43,7 @@ from ledgerq.ledger.errors import (
     StorageError,
     TaskNotFoundError,
     TransientStorageError,
+    UnknownParentError,
 )
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.operations import aact, act, alist_tasks, list_tasks
@@ -58,6 +60,7 @@ __all__ = [
     "Cancelled",
     "ConfigError",
     "CredentialsRefusedError",
+    "FamilyCompletedError",
     "InvalidFilterError",
     "InvalidRetryPolicyError",
     "InvalidTaskError",
@@ -79,6 +82,7 @@ __all__ = [
     "TaskNotFoundError",
     "TaskSpec",
     "TransientStorageError",
+    "UnknownParentError",
     "aact",
     "act",
     "aenqueue",

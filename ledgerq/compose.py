@@ -209,6 +209,7 @@ async def scheduling(
     task per period through) until the block ends."""
     changed = await ledger.register_limits(registry.rate_limits())
     changed += await ledger.register_ordering(registry.orderings())
+    changed += await ledger.register_children_done(registry.children_done())
     if changed:
         log.info("scheduling settings written for %s", ", ".join(sorted(set(changed))))
     schedules = registry.schedules()

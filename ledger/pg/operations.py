@@ -15,7 +15,16 @@ from typing import Any
 
 from sqlalchemy import TextClause
 
-from ledgerq.ledger.actions import BATCH_SIZE, Action, Report, Rows, jsonable, plan, task_row
+from ledgerq.ledger.actions import (
+    BATCH_SIZE,
+    Action,
+    Report,
+    Rows,
+    children_summary,
+    jsonable,
+    plan,
+    task_row,
+)
 from ledgerq.ledger.errors import TaskNotFoundError
 from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter
 from ledgerq.ledger.operations import adrive
@@ -52,6 +61,8 @@ class PgOperations(PgBase):
             {k: jsonable(v) for k, v in r._mapping.items()}
             for r in await self._rows(OQ.task_audit, {"id": task_id})
         ]
+        family = (await self._rows(OQ.family, {"id": task_id}))[0]._mapping
+        task["children"] = children_summary({k: jsonable(v) for k, v in family.items()})
         return task
 
     async def audit(

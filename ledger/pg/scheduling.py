@@ -127,6 +127,13 @@ class PgScheduling(PgBase):
         params = {"kinds": kinds, "orderings": [orderings[k] for k in kinds]}
         return [str(r[0]) for r in await self._rows(Q.register_ordering, params)]
 
+    async def register_children_done(self, callbacks: Mapping[str, str | None]) -> list[str]:
+        if not callbacks:
+            return []
+        kinds = sorted(callbacks)
+        params = {"kinds": kinds, "callbacks": [callbacks[k] for k in kinds]}
+        return [str(r[0]) for r in await self._rows(Q.register_children_done, params)]
+
     async def kinds(self) -> list[dict[str, Any]]:
         rows = await self._rows(SQ.list_kinds, {})
         return [{k: jsonable(v) for k, v in r._mapping.items()} for r in rows]

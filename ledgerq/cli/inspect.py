@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ledgerq.cli.group import emit, json_option, pass_settings
 from ledgerq.compose import open_ledger
-from ledgerq.ledger.actions import progress_text
+from ledgerq.ledger.actions import children_text, progress_text
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.masking import mask_url
 from ledgerq.ledger.pg import migrate as ledger_migrate
@@ -143,6 +143,8 @@ def render_task(console: Console, data: dict[str, Any]) -> None:
     for key in SHOW_FIELDS:
         value = progress_text(data.get(key)) if key == "progress" else shown(data.get(key))
         table.add_row(key, Text(value))  # Text: never read as markup
+    if data.get("children"):
+        table.add_row("children", Text(children_text(data["children"])))
     console.print(table)
     attempts = Table(title="attempts")
     for name in ATTEMPT_FIELDS:

@@ -126,6 +126,8 @@ def _report_lines(report: Report) -> list[str]:
             f"  {report.asked_to_stop} running: asked to stop (ctx.cancel_requested); "
             "they end cancelled when their handler returns"
         )
+    if report.cascaded:
+        lines.append(f"  {report.cascaded} live descendants cancelled with them (--cascade)")
     lines += [f"  skipped {n}: {why}" for why, n in sorted(report.reasons.items())]
     if report.audit_id is not None:
         lines.append(f"  audit record {report.audit_id}")
@@ -201,8 +203,11 @@ def action_command(name: str, help_text: str) -> Decorator:
 
 
 @action_command("cancel", "Cancel tasks: a waiting one never runs; a running one is asked to stop.")
-def cancel(settings: Settings, **options: Any) -> None:
-    _act(settings, Action.cancel(), options)
+@click.option(
+    "--cascade", is_flag=True, help="Cancel their live descendants (ctx.spawn, parent_id) too."
+)
+def cancel(settings: Settings, cascade: bool, **options: Any) -> None:
+    _act(settings, Action.cancel(cascade=cascade), options)
 
 
 @action_command("retry", "Run dead or cancelled tasks again (same id, fresh attempts); "

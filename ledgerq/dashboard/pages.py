@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from ledgerq.dashboard import csrf
-from ledgerq.ledger.actions import progress_text
+from ledgerq.ledger.actions import children_text, progress_text
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("ledgerq.dashboard", "templates"),
@@ -53,7 +53,12 @@ def _last_line(text: str | None) -> str:
 
 
 _ENV.filters.update(
-    pretty=_pretty, when=_when, duration=_duration, last_line=_last_line, progress=progress_text
+    pretty=_pretty,
+    when=_when,
+    duration=_duration,
+    last_line=_last_line,
+    progress=progress_text,
+    children=children_text,
 )
 
 

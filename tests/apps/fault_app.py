@@ -3,7 +3,10 @@
 ``fault.write`` records its run in ``fault_effects`` through the context's
 transaction, so a duplicate *database* effect would show as two rows.
 ``fault.lease`` is the same handler in lease mode. ``fault.poison`` SIGKILLs
-the worker that runs it, every time.
+the worker that runs it, every time. ``fault.spawn`` spawns ``payload["n"]``
+``fault.write`` children and, at its first attempt, SIGKILLs its worker after
+``payload["kill_after"]`` of them; its ``on_children_done`` callback is a
+``fault.write`` too, so the effects table shows it ran once.
 """
 
 from __future__ import annotations
@@ -45,3 +48,12 @@ task("fault.lease", lease=True)(write)
 @task("fault.poison")
 async def poison(payload: Any, ctx: AsyncTaskContext) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@task("fault.spawn", on_children_done="fault.write")
+async def spawn_children(payload: Any, ctx: AsyncTaskContext) -> None:
+    for i in range(int(payload["n"])):
+        if ctx.attempt == 1 and i == int(payload["kill_after"]):
+            os.kill(os.getpid(), signal.SIGKILL)
+        await ctx.spawn("fault.write", {"i": i, "attempt": ctx.attempt}, max_attempts=5)
+        await asyncio.sleep(float(payload.get("pace", 0)))

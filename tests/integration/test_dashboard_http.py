@@ -107,6 +107,10 @@ async def test_task_list_filters_like_the_cli_and_pages_by_id(
         )
         parent = await http.get(f"/tasks/{seeded.parent_id}")
         assert f'href="/tasks/{seeded.child_id}"' in parent.text
+        # The children's counts by status, as `ledgerq show` prints them.
+        assert re.search(
+            r'id="children-counts">1: 1 (pending|published|running|succeeded)', parent.text
+        )
 
 
 async def test_a_bulk_action_counts_first_then_changes_and_audits(

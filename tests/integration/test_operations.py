@@ -244,7 +244,7 @@ async def test_a_dry_run_changes_nothing_and_writes_no_audit(
 
     assert report.to_json() | {"reasons": {}} == {
         "matched": 3, "changed": 3, "skipped": 0, "reasons": {}, "dry_run": True,
-        "audit_id": None, "asked_to_stop": 0,
+        "audit_id": None, "asked_to_stop": 0, "cascaded": 0,
     }  # fmt: skip
     assert set((await ledger.whereabouts(ids)).values()) == {"pending"}
     assert await ledger.audit() == []
