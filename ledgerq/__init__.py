@@ -42,11 +42,13 @@ from ledgerq.ledger.errors import (
     StorageError,
     TaskNotFoundError,
     TransientStorageError,
+    WrongShardError,
 )
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.operations import aact, act, alist_tasks, list_tasks
 from ledgerq.ledger.producer import TaskSpec, aenqueue, aenqueue_many, enqueue, enqueue_many
 from ledgerq.ledger.retry import RetryPolicy
+from ledgerq.ledger.router import Shards
 from ledgerq.ledger.states import Status
 from ledgerq.ledger.validation import MAX_PAYLOAD_BYTES
 
@@ -72,6 +74,7 @@ __all__ = [
     "SchemaError",
     "SchemaMissingError",
     "ServiceUnavailableError",
+    "Shards",
     "Status",
     "StorageError",
     "TaskContext",
@@ -79,6 +82,7 @@ __all__ = [
     "TaskNotFoundError",
     "TaskSpec",
     "TransientStorageError",
+    "WrongShardError",
     "aact",
     "act",
     "aenqueue",
