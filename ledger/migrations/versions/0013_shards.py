@@ -72,10 +72,11 @@ def upgrade() -> None:
     op.execute(
         """
         CREATE TABLE ledgerq_ledger_shard (
-            one boolean PRIMARY KEY DEFAULT true CHECK (one),
+            one boolean NOT NULL DEFAULT true CHECK (one),
             shard_index integer NOT NULL CHECK (shard_index >= 0),
             shard_count integer NOT NULL CHECK (shard_index < shard_count),
-            assigned_at timestamptz NOT NULL DEFAULT now()
+            assigned_at timestamptz NOT NULL DEFAULT now(),
+            CONSTRAINT ledgerq_ledger_shard_pk PRIMARY KEY (one)
         )
         """
     )
