@@ -55,7 +55,7 @@ def test_a_bad_list_is_one_line_per_problem_with_secrets_masked() -> None:
 
 
 def test_the_direct_urls_must_match_the_shards_in_number() -> None:
-    with pytest.raises(ConfigError, match="lists 1 database\\(s\\) but .* lists 2"):
+    with pytest.raises(ConfigError, match=r"lists 1 database\(s\) but .* lists 2"):
         Settings(database_url=f"{A},{B}", direct_database_url=A)
     settings = Settings(database_url=A)
     with pytest.raises(ConfigError, match="give one direct URL per ledger shard"):
