@@ -28,8 +28,8 @@ defaults plus ``engine_options``; a producer with its own engines uses
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -38,6 +38,8 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.executors import AsyncExecutor, Executor
 from ledgerq.ledger.producer import TaskSpec, aenqueue, aenqueue_many, enqueue, enqueue_many
 from ledgerq.ledger.shard_ids import RoundRobin, check_placement, shard_for_key
+
+E = TypeVar("E", Engine, AsyncEngine)
 
 
 class Shards:
@@ -70,19 +72,18 @@ class Shards:
 
     def engine_for(self, key: str | None) -> Engine:
         """A (cached) engine on ``key``'s shard's database."""
-        shard = self.shard_for(key)
-        with self._lock:
-            if shard not in self._engines:
-                self._engines[shard] = create_engine(self.urls[shard], **self._options)
-            return self._engines[shard]
+        return self._cached(self._engines, create_engine, key)
 
     def async_engine_for(self, key: str | None) -> AsyncEngine:
         """A (cached) async engine on ``key``'s shard's database."""
+        return self._cached(self._async_engines, create_async_engine, key)
+
+    def _cached(self, cache: dict[int, E], make: Callable[..., E], key: str | None) -> E:
         shard = self.shard_for(key)
         with self._lock:
-            if shard not in self._async_engines:
-                self._async_engines[shard] = create_async_engine(self.urls[shard], **self._options)
-            return self._async_engines[shard]
+            if shard not in cache:
+                cache[shard] = make(self.urls[shard], **self._options)
+            return cache[shard]
 
     def check(self, task_id: int, key: str | None) -> int:
         """``task_id`` if it is on ``key``'s shard (any shard for None), else

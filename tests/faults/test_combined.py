@@ -150,19 +150,20 @@ def _seed(variable: str) -> int:
     return int(os.environ.get(variable) or random.randrange(2**32))
 
 
+#: The short run's size and fault counts (with and without ledger shards).
+SHORT: dict[str, Any] = {
+    "tasks": 2000,
+    "workers": 3,
+    "worker_kills": 4,
+    "db_kills": 3,
+    "seed": _seed("LEDGERQ_FAULT_SEED"),
+}
+
+
 async def test_combined_short(
     settings: Settings, make_cluster: MakeCluster, broker_node: RabbitNode
 ) -> None:
-    await run_combined(
-        settings,
-        make_cluster,
-        broker_node,
-        tasks=2000,
-        workers=3,
-        worker_kills=4,
-        db_kills=3,
-        seed=_seed("LEDGERQ_FAULT_SEED"),
-    )
+    await run_combined(settings, make_cluster, broker_node, **SHORT)
 
 
 @pytest.fixture
@@ -188,16 +189,7 @@ async def test_combined_on_two_ledger_shards(
         return await cluster.start().ready()
 
     try:
-        await run_combined(
-            sharded,
-            make,
-            broker_node,
-            tasks=2000,
-            workers=3,
-            worker_kills=4,
-            db_kills=3,
-            seed=_seed("LEDGERQ_FAULT_SEED"),
-        )
+        await run_combined(sharded, make, broker_node, **SHORT)
     finally:
         for cluster in clusters:
             await cluster.stop()
