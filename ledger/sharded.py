@@ -23,6 +23,7 @@ higher shards first: ids are the keyset, so ``--before`` pages stay exact.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -40,6 +41,8 @@ from ledgerq.ledger.protocol import (
 )
 from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope
 from ledgerq.ledger.shard_ids import shard_of_id, split_by_shard
+
+log = logging.getLogger("ledgerq")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -84,10 +87,23 @@ class ShardedWorkerLedger(Generic[L]):
         key: Callable[[T], int],
         call: Callable[[L, list[T]], Awaitable[R]],
     ) -> list[R]:
-        """``call`` once per shard that ``items`` (by id ``key``) touch, concurrently."""
+        """``call`` once per shard that ``items`` (by id ``key``) touch, concurrently.
+        Ids of a shard this ledger does not have (a message from another deployment
+        on a shared broker, say) match no row: they are left out, as a lost
+        compare-and-set would be, and logged."""
         groups = split_by_shard(items, key)
+        unknown = sorted(k for k in groups if k >= len(self.shards))
+        if unknown:
+            log.warning(
+                "ids of ledger shard(s) %s ignored: %d ledger shard(s) are configured "
+                "(is every process given the same LEDGERQ_DATABASE_URL list?)",
+                ", ".join(map(str, unknown)),
+                len(self.shards),
+            )
         return list(
-            await asyncio.gather(*(call(self._shard(k), group) for k, group in groups.items()))
+            await asyncio.gather(
+                *(call(self.shards[k], part) for k, part in groups.items() if k < len(self.shards))
+            )
         )
 
     # -- the worker's ----------------------------------------------------------

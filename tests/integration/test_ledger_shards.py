@@ -20,9 +20,10 @@ from ledgerq import AsyncTaskContext, Registry, Shards, WrongShardError, enqueue
 from ledgerq.compose import open_operator_ledger, open_reconciler, open_relay, open_worker
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import ConfigError
+from ledgerq.ledger.errors import ConfigError, TaskNotFoundError
 from ledgerq.ledger.pg.migrate import check_schema, upgrade
 from ledgerq.ledger.shard_ids import id_range, shard_for_key, shard_of_id
+from ledgerq.ledger.sharded import ShardedLedger
 from ledgerq.relay.reconciler import ReconcilerConfig
 from ledgerq.relay.service import RelayConfig
 from tests.conftest import delete_broker_objects, drop_database, recreate_database
@@ -255,3 +256,15 @@ def test_direct_urls_must_match_the_shards(sharded_base: Settings, bad: str) -> 
     directs = {"2": ",".join(urls[:2]), "0,1": urls[0]}[bad]
     with pytest.raises(ConfigError, match="give one direct URL per ledger shard"):
         replace(sharded_base, direct_database_url=directs)
+
+
+async def test_ids_of_a_shard_not_configured_match_nothing(sharded: Settings) -> None:
+    stranger = id_range(7)[0]  # a delivery from a deployment with more shards, say
+    [mine] = enqueue_by_key(sharded, [None], "shards.noop")
+    async with open_operator_ledger(sharded) as ledger:
+        assert isinstance(ledger, ShardedLedger)
+        won = await ledger.claim([(stranger, 0), (mine, 0)], "w-1", 30.0)
+        assert [t.id for t in won] == [mine]
+        assert await ledger.whereabouts([stranger, mine]) == {mine: "running"}
+        with pytest.raises(TaskNotFoundError, match="7 cannot exist here"):
+            await ledger.show(stranger)
