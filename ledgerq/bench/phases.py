@@ -101,7 +101,11 @@ class Bench:
     def enqueue_batch(
         self, n: int, kind: str, progress: Progress, chunk: int = 1000, keys: int = 0
     ) -> float:
-        """``keys``: give task i the ordering key ``k<i mod keys>`` (0: unordered)."""
+        """``keys``: give task i the ordering key ``k<i mod keys>`` (0: unordered). With
+        ledger shards, the chunks take the shards in turn (a backlog smaller than a
+        chunk per shard is cut into one chunk per shard)."""
+        if self.shard_engines:
+            chunk = min(chunk, -(-n // len(self.shard_engines)))
         started = time.perf_counter()
         for first in range(0, n, chunk):
             specs = [
