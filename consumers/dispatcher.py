@@ -24,6 +24,7 @@ from ledgerq.consumers.handoff import Claimed, Committed, Ended, Result
 from ledgerq.consumers.leases import Leases
 from ledgerq.consumers.registry import Handler, Registry
 from ledgerq.ledger.model import Outcome
+from ledgerq.ledger.shard_ids import split_by_shard
 
 log = logging.getLogger("ledgerq.worker")
 
@@ -64,8 +65,9 @@ class Dispatcher:
                 batched.append((item, handler))
             else:
                 self._spawn(self._one(item))
-        if grouped:
-            self._spawn(self._group(grouped))
+        # One group per ledger shard: a transaction lives in one database.
+        for part in split_by_shard(grouped, lambda item: item.task.id).values():
+            self._spawn(self._group(part))
         if batched:
             self._spawn(self._batched(batched))
 

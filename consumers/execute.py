@@ -37,7 +37,7 @@ import contextvars
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +59,7 @@ from ledgerq.ledger.errors import LedgerqError
 from ledgerq.ledger.logs import current_task
 from ledgerq.ledger.model import ClaimedTask, Outcome
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
+from ledgerq.ledger.shard_ids import shard_of_id
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 from ledgerq.ledger.within import asucceed_within, succeed_within
 from ledgerq.relay.probes import Probe, no_probe
@@ -196,6 +197,14 @@ class TaskRunner:
     session_kinds: set[str] = field(default_factory=set)
     #: Kinds whose handler was seen saving a checkpoint (long work: never batched).
     checkpoint_kinds: set[str] = field(default_factory=set)
+    #: With ledger shards: (sync, async) handler engines of each shard; a task's
+    #: ``ctx.session`` opens on its own shard's (``sync_engine``/``async_engine`` unused).
+    shard_engines: Sequence[tuple[Engine | None, AsyncEngine | None]] = ()
+
+    def _engines(self, task: ClaimedTask) -> tuple[Engine | None, AsyncEngine | None]:
+        if self.shard_engines:
+            return self.shard_engines[shard_of_id(task.id)]
+        return self.sync_engine, self.async_engine
 
     async def run(self, task: ClaimedTask, release: Callable[[], None]) -> Result:
         """Run the task's handler (log lines meanwhile name the task); tell the observer."""
@@ -240,7 +249,7 @@ class TaskRunner:
         deadline = Deadline(
             handler_timeout(task, handler, self.default_timeout_s), handler.max_runtime
         )
-        ctx = AsyncTaskContext(task, self.worker, _engine=self.async_engine)
+        ctx = AsyncTaskContext(task, self.worker, _engine=self._engines(task)[1])
         self._notify(task, ctx)
         try:
             # asyncio.timeout_at, not wait_for: no extra task per handler run. A
@@ -261,7 +270,7 @@ class TaskRunner:
         deadline = Deadline(
             handler_timeout(task, handler, self.default_timeout_s), handler.max_runtime
         )
-        ctx = TaskContext(task, self.worker, _engine=self.sync_engine)
+        ctx = TaskContext(task, self.worker, _engine=self._engines(task)[0])
         self._notify(task, ctx)
         # The thread runs in a copy of this context: its log lines name the task too.
         future = asyncio.get_running_loop().run_in_executor(

@@ -34,6 +34,7 @@ from ledgerq.consumers.execute import handler_timeout
 from ledgerq.consumers.registry import Handler
 from ledgerq.consumers.results import encode_result
 from ledgerq.ledger.model import ClaimedTask
+from ledgerq.ledger.shard_ids import shard_of_id
 from ledgerq.ledger.within import asucceed_within
 
 log = logging.getLogger("ledgerq.worker")
@@ -44,10 +45,16 @@ class GroupCommitter:
     engine: AsyncEngine
     worker: str
     default_timeout_s: float | None = None
+    #: With ledger shards: the handlers' engine of each shard (``engine`` is unused).
+    shard_engines: Sequence[AsyncEngine] = ()
 
     async def run(self, batch: Sequence[tuple[ClaimedTask, Handler]]) -> bool:
-        """Run and commit the whole batch; False (nothing committed) if any part failed."""
-        async with AsyncSession(self.engine) as session:
+        """Run and commit the whole batch (its tasks all of one ledger shard); False
+        (nothing committed) if any part failed."""
+        engine = self.engine
+        if self.shard_engines:
+            engine = self.shard_engines[shard_of_id(batch[0][0].id)]
+        async with AsyncSession(engine) as session:
             try:
                 results: list[str | None] = []
                 for task, handler in batch:

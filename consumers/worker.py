@@ -135,7 +135,11 @@ class Worker:
         alert: AlertHook = log_alert,
         probe: Probe = no_probe,
         observer: Observer = NO_OBSERVER,
+        shard_engines: Sequence[tuple[Engine | None, AsyncEngine]] = (),
     ) -> None:
+        """``shard_engines``: with ledger shards, the handlers' (sync, async) engines of
+        each shard, so a task's ``ctx.session`` is on its own shard's database; batch
+        windows are then off (a window is one transaction, in one database)."""
         self.config = config
         self._consume = consume
         self._consumption: Consumption | None = None
@@ -162,10 +166,19 @@ class Worker:
             default_timeout_s=config.default_timeout_s,
             probe=probe,
             observer=observer,
+            shard_engines=shard_engines,
         )
         slots = Slots(config.concurrency)
-        group = GroupCommitter(async_engine, config.worker_id, config.default_timeout_s)
-        self.batcher = Batcher(self.runner, config.batch, sync_engine, async_engine)
+        group = GroupCommitter(
+            async_engine,
+            config.worker_id,
+            config.default_timeout_s,
+            shard_engines=[engines[1] for engines in shard_engines],
+        )
+        if shard_engines:
+            self.batcher = Batcher(self.runner, config.batch, None, None)
+        else:
+            self.batcher = Batcher(self.runner, config.batch, sync_engine, async_engine)
         self.dispatcher = Dispatcher(
             registry, self.runner, group, self.batcher, slots, self.leases, self.finisher.put
         )

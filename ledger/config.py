@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -53,7 +53,7 @@ from ledgerq.ledger.values import (
     parse_addresses,
     parse_amqp_url,
     parse_callable_path,
-    parse_database_url,
+    parse_database_urls,
     parse_event_loop,
     parse_port,
     parse_prefix,
@@ -85,7 +85,9 @@ SETTINGS = (
         "database_url",
         "LEDGERQ_DATABASE_URL",
         "--database-url",
-        "SQLAlchemy URL of the PostgreSQL ledger (postgresql+psycopg://)",
+        "SQLAlchemy URL of the PostgreSQL ledger (postgresql+psycopg://); several URLs "
+        "separated by commas split the ledger across those databases (ledger shards, in "
+        "order: never reorder them)",
         secret=True,
     ),
     Setting(
@@ -100,7 +102,8 @@ SETTINGS = (
         "LEDGERQ_DIRECT_DATABASE_URL",
         None,
         "a session connection to the same database, for LISTEN, the reconciler's lock and "
-        "migrations, when LEDGERQ_DATABASE_URL is a transaction pooler",
+        "migrations, when LEDGERQ_DATABASE_URL is a transaction pooler (with ledger shards: "
+        "one URL per shard, in the same order)",
         secret=True,
     ),
     Setting(
@@ -276,6 +279,7 @@ class Settings:
             object.__setattr__(self, name, value)
         self._check_amqp_tls()
         self._check_smtp()
+        self._check_ledger_shards()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Settings:
@@ -356,6 +360,48 @@ class Settings:
                 "ledgerq does not send SMTP credentials unencrypted (use starttls or ssl)"
             )
 
+    def _check_ledger_shards(self) -> None:
+        if self.direct_database_url is None:
+            return
+        urls, directs = split_urls(self.database_url), split_urls(self.direct_database_url)
+        if len(urls) != len(directs):
+            raise ConfigError(
+                f"{self._label('direct_database_url')} lists {len(directs)} database(s) but "
+                f"{self._label('database_url')} lists {len(urls)}: give one direct URL per "
+                "ledger shard, in the same order"
+            )
+
+    @property
+    def database_urls(self) -> tuple[str, ...]:
+        """The ledger shards' databases, in shard order (one: an unsplit ledger)."""
+        return tuple(split_urls(self.database_url))
+
+    @property
+    def ledger_shard_count(self) -> int:
+        return len(self.database_urls)
+
+    def ledger_shard(self, index: int) -> Settings:
+        """These settings narrowed to ledger shard ``index``: its database URL (and
+        direct URL), everything else the same."""
+        urls = self.database_urls
+        if not 0 <= index < len(urls):
+            raise ConfigError(
+                f"there is no ledger shard {index}: {self._label('database_url')} lists "
+                f"{len(urls)} database(s) (shards 0 to {len(urls) - 1})"
+            )
+        if len(urls) == 1:
+            return self
+        direct = self.direct_database_url
+        return replace(
+            self,
+            database_url=urls[index],
+            direct_database_url=None if direct is None else split_urls(direct)[index],
+        )
+
+    def ledger_shards(self) -> list[Settings]:
+        """:meth:`ledger_shard` of every shard, in order."""
+        return [self.ledger_shard(k) for k in range(self.ledger_shard_count)]
+
     @property
     def pooled(self) -> bool:
         """Whether database_url is a transaction pooler (no session state survives a
@@ -412,9 +458,9 @@ def _parse(raw: Mapping[str, Any], names: Mapping[str, str]) -> tuple[dict[str, 
 
 
 _PARSERS: dict[str, Callable[[Any], Any]] = {
-    "database_url": parse_database_url,
+    "database_url": parse_database_urls,
     "database_pooler": choice("none", "transaction"),
-    "direct_database_url": lambda v: parse_database_url(v) if v else None,
+    "direct_database_url": lambda v: parse_database_urls(v) if v else None,
     "amqp_url": parse_amqp_url,
     "amqp_prefix": parse_prefix,
     "queue_type": choice("classic", "quorum"),

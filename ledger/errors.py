@@ -20,6 +20,12 @@ class InvalidTaskError(LedgerqError, ValueError):
     """A task was refused before anything was written (bad kind, payload or option)."""
 
 
+class WrongShardError(InvalidTaskError):
+    """A task with a ledger shard key was enqueued in a transaction on another ledger
+    shard's database than the key's (:mod:`ledgerq.ledger.shard_ids`). Raised inside
+    the caller's transaction, after the INSERT: the transaction must roll back."""
+
+
 class PayloadTooLargeError(InvalidTaskError):
     """The JSON-encoded payload is larger than :data:`ledgerq.MAX_PAYLOAD_BYTES`."""
 

@@ -114,3 +114,5 @@ GRANT SELECT ON ledgerq_rollup_counts, ledgerq_rollup_latency, ledgerq_rollup_st
 -- Every command but `migrate` and the producer's enqueue checks the schema's
 -- revision at start.
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service, ledgerq_operator;
+-- ... and which ledger shard the database says it is (migration 0013).
+GRANT SELECT ON ledgerq_ledger_shard TO ledgerq_service, ledgerq_operator;

@@ -149,12 +149,22 @@ class RoleGrants:
     grant_objects: TextClause
 
 
+@dataclass(frozen=True)
+class ShardQueries:
+    """``shards.sql``: each database's ledger shard (migration 0013)."""
+
+    assign_shard: TextClause
+    shard_identity: TextClause
+    shard_table_exists: TextClause
+
+
 Q: LedgerQueries = load(LedgerQueries, "ledgerq.ledger", "queries.sql")
 IQ: InspectionQueries = load(InspectionQueries, "ledgerq.ledger", "inspection.sql")
 RQ: RetentionQueries = load(RetentionQueries, "ledgerq.ledger", "retention.sql")
 OQ: OperationsQueries = load(OperationsQueries, "ledgerq.ledger", "operations.sql")
 SQ: SchedulingQueries = load(SchedulingQueries, "ledgerq.ledger", "scheduling.sql")
 ROLES: RoleGrants = load(RoleGrants, "ledgerq.ledger", "roles.sql")
+HQ: ShardQueries = load(ShardQueries, "ledgerq.ledger", "shards.sql")
 
 
 @dataclass(frozen=True)

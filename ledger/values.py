@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from ledgerq.ledger.masking import mask_url, split_urls
+from ledgerq.ledger.shard_ids import MAX_LEDGER_SHARDS
 from ledgerq.ledger.tls import AMQP_TLS_URL_PARAMETERS
 
 DATABASE_DRIVERS = ("postgresql+psycopg", "postgresql")
@@ -28,6 +29,20 @@ EVENT_LOOPS = ("uvloop", "asyncio")
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _ADDRESS = re.compile(r"[^\s@,<>\"]+@[^\s@,<>\"]+")
+
+
+def parse_database_urls(value: object) -> str:
+    """One database URL, or several separated by commas: the ledger shards, in
+    order (:mod:`ledgerq.ledger.shard_ids`)."""
+    urls = split_urls(str(value))
+    if len(urls) > MAX_LEDGER_SHARDS:
+        raise ValueError(
+            f"lists {len(urls)} databases; ledgerq takes at most {MAX_LEDGER_SHARDS} ledger shards"
+        )
+    parsed = [parse_database_url(url) for url in urls]
+    if len(set(parsed)) != len(parsed):
+        raise ValueError(f"lists a database twice: {mask_url(str(value))!r}")
+    return ",".join(parsed)
 
 
 def parse_database_url(value: object) -> str:

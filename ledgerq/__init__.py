@@ -44,11 +44,13 @@ from ledgerq.ledger.errors import (
     TaskNotFoundError,
     TransientStorageError,
     UnknownParentError,
+    WrongShardError,
 )
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.operations import aact, act, alist_tasks, list_tasks
 from ledgerq.ledger.producer import TaskSpec, aenqueue, aenqueue_many, enqueue, enqueue_many
 from ledgerq.ledger.retry import RetryPolicy
+from ledgerq.ledger.router import Shards
 from ledgerq.ledger.states import Status
 from ledgerq.ledger.validation import MAX_PAYLOAD_BYTES
 
@@ -75,6 +77,7 @@ __all__ = [
     "SchemaError",
     "SchemaMissingError",
     "ServiceUnavailableError",
+    "Shards",
     "Status",
     "StorageError",
     "TaskContext",
@@ -83,6 +86,7 @@ __all__ = [
     "TaskSpec",
     "TransientStorageError",
     "UnknownParentError",
+    "WrongShardError",
     "aact",
     "act",
     "aenqueue",

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import cast
@@ -39,6 +39,7 @@ from ledgerq.ledger.alerting.email import SmtpConfig, email_channel
 from ledgerq.ledger.alerting.webhook import webhook_channel
 from ledgerq.ledger.alerts import AlertHook, Channel, fan_out
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.errors import ConfigError
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.base import first_line
@@ -51,7 +52,8 @@ from ledgerq.ledger.pg.engines import (
 )
 from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.pg.notify import Wakeup
-from ledgerq.ledger.protocol import InspectionLedger, RelayLedger, WorkerLedger
+from ledgerq.ledger.protocol import InspectionLedger, RelayLedger, SchedulingLedger, WorkerLedger
+from ledgerq.ledger.sharded import OperatorLedger, ShardedLedger, ShardedWorkerLedger
 from ledgerq.relay.broker.aio import (
     AioConsumption,
     AioPublisher,
@@ -98,6 +100,20 @@ def _watched(ledger: PgLedger, watch: SchemaWatch | None) -> PgLedger | WatchedL
     return ledger if watch is None else WatchedLedger(ledger, watch)
 
 
+def one_shard(settings: Settings, shard: int | None, what: str) -> Settings:
+    """The settings of ledger shard ``shard``; with None, of the only database, or a
+    one-line :class:`ConfigError` naming ``what`` when the ledger is split."""
+    if shard is None:
+        if settings.ledger_shard_count > 1:
+            raise ConfigError(
+                f"{what} works on one ledger database, and LEDGERQ_DATABASE_URL lists "
+                f"{settings.ledger_shard_count} (ledger shards): not supported yet with a "
+                "split ledger (docs/howto.md, 'Split the ledger across databases')"
+            )
+        shard = 0
+    return settings.ledger_shard(shard)
+
+
 @asynccontextmanager
 async def open_ledger(
     settings: Settings,
@@ -105,13 +121,33 @@ async def open_ledger(
     pool_size: int = 2,
     *,
     check: bool = True,
+    shard: int | None = None,
 ) -> AsyncIterator[PgLedger]:
-    """The ledger on its own (inspection commands, demo, benchmark, tests). With
-    ``check=False`` the schema is not checked first (tools that look at a broken
-    ledger on purpose)."""
+    """The ledger of one database on its own (demo, benchmark, dashboard, tests):
+    ledger shard ``shard``, or the only one. With ``check=False`` the schema is not
+    checked first (tools that look at a broken ledger on purpose)."""
+    database = one_shard(settings, shard, f"`{application_name}`")
     if check:
         check_schema(settings)
-    ledger = PgLedger(async_engine(settings, application_name, pool_size=pool_size))
+    ledger = PgLedger(async_engine(database, application_name, pool_size=pool_size))
+    try:
+        yield ledger
+    finally:
+        await ledger.dispose()
+
+
+@asynccontextmanager
+async def open_operator_ledger(
+    settings: Settings, application_name: str = "ledgerq", pool_size: int = 1
+) -> AsyncIterator[OperatorLedger]:
+    """What the operator's commands (``tasks``, ``stats``, ``show``, ``pause``, ``kinds``)
+    act on: the ledger, every shard of it when it is split (:class:`ShardedLedger`)."""
+    check_schema(settings)
+    shards = [
+        PgLedger(async_engine(database, application_name, pool_size=pool_size))
+        for database in settings.ledger_shards()
+    ]
+    ledger: OperatorLedger = shards[0] if len(shards) == 1 else ShardedLedger(shards)
     try:
         yield ledger
     finally:
@@ -132,7 +168,7 @@ async def warn_if_no_autovacuum(ledger: InspectionLedger) -> None:
 
 
 async def _readiness(
-    ledger: PgLedger, connection: AmqpConnection, service: Callable[[], str | None]
+    ledger: InspectionLedger, connection: AmqpConnection, service: Callable[[], str | None]
 ) -> str | None:
     """Why a relay or worker is not ready (None: it is): see :mod:`ledgerq.health`."""
     if not is_connected(connection):
@@ -147,7 +183,7 @@ async def _readiness(
 
 def _watch_readiness(
     health: Health | None,
-    ledger: PgLedger,
+    ledger: InspectionLedger,
     connection: AmqpConnection,
     service: Callable[[], str | None],
 ) -> None:
@@ -164,16 +200,22 @@ async def open_relay(
     watch: SchemaWatch | None = None,
     observer: Observer = NO_OBSERVER,
     health: Health | None = None,
+    shard: int | None = None,
+    checked: bool = False,
 ) -> AsyncIterator[Relay]:
-    """A relay ready to run; with ``health``, its readiness is watched from now on."""
-    check_schema(settings)
+    """A relay of ledger shard ``shard`` (or of the only database) ready to run; with
+    ``health``, its readiness is watched from now on. ``checked``: the caller has
+    checked the schema already."""
+    database = one_shard(settings, shard, "a relay (pass its ledger shard)")
+    if not checked:
+        check_schema(settings)
     connection = await connect(
         settings.amqp_url,
         wait_s=settings.connect_wait_s,
-        name="ledgerq-relay",
+        name="ledgerq-relay" if shard is None else f"ledgerq-relay-{shard}",
         ssl_context=settings.amqp_ssl_context(),
     )
-    ledger = PgLedger(async_engine(settings, "ledgerq-relay", pool_size=2, planner=RELAY_PLANNER))
+    ledger = PgLedger(async_engine(database, "ledgerq-relay", pool_size=2, planner=RELAY_PLANNER))
     publisher = AioPublisher(connection, topology(settings))
     relay_ledger: RelayLedger = _watched(ledger, watch)
     try:
@@ -200,7 +242,7 @@ async def open_relay(
 
 @asynccontextmanager
 async def scheduling(
-    settings: Settings, ledger: PgLedger, registry: Registry
+    settings: Settings, ledger: SchedulingLedger, registry: Registry
 ) -> AsyncIterator[PeriodicEnqueuer | None]:
     """What a worker does for the other processes' scheduling: write its kinds' rate
     limits and ordering settings into the ledger (the relays meter and hold keys by
@@ -251,11 +293,25 @@ async def open_worker(
     )
     # The worker's own statements (claim, finish, heartbeat) never queue behind
     # handlers: they have a pool of their own. Handlers' sessions share db_pool
-    # connections (per kind of handler), so a worker's footprint is bounded.
-    ledger = PgLedger(async_engine(settings, "ledgerq-worker", pool_size=4))
-    handlers_async = async_engine(settings, "ledgerq-worker-handlers", pool_size=config.db_pool)
-    handlers_sync = sync_engine(settings, "ledgerq-worker-sync", pool_size=config.db_pool)
-    worker_ledger: WorkerLedger = _watched(ledger, watch)
+    # connections (per kind of handler), so a worker's footprint is bounded. With
+    # ledger shards, all of that once per shard: a task is claimed, run and
+    # finished on the database its id names.
+    databases = settings.ledger_shards()
+    shards = [PgLedger(async_engine(db, "ledgerq-worker", pool_size=4)) for db in databases]
+    engines = [
+        (
+            sync_engine(db, "ledgerq-worker-sync", pool_size=config.db_pool),
+            async_engine(db, "ledgerq-worker-handlers", pool_size=config.db_pool),
+        )
+        for db in databases
+    ]
+    handlers_sync, handlers_async = engines[0]
+    ledger: PgLedger | ShardedLedger = shards[0] if len(shards) == 1 else ShardedLedger(shards)
+    worker_ledger: WorkerLedger = (
+        _watched(shards[0], watch)
+        if len(shards) == 1
+        else ShardedWorkerLedger([_watched(shard, watch) for shard in shards])
+    )
     worker = Worker(
         worker_ledger,
         registry,
@@ -266,6 +322,7 @@ async def open_worker(
         alert=alert,
         probe=probe or probe_from_env(),
         observer=observer,
+        shard_engines=engines if len(engines) > 1 else (),
     )
     try:
         await worker.start()
@@ -280,9 +337,10 @@ async def open_worker(
             health.stopping()
         await worker.stop()
         await connection.close()
-        await handlers_async.dispose()
+        for handlers_sync, handlers_async in engines:
+            await handlers_async.dispose()
+            handlers_sync.dispose()
         await ledger.dispose()
-        handlers_sync.dispose()
 
 
 def retention_config(settings: Settings) -> RetentionConfig:
@@ -298,14 +356,23 @@ def retention_config(settings: Settings) -> RetentionConfig:
 
 @asynccontextmanager
 async def open_reconciler(
-    settings: Settings, config: ReconcilerConfig | None = None, *, alert: AlertHook | None = None
+    settings: Settings,
+    config: ReconcilerConfig | None = None,
+    *,
+    alert: AlertHook | None = None,
+    shard: int | None = None,
+    checked: bool = False,
 ) -> AsyncIterator[Reconciler]:
+    """The reconciler of ledger shard ``shard`` (or of the only database); each
+    shard's holds that database's advisory lock."""
     config = config or ReconcilerConfig()
     alert = alert or alert_hook(settings)
-    check_schema(settings)
+    database = one_shard(settings, shard, "a reconciler (pass its ledger shard)")
+    if not checked:
+        check_schema(settings)
     ledger = PgLedger(
-        async_engine(settings, "ledgerq-reconciler", pool_size=2, planner=RECONCILER_PLANNER),
-        sessions=session_engine(settings, "ledgerq-reconciler-lock"),
+        async_engine(database, "ledgerq-reconciler", pool_size=2, planner=RECONCILER_PLANNER),
+        sessions=session_engine(database, "ledgerq-reconciler-lock"),
     )
     try:
         publisher = await ThreadedPublisher.open(
@@ -369,24 +436,53 @@ async def monitoring(port: int, service: str) -> AsyncIterator[tuple[Observer, H
         server.close()
 
 
-async def serve_relay(settings: Settings, config: RelayConfig, metrics_port: int = 0) -> None:
+async def serve_relay(
+    settings: Settings,
+    config: RelayConfig,
+    metrics_port: int = 0,
+    shards: Sequence[int] | None = None,
+) -> None:
     """``ledgerq relay``: publish due rows until SIGTERM (or until the schema is lost:
     then :class:`SchemaMissingError`). With a metrics port (else the setting's),
-    metrics and health are served on it."""
+    metrics and health are served on it. ``shards``: the ledger shards to serve, one
+    relay loop each in this process (default: every shard)."""
+    count = settings.ledger_shard_count
+    served = list(range(count)) if shards is None else list(shards)
+    for shard in served:
+        settings.ledger_shard(shard)  # a ConfigError for a shard the list lacks
+    check_schema(settings)
     watch = SchemaWatch()
     async with (
         monitoring(metrics_port or settings.metrics_port, "relay") as (observer, health),
-        open_relay(settings, config, watch=watch, observer=observer, health=health) as relay,
+        contextlib.AsyncExitStack() as stack,
     ):
-        wakeup = Wakeup(settings)
-        stop = _stop_event(wakeup.event.set, *([health.stopping] if health else []))
+        relays = [
+            await stack.enter_async_context(
+                open_relay(
+                    settings,
+                    config,
+                    watch=watch,
+                    observer=observer,
+                    health=health,
+                    shard=shard if count > 1 else None,
+                    checked=True,
+                )
+            )
+            for shard in served
+        ]
+        wakeups = [Wakeup(settings.ledger_shard(shard)) for shard in served]
+        stop = _stop_event(*(w.event.set for w in wakeups), *([health.stopping] if health else []))
         watch.on_loss(stop.set)
-        watch.on_loss(wakeup.event.set)
-        wakeup.start()
+        for wakeup in wakeups:
+            watch.on_loss(wakeup.event.set)
+            wakeup.start()
         try:
-            await relay.run(stop, wakeup)
+            await asyncio.gather(
+                *(relay.run(stop, wakeup) for relay, wakeup in zip(relays, wakeups, strict=True))
+            )
         finally:
-            await wakeup.stop()
+            for wakeup in wakeups:
+                await wakeup.stop()
     watch.raise_if_lost()
 
 
@@ -418,11 +514,21 @@ async def serve_reconciler(
     every: float | None,
     report: Callable[[ReconcileCounts], None],
 ) -> None:
-    """``ledgerq reconcile``: one pass, or one every ``every`` seconds until SIGTERM."""
-    async with open_reconciler(settings, config) as reconciler:
+    """``ledgerq reconcile``: one pass, or one every ``every`` seconds until SIGTERM.
+    With ledger shards, each pass covers every shard in turn (one report each)."""
+    count = settings.ledger_shard_count
+    check_schema(settings)
+    async with contextlib.AsyncExitStack() as stack:
+        reconcilers = [
+            await stack.enter_async_context(
+                open_reconciler(settings, config, shard=shard if count > 1 else None, checked=True)
+            )
+            for shard in range(count)
+        ]
         stop = _stop_event()
         while True:
-            report(await reconciler.run_once())
+            for reconciler in reconcilers:
+                report(await reconciler.run_once())
             if every is None:
                 return
             with contextlib.suppress(TimeoutError):

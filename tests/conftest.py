@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def _recreate_database(url: str) -> None:
+def recreate_database(url: str) -> None:
     name = make_url(url).database
     assert name, "the test database URL needs a database name"
     maintenance = libpq_url(make_url(url).set(database="postgres").render_as_string(False))
@@ -65,10 +65,20 @@ def _recreate_database(url: str) -> None:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
+def drop_database(url: str) -> None:
+    name = make_url(url).database
+    assert name
+    maintenance = libpq_url(make_url(url).set(database="postgres").render_as_string(False))
+    with psycopg.connect(maintenance, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
 @pytest.fixture(scope="session")
 def base_settings() -> Settings:
     settings = Settings(database_url=TEST_DATABASE_URL, amqp_url=TEST_AMQP_URL)
-    _recreate_database(settings.database_url)
+    recreate_database(settings.database_url)
     upgrade(settings)
     return settings
 

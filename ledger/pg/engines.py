@@ -97,7 +97,15 @@ def _engine_options(
     settings: Settings, application_name: str, pool_size: int, planner: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """A pool of at most ``pool_size`` connections (callers past that wait for one),
-    each with the server-side guards set, and the ``planner`` settings if any."""
+    each with the server-side guards set, and the ``planner`` settings if any. An
+    engine is on one database: settings that list ledger shards are narrowed first
+    (:meth:`Settings.ledger_shard`)."""
+    if settings.ledger_shard_count > 1:
+        raise ConfigError(
+            f"{application_name}: an engine is on one database, and LEDGERQ_DATABASE_URL "
+            f"lists {settings.ledger_shard_count} (ledger shards): pick one "
+            "(Settings.ledger_shard(k), or ledgerq.Shards for producers)"
+        )
     return {
         "pool_size": pool_size,
         "max_overflow": 0,

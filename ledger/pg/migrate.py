@@ -32,6 +32,7 @@ from ledgerq.ledger.masking import mask_url
 from ledgerq.ledger.migrations import VERSION_TABLE
 from ledgerq.ledger.pg.base import GRANTS, first_line
 from ledgerq.ledger.pg.engines import connect_waiting
+from ledgerq.ledger.pg.shards import SHARD_TABLE, Identity, assign, check_identity, identity_of
 
 #: Tables every ledgerq command relies on, besides the version table.
 LEDGER_TABLES = ("ledgerq_tasks", "ledgerq_history")
@@ -104,25 +105,32 @@ def check_revision(revision: str) -> None:
 
 
 def upgrade(settings: Settings, revision: str = "head") -> None:
+    """Migrate every ledger shard's database (Alembic runs per database), and record
+    each one's shard (:func:`~ledgerq.ledger.pg.shards.assign`) once it has the table."""
     check_revision(revision)
-    ensure_database(settings)
-    command.upgrade(alembic_config(migration_url(settings)), revision)
+    count = settings.ledger_shard_count
+    for index, shard in enumerate(settings.ledger_shards()):
+        ensure_database(shard)
+        command.upgrade(alembic_config(migration_url(shard)), revision)
+        assign(shard, migration_url(shard), index, count)
 
 
-def _state(settings: Settings) -> tuple[str | None, list[str]]:
-    """The recorded revision (None: never migrated) and the ledger tables missing."""
-    query = "SELECT " + ", ".join(["to_regclass(%s) IS NOT NULL"] * (1 + len(LEDGER_TABLES)))
+def _state(settings: Settings) -> tuple[str | None, list[str], Identity]:
+    """The recorded revision (None: never migrated), the ledger tables missing, and
+    the ledger shard the database says it is (None: not recorded)."""
+    query = "SELECT " + ", ".join(["to_regclass(%s) IS NOT NULL"] * (2 + len(LEDGER_TABLES)))
     try:
         with connect_waiting(settings) as conn:
-            present = conn.execute(query, (VERSION_TABLE, *LEDGER_TABLES)).fetchone()
+            present = conn.execute(query, (VERSION_TABLE, SHARD_TABLE, *LEDGER_TABLES)).fetchone()
             assert present is not None
-            missing = [t for t, ok in zip(LEDGER_TABLES, present[1:], strict=True) if not ok]
+            missing = [t for t, ok in zip(LEDGER_TABLES, present[2:], strict=True) if not ok]
             if not present[0]:
-                return None, missing
+                return None, missing, None
             version = conn.execute(
                 sql.SQL("SELECT version_num FROM {}").format(sql.Identifier(VERSION_TABLE))
             ).fetchone()
-            return (str(version[0]) if version else None), missing
+            identity = identity_of(conn) if present[1] else None
+            return (str(version[0]) if version else None), missing, identity
     except psycopg.errors.InsufficientPrivilege as exc:
         raise SchemaError(f"{first_line(exc)}: {GRANTS}") from exc
     except psycopg.Error as exc:
@@ -131,14 +139,24 @@ def _state(settings: Settings) -> tuple[str | None, list[str]]:
 
 def current_revision(settings: Settings) -> str | None:
     """The revision the database records, or None if it was never migrated."""
-    return _state(settings)[0]
+    return _state(settings.ledger_shard(0))[0]
 
 
 def check_schema(settings: Settings) -> str:
-    """The schema's revision if it is this ledgerq's head with every table in place;
-    else :class:`SchemaError` (or :class:`ServiceUnavailableError`, or
+    """The schema's revision if every ledger shard's database is at this ledgerq's
+    head with every table in place and says it is the shard at its position in the
+    URL list; else :class:`SchemaError` (or :class:`ConfigError` for a database at
+    the wrong position, :class:`ServiceUnavailableError`, or
     :class:`~ledgerq.ledger.errors.CredentialsRefusedError`)."""
-    current, missing = _state(settings)
+    count = settings.ledger_shard_count
+    revisions = [
+        _check_one(shard, index, count) for index, shard in enumerate(settings.ledger_shards())
+    ]
+    return revisions[0]
+
+
+def _check_one(settings: Settings, index: int, count: int) -> str:
+    current, missing, identity = _state(settings)
     head = head_revision()
     where = mask_url(settings.database_url)
     if current is None:
@@ -160,4 +178,5 @@ def check_schema(settings: Settings) -> str:
             f"the ledger schema in {where} is at {current} but its tables "
             f"{', '.join(missing)} are gone: drop the table {VERSION_TABLE}, then {MIGRATE}"
         )
+    check_identity(settings.database_url, identity, index, count)
     return current

@@ -13,7 +13,7 @@ import os
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from ledgerq import TaskSpec, enqueue, enqueue_many
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.protocol import Ledger
+from ledgerq.ledger.sharded import ShardedLedger
 from ledgerq.processes import Services
 
 T = TypeVar("T")
@@ -58,7 +59,8 @@ class LatencySample:
 class Bench:
     settings: Settings
     engine: Engine
-    ledger: Ledger
+    #: With ledger shards (``--ledger-shards``), every shard's: only the drains run.
+    ledger: Ledger | ShardedLedger
     run: RunCoroutine
     log_dir: Path
     workers: int
@@ -69,6 +71,8 @@ class Bench:
     worker_args: tuple[str, ...] = ()
     #: Relay processes the drains run (they share the due rows: SKIP LOCKED).
     relays: int = 1
+    #: With ledger shards: each shard's engine; enqueued chunks take them in turn.
+    shard_engines: Sequence[Engine] = ()
     services: Services = field(init=False)
 
     def __post_init__(self) -> None:
@@ -97,14 +101,21 @@ class Bench:
     def enqueue_batch(
         self, n: int, kind: str, progress: Progress, chunk: int = 1000, keys: int = 0
     ) -> float:
-        """``keys``: give task i the ordering key ``k<i mod keys>`` (0: unordered)."""
+        """``keys``: give task i the ordering key ``k<i mod keys>`` (0: unordered). With
+        ledger shards, the chunks take the shards in turn (a backlog smaller than a
+        chunk per shard is cut into one chunk per shard)."""
+        if self.shard_engines:
+            chunk = min(chunk, -(-n // len(self.shard_engines)))
         started = time.perf_counter()
         for first in range(0, n, chunk):
             specs = [
                 TaskSpec(kind, {"order": i}, ordering_key=f"k{i % keys}" if keys else None)
                 for i in range(first, min(first + chunk, n))
             ]
-            with Session(self.engine) as session, session.begin():
+            engine = self.engine
+            if self.shard_engines:
+                engine = self.shard_engines[(first // chunk) % len(self.shard_engines)]
+            with Session(engine) as session, session.begin():
                 enqueue_many(session, specs)
             progress(min(first + chunk, n), n)
         return n / (time.perf_counter() - started)

@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 from ledgerq.bench.phases import Bench, percentiles
 from ledgerq.bench.raw import pipeline_ceiling, raw_ceiling
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.sharded import ShardedLedger
 
 #: The drains ``--handler`` can pick: name -> (kind, result key, phase label).
 DRAINS = {
@@ -79,6 +80,7 @@ def run_suite(
     progress = phase("pipeline ceiling (publish, consume, ack, ledger writes)", 1)
     bench.reset()
     bench.enqueue_batch(tasks, "demo.noop", lambda d, t: None)
+    assert not isinstance(bench.ledger, ShardedLedger), "with ledger shards: run_sharded_suite"
     ceiling = pipeline_ceiling(bench.settings, tasks)
     result["pipeline_ceiling_per_s"] = round(ceiling)
     progress(1, 1)
@@ -132,6 +134,37 @@ def run_suite(
     result["worker_rss_mb"] = bench.worker_peak_rss_mb()
     if result["raw_publish_per_s"]:
         result["drain_vs_raw_publish"] = round(result["drain_per_s"] / publish, 3)
+
+
+def sharded_settings(settings: Settings, count: int) -> Settings:
+    """The benchmark's settings over ``count`` ledger shards: its database's name
+    plus ``_shard0``, ``_shard1``, ... (the unsplit benchmark's database is not one)."""
+    url = make_url(bench_settings(settings).database_url)
+    urls = [
+        url.set(database=f"{url.database}_shard{k}").render_as_string(False) for k in range(count)
+    ]
+    return replace(bench_settings(settings), database_url=",".join(urls))
+
+
+def run_sharded_suite(
+    bench: Bench, result: dict[str, Any], tasks: int, phase: Any, repeat: int
+) -> None:
+    """``--ledger-shards N``: the batched enqueue and the no-op drain on a ledger split
+    across N databases (chunks of the backlog enqueued on the shards in turn; the
+    relay processes serve every shard, one loop each; workers claim on each id's
+    shard). Compare with the unsplit bench's same keys, in the same sitting."""
+    bench.reset()
+    result["enqueue_batch_per_s"] = round(
+        bench.enqueue_batch(tasks, "demo.noop", phase("enqueue, batched, over the shards", 1))
+    )
+    bench.start_workers()
+    runs, cpu = [], []
+    for i in range(repeat):
+        runs.append(bench.drain(tasks, "demo.noop", phase(f"drain, no-op ({i + 1}/{repeat})", 1)))
+        cpu.append(bench.last_cpu_ms_per_task)
+    result["drain_per_s"], result["drain_runs"] = _median(runs), [round(r) for r in runs]
+    result["drain_cpu_ms_per_task"] = round(statistics.median(cpu), 3)
+    result["worker_rss_mb"] = bench.worker_peak_rss_mb()
 
 
 def _ordered_drain(

@@ -11,11 +11,19 @@ from typing import Any
 
 import click
 from rich.console import Console
+from sqlalchemy import Engine
 
 from ledgerq.bench.peer import CeleryPeer, require_celery
 from ledgerq.bench.phases import Bench
 from ledgerq.bench.report import plot, render, require_plotting
-from ledgerq.bench.suite import HANDLER_CHOICES, add_peer, bench_settings, run_suite
+from ledgerq.bench.suite import (
+    HANDLER_CHOICES,
+    add_peer,
+    bench_settings,
+    run_sharded_suite,
+    run_suite,
+    sharded_settings,
+)
 from ledgerq.cli.group import pass_settings, progress_bar
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.demo import prepare_shop
@@ -23,6 +31,8 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine, sync_engine
 from ledgerq.ledger.pg.migrate import upgrade
+from ledgerq.ledger.shard_ids import MAX_LEDGER_SHARDS
+from ledgerq.ledger.sharded import ShardedLedger
 
 
 @click.command("bench")
@@ -105,6 +115,14 @@ from ledgerq.ledger.pg.migrate import upgrade
     multiple=True,
     help="An extra option for the workers (repeatable), e.g. --worker-arg=--no-batch-commit.",
 )
+@click.option(
+    "--ledger-shards",
+    type=click.IntRange(1, MAX_LEDGER_SHARDS),
+    default=1,
+    show_default=True,
+    help="Split the benchmark's ledger across this many databases (ledger shards) and "
+    "run only the batched enqueue and the no-op drain on it (1: the whole suite).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_settings
 def bench(
@@ -125,6 +143,7 @@ def bench(
     latency: bool,
     worker_args: tuple[str, ...],
     peer: str,
+    ledger_shards: int,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
     if min(workers, relays, concurrency, repeat) < 1 or tasks < 10 or ordering_keys < 0:
@@ -136,13 +155,10 @@ def bench(
         require_plotting()
     if peer == "celery":
         require_celery()
-    settings = bench_settings(settings)
-    upgrade(settings)
-    engine = sync_engine(settings, "ledgerq-bench", pool_size=2)
-    prepare_shop(engine, reset=False)
+    settings, engines, ledger = _prepare(settings, ledger_shards)
+    engine = engines[0]
     console = Console(stderr=True)
     loop = asyncio.Runner()
-    ledger = PgLedger(async_engine(settings, "ledgerq-bench", pool_size=2))
     bench = Bench(
         settings,
         engine,
@@ -154,6 +170,7 @@ def bench(
         metrics_port,
         worker_args,
         relays,
+        shard_engines=engines if len(engines) > 1 else (),
     )
     result: dict[str, Any] = {
         "config": {
@@ -170,6 +187,7 @@ def bench(
             "ordering_keys": ordering_keys,
             "worker_args": list(worker_args),
             "peer": peer,
+            "ledger_shards": ledger_shards,
             "cpus": _cpus(),
             "python": platform.python_version(),
         }
@@ -181,19 +199,23 @@ def bench(
             return lambda done, of: progress.update(bar, completed=done, total=of)
 
         try:
-            run_suite(
-                bench,
-                result,
-                tasks,
-                handler,
-                idle_rate,
-                load_rate,
-                history_rows,
-                phase,
-                repeat,
-                ordering_keys,
-                latency,
-            )
+            if ledger_shards > 1:
+                run_sharded_suite(bench, result, tasks, phase, repeat)
+                peer = "none"
+            else:
+                run_suite(
+                    bench,
+                    result,
+                    tasks,
+                    handler,
+                    idle_rate,
+                    load_rate,
+                    history_rows,
+                    phase,
+                    repeat,
+                    ordering_keys,
+                    latency,
+                )
             if peer == "celery":
                 celery = CeleryPeer(bench.settings, engine, bench.log_dir)
                 runs = [
@@ -205,16 +227,35 @@ def bench(
             bench.services.stop()
             loop.run(ledger.dispose())
             loop.close()
-            engine.dispose()
+            for each in engines:
+                each.dispose()
     if plot_path:
         plot(result.pop("_idle"), result.pop("_load"), Path(plot_path))
         result["plot"] = plot_path
     result.pop("_idle", None)
     result.pop("_load", None)
-    if as_json:
+    if as_json or ledger_shards > 1:  # the table is the whole suite's
         click.echo(json.dumps(result, indent=2))
     else:
         render(result, Console())
+
+
+def _prepare(
+    settings: Settings, ledger_shards: int
+) -> tuple[Settings, list[Engine], PgLedger | ShardedLedger]:
+    """The benchmark's own database(s), migrated, with the demo's tables; an engine
+    per database and the ledger over them."""
+    if ledger_shards > 1:
+        settings = sharded_settings(settings, ledger_shards)
+    else:
+        settings = bench_settings(settings)
+    upgrade(settings)
+    databases = settings.ledger_shards()
+    engines = [sync_engine(db, "ledgerq-bench", pool_size=2) for db in databases]
+    for each in engines:
+        prepare_shop(each, reset=False)
+    shards = [PgLedger(async_engine(db, "ledgerq-bench", pool_size=2)) for db in databases]
+    return settings, engines, shards[0] if len(shards) == 1 else ShardedLedger(shards)
 
 
 def _cpus() -> int:

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ledgerq.cli.group import emit, json_option, pass_settings
-from ledgerq.compose import open_ledger
+from ledgerq.compose import open_operator_ledger
 from ledgerq.ledger.actions import children_text, progress_text
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.masking import mask_url
@@ -72,19 +72,21 @@ def migrate(settings: Settings, revision: str) -> None:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--revision") from exc
     ledger_migrate.upgrade(settings, revision)
-    click.echo(
-        f"ledger schema at {ledger_migrate.current_revision(settings)} "
-        f"({mask_url(settings.database_url)})"
-    )
+    count = settings.ledger_shard_count
+    for index, shard in enumerate(settings.ledger_shards()):
+        where = mask_url(shard.database_url)
+        if count > 1:
+            where += f", ledger shard {index} of {count}"
+        click.echo(f"ledger schema at {ledger_migrate.current_revision(shard)} ({where})")
 
 
 async def _stats(settings: Settings) -> dict[str, Any]:
-    async with open_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
+    async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
         return await ledger.stats()
 
 
 async def _show(settings: Settings, task_id: int | None, key: str | None) -> dict[str, Any]:
-    async with open_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
+    async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
         return await ledger.find(task_id, business_key=key)
 
 

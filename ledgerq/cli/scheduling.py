@@ -24,16 +24,16 @@ from rich.text import Text
 
 from ledgerq.cli.group import EX_USAGE, emit, fail, json_option, pass_settings
 from ledgerq.cli.tasks import os_user
-from ledgerq.compose import open_ledger
+from ledgerq.compose import open_operator_ledger
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.errors import InvalidTaskError
-from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope
+from ledgerq.ledger.sharded import OperatorLedger
 
 
-def _with_ledger(settings: Settings, work: Callable[[PgLedger], Any]) -> Any:
+def _with_ledger(settings: Settings, work: Callable[[OperatorLedger], Any]) -> Any:
     async def run() -> Any:
-        async with open_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
+        async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
             return await work(ledger)
 
     return asyncio.run(run())
@@ -62,7 +62,7 @@ def _toggle(scope: Scope, action: str) -> click.Command:
     ) -> None:
         who = actor or os_user()
 
-        async def work(ledger: PgLedger) -> PauseReport:
+        async def work(ledger: OperatorLedger) -> PauseReport:
             if action == "pause":
                 return await ledger.pause(scope, name, actor=who, reason=reason)
             return await ledger.resume(scope, name, actor=who)

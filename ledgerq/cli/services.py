@@ -65,6 +65,15 @@ def load_app(module: str) -> Registry:
     help="Seconds between polls when no notification arrives.",
 )
 @click.option("--confirm-timeout", default=RelayConfig.confirm_timeout, show_default=True)
+@click.option(
+    "--ledger-shard",
+    "ledger_shards",
+    type=click.IntRange(min=0),
+    multiple=True,
+    metavar="K",
+    help="Serve only ledger shard K (its position in LEDGERQ_DATABASE_URL); repeatable. "
+    "Default: every shard, one relay loop each.",
+)
 @metrics_port_option
 @pass_settings
 def relay(
@@ -72,6 +81,7 @@ def relay(
     batch_size: int,
     poll_interval: float,
     confirm_timeout: float,
+    ledger_shards: tuple[int, ...],
     metrics_port: int | None,
 ) -> None:
     """Publish due tasks to RabbitMQ with publisher confirms (runs until SIGTERM)."""
@@ -81,7 +91,8 @@ def relay(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
-    run_service(serve_relay(settings, config, metrics_port or 0), settings.event_loop)
+    served = sorted(set(ledger_shards)) or None
+    run_service(serve_relay(settings, config, metrics_port or 0, served), settings.event_loop)
 
 
 @click.command("worker")

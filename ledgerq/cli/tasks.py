@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ledgerq.cli.group import EX_USAGE, emit, fail, json_option, pass_settings, progress_bar
-from ledgerq.compose import open_ledger
+from ledgerq.compose import open_operator_ledger
 from ledgerq.ledger.actions import Action, Report, progress_text
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.filters import DEFAULT_LIMIT, STATUSES, TaskFilter, parse_time
@@ -87,7 +87,7 @@ def list_command(settings: Settings, /, as_json: bool, **criteria: Any) -> None:
     selection = _selection(**criteria)
 
     async def run() -> list[dict[str, Any]]:
-        async with open_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
+        async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
             return await ledger.list_tasks(selection)
 
     rows = asyncio.run(run())
@@ -153,7 +153,7 @@ def _act(settings: Settings, action: Action, options: dict[str, Any]) -> None:
     selection = _selection(ids=tuple(ids), **options)
 
     async def run() -> Report:
-        async with open_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
+        async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
             counted = await ledger.act(action, selection, actor=actor, dry_run=True)
             if dry_run:
                 return counted
@@ -253,7 +253,7 @@ def audit(settings: Settings, limit: int, before: int | None, as_json: bool) -> 
     """Operator actions, newest first: who, when, what, on which tasks, and the counts."""
 
     async def run() -> list[dict[str, Any]]:
-        async with open_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
+        async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
             return await ledger.audit(limit, before)
 
     rows = asyncio.run(run())

@@ -4,7 +4,9 @@
 restarts any that die (the environment that made one crash is dropped on
 restart, as a fixed deploy would). The test process runs the reconciler itself
 (built by :func:`ledgerq.compose.open_reconciler`, ``await run_once()``), so
-every pass is visible to it.
+every pass is visible to it. On a ledger split across databases (ledger
+shards) the relay process serves every shard, the test runs one reconciler per
+shard, and the checker reads every shard.
 
 ``check`` is the total-queue check, after Jepsen's: every committed task has
 exactly one terminal status, none is lost, nothing from a rolled-back
@@ -23,8 +25,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from ledgerq.compose import open_ledger, open_reconciler
 from ledgerq.ledger.alerts import log_alert
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.sharded import ShardedLedger
 from ledgerq.ledger.states import LIVE, TERMINAL
 from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
@@ -95,14 +98,23 @@ class Cluster:
         self._stopped = False
 
     async def open(self) -> Cluster:
-        """Open the test's ledger (for lookups) and the reconciler it runs."""
+        """Open the test's ledger (for lookups) and the reconciler(s) it runs."""
+        count = self.settings.ledger_shard_count
         async with AsyncExitStack() as stack:
-            self.ledger: PgLedger = await stack.enter_async_context(
-                open_ledger(self.settings, "ledgerq-test-cluster", pool_size=2)
+            self.ledger: ClusterLedger = await stack.enter_async_context(
+                open_lookup_ledger(self.settings, "ledgerq-test-cluster")
             )
-            self.reconciler: Reconciler = await stack.enter_async_context(
-                open_reconciler(self.settings, ReconcilerConfig(stall_s=3.0), alert=log_alert)
-            )
+            self.reconcilers: list[Reconciler] = [
+                await stack.enter_async_context(
+                    open_reconciler(
+                        self.settings,
+                        ReconcilerConfig(stall_s=3.0),
+                        alert=log_alert,
+                        shard=shard if count > 1 else None,
+                    )
+                )
+                for shard in range(count)
+            ]
             self._stack = stack.pop_all()
         return self
 
@@ -132,8 +144,9 @@ class Cluster:
         member.starts += 1
 
     def start(self) -> Cluster:
-        with db(self.settings) as conn:
-            conn.execute(EFFECTS_DDL)
+        for shard in self.settings.ledger_shards():
+            with db(shard) as conn:
+                conn.execute(EFFECTS_DDL)
         for member in self.members:
             self._start(member)
         return self
@@ -197,8 +210,10 @@ class Cluster:
         return [m.role for m in self.members if m.role.startswith("worker")]
 
     async def reconcile(self) -> ReconcileCounts:
-        counts = await self.reconciler.run_once()
-        self.reconciles.append(counts)
+        """One pass of every shard's reconciler; the last one's counts."""
+        for reconciler in self.reconcilers:
+            counts = await reconciler.run_once()
+            self.reconciles.append(counts)
         return counts
 
     async def settle(
@@ -255,12 +270,31 @@ class Cluster:
         return {m.role: m.exits for m in self.members}
 
 
-async def terminal_count(ledger: PgLedger, ids: Sequence[int]) -> int:
+#: The test's lookups: one database's ledger, or every shard's.
+ClusterLedger = PgLedger | ShardedLedger
+
+
+@asynccontextmanager
+async def open_lookup_ledger(settings: Settings, name: str) -> AsyncIterator[ClusterLedger]:
+    """The ledger the checks read: the database, or every ledger shard of it."""
+    if settings.ledger_shard_count == 1:
+        async with open_ledger(settings, name, pool_size=2) as ledger:
+            yield ledger
+        return
+    async with AsyncExitStack() as stack:
+        shards = [
+            await stack.enter_async_context(open_ledger(settings, name, pool_size=2, shard=k))
+            for k in range(settings.ledger_shard_count)
+        ]
+        yield ShardedLedger(shards)
+
+
+async def terminal_count(ledger: ClusterLedger, ids: Sequence[int]) -> int:
     """How many of ``ids`` have a terminal status (are in history)."""
     return sum(1 for status in (await ledger.whereabouts(ids)).values() if status in TERMINAL)
 
 
-async def live_summary(ledger: PgLedger) -> dict[str, int]:
+async def live_summary(ledger: ClusterLedger) -> dict[str, int]:
     """Live (unfinished) tasks by status."""
     by_status: dict[str, int] = (await ledger.stats())["by_status"]
     return {s: n for s, n in by_status.items() if s in LIVE}
@@ -306,7 +340,7 @@ class Verdict:
 
 async def check(
     settings: Settings,
-    ledger: PgLedger,
+    ledger: ClusterLedger,
     committed: Sequence[int],
     *,
     effects_expected: Sequence[int] = (),
@@ -325,25 +359,28 @@ async def check(
     }
     live_left = sum((await live_summary(ledger)).values())
     expired_running = await ledger.count_expired()
-    # The effects table is the test's own.
-    with db(settings) as conn:
-        ran_row = conn.execute(
-            "SELECT count(*) FROM fault_effects WHERE marker = %s", (rolled_back_marker,)
-        ).fetchone()
-        per_task = {
-            int(t): int(n)
+    # The effects table is the test's own (one per ledger shard: a handler's
+    # effects commit on its task's shard).
+    ran = 0
+    per_task: dict[int, int] = {}
+    for shard in settings.ledger_shards():
+        with db(shard) as conn:
+            ran_row = conn.execute(
+                "SELECT count(*) FROM fault_effects WHERE marker = %s", (rolled_back_marker,)
+            ).fetchone()
+            ran += int(ran_row[0]) if ran_row else 0
             for t, n in conn.execute(
                 "SELECT task_id, count(*) FROM fault_effects WHERE task_id = ANY(%s) "
                 "GROUP BY task_id",
                 (list(effects_expected),),
-            )
-        }
+            ):
+                per_task[int(t)] = per_task.get(int(t), 0) + int(n)
     return Verdict(
         committed=len(ids),
         terminal=dict(Counter(finished.values())),
         lost=sorted(set(ids) - set(finished)),
         live_left=live_left,
-        rolled_back_ran=int(ran_row[0]) if ran_row else 0,
+        rolled_back_ran=ran,
         effect_duplicates=sum(n - 1 for n in per_task.values() if n > 1),
         missing_effects=sum(1 for i in effects_expected if i not in per_task),
         queue_depth=depth,

@@ -34,11 +34,14 @@ def kill_backends(settings: Settings, pattern: str = "ledgerq-%") -> int:
     workers and the reconciler (which runs in the test process, built by the
     composition root like the others); not the test's own (``ledgerq-test*``),
     and none on another database (another suite may be running beside this one)."""
-    with db(settings) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name LIKE %s AND application_name NOT LIKE 'ledgerq-test%%' "
-            "AND datname = current_database() AND pid <> pg_backend_pid()",
-            (pattern,),
-        ).fetchall()
-    return sum(1 for r in rows if r[0])
+    killed = 0
+    for shard in settings.ledger_shards():  # every ledger shard's database
+        with db(shard) as conn:
+            rows = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name LIKE %s AND application_name NOT LIKE 'ledgerq-test%%' "
+                "AND datname = current_database() AND pid <> pg_backend_pid()",
+                (pattern,),
+            ).fetchall()
+        killed += sum(1 for r in rows if r[0])
+    return killed

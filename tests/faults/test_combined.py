@@ -18,7 +18,11 @@ import os
 import random
 import signal
 import time
+from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
@@ -26,10 +30,13 @@ from sqlalchemy.orm import Session
 from ledgerq import TaskSpec, enqueue
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg.engines import sync_engine
-from tests.faults.cluster import COMBINED_RUNS, MakeCluster, check, terminal_count
+from ledgerq.ledger.shard_ids import shard_of_id
+from tests.conftest import drop_database
+from tests.faults.cluster import COMBINED_RUNS, Cluster, MakeCluster, check, terminal_count
 from tests.faults.outages import kill_backends, restart_broker
 from tests.harness import enqueue_committed
 from tests.rabbit import RabbitNode
+from tests.shard_dbs import create_shards, shard_urls
 
 
 @dataclass
@@ -79,15 +86,18 @@ async def run_combined(
     cluster = await make_cluster(workers=workers)
     started = time.monotonic()
     ids: list[int] = []
+    shards = settings.ledger_shards()
     for chunk in range(0, tasks, 500):
+        # With ledger shards, each chunk is one producer transaction on the next shard.
+        shard = shards[(chunk // 500) % len(shards)]
         ids += enqueue_committed(
-            settings,
+            shard,
             [
                 TaskSpec("fault.write", {"n": i, "sleep": 0.002}, retry=[0.2], max_attempts=10)
                 for i in range(chunk, min(chunk + 500, tasks))
             ],
         )
-        rolled_back(settings, 10)
+        rolled_back(shard, 10)
     pending = list(faults)
     fired: list[str] = []
 
@@ -116,6 +126,7 @@ async def run_combined(
     summary = {
         "seed": seed,
         "tasks": len(ids),
+        "by_ledger_shard": dict(sorted(Counter(shard_of_id(i) for i in ids).items())),
         "seconds": round(elapsed, 1),
         "faults": fired,
         "restarts": {role: len(codes) - 1 for role, codes in exits.items()},
@@ -139,19 +150,50 @@ def _seed(variable: str) -> int:
     return int(os.environ.get(variable) or random.randrange(2**32))
 
 
+#: The short run's size and fault counts (with and without ledger shards).
+SHORT: dict[str, Any] = {
+    "tasks": 2000,
+    "workers": 3,
+    "worker_kills": 4,
+    "db_kills": 3,
+    "seed": _seed("LEDGERQ_FAULT_SEED"),
+}
+
+
 async def test_combined_short(
     settings: Settings, make_cluster: MakeCluster, broker_node: RabbitNode
 ) -> None:
-    await run_combined(
-        settings,
-        make_cluster,
-        broker_node,
-        tasks=2000,
-        workers=3,
-        worker_kills=4,
-        db_kills=3,
-        seed=_seed("LEDGERQ_FAULT_SEED"),
-    )
+    await run_combined(settings, make_cluster, broker_node, **SHORT)
+
+
+@pytest.fixture
+async def sharded(settings: Settings) -> AsyncIterator[Settings]:
+    """The test's settings over two fresh ledger shards (the suite's database is not one)."""
+    yield create_shards(settings, 2, tag="f")
+    for url in shard_urls(settings, 2, tag="f"):
+        drop_database(url)
+
+
+async def test_combined_on_two_ledger_shards(
+    sharded: Settings, broker_node: RabbitNode, tmp_path: Path
+) -> None:
+    """The short run on a ledger split across two databases: one relay process
+    serving both shards, workers claiming on the shard each id names, a reconciler
+    per shard; the same total-queue check over both databases."""
+    clusters: list[Cluster] = []
+
+    async def make(**options: Any) -> Cluster:
+        cluster = Cluster(sharded, tmp_path, **options)
+        clusters.append(cluster)
+        await cluster.open()
+        return await cluster.start().ready()
+
+    try:
+        await run_combined(sharded, make, broker_node, **SHORT)
+    finally:
+        for cluster in clusters:
+            await cluster.stop()
+    assert COMBINED_RUNS[-1]["by_ledger_shard"] == {0: 1000, 1: 1000}
 
 
 LONG_BASE = _seed("LEDGERQ_FAULT_SEED_BASE")

@@ -12,10 +12,11 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from ledgerq.bench.suite import KEYS, bench_settings
+from ledgerq.bench.suite import KEYS, bench_settings, sharded_settings
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.relay.broker.topology import Topology
+from tests.conftest import drop_database
 from tests.support import ledgerq_env
 
 
@@ -84,15 +85,48 @@ def test_bench_runs_and_prints_every_key_with_the_celery_peer(settings: Settings
         )
         assert all(data[key] > 0 for key in positive), {k: data[k] for k in positive}
         assert data["drain_ordered_per_s"] > 0 and data["ordered_ratio"] > 0
-    finally:  # the bench declares its queues under <prefix>-bench
-        conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
-        channel = conn.channel()
-        topology = Topology(f"{settings.amqp_prefix}-bench")
-        for name in (topology.task_queue("default").name, topology.dead_letter_queue.name):
-            channel.queue_delete(name)
-        channel.exchange_delete(topology.exchange.name)
-        channel.exchange_delete(topology.dead_letter_exchange.name)
-        celery = f"{settings.amqp_prefix}-bench.celery"  # the Celery peer's queue
-        channel.queue_delete(celery)
-        channel.exchange_delete(celery)
-        conn.close()
+    finally:
+        _delete_bench_broker_objects(settings, celery=True)
+
+
+def test_bench_on_two_ledger_shards_drains_both(settings: Settings) -> None:
+    sharded = sharded_settings(settings, 2)
+    for url in sharded.database_urls:
+        drop_database(url)
+    result = subprocess.run(
+        [sys.executable, "-m", "ledgerq", "bench", "--tasks", "400", "--ledger-shards", "2"],
+        env=ledgerq_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    try:
+        assert result.returncode == 0, result.stderr[-3000:]
+        data = json.loads(result.stdout)  # JSON without --json: the table is the full suite's
+        assert data["config"]["ledger_shards"] == 2
+        assert data["enqueue_batch_per_s"] > 0 and data["drain_per_s"] > 0
+        for url in sharded.database_urls:  # both shards took a share and drained it
+            with psycopg.connect(libpq_url(url)) as conn:
+                row = conn.execute("SELECT count(*) FROM ledgerq_history").fetchone()
+            assert row is not None and row[0] > 0
+    finally:
+        for url in sharded.database_urls:
+            drop_database(url)
+        _delete_bench_broker_objects(settings, celery=False)
+
+
+def _delete_bench_broker_objects(settings: Settings, *, celery: bool) -> None:
+    """The bench declares its queues under <prefix>-bench (the Celery peer's too)."""
+    conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
+    channel = conn.channel()
+    topology = Topology(f"{settings.amqp_prefix}-bench")
+    for name in (topology.task_queue("default").name, topology.dead_letter_queue.name):
+        channel.queue_delete(name)
+    channel.exchange_delete(topology.exchange.name)
+    channel.exchange_delete(topology.dead_letter_exchange.name)
+    if celery:
+        peer = f"{settings.amqp_prefix}-bench.celery"
+        channel.queue_delete(peer)
+        channel.exchange_delete(peer)
+    conn.close()

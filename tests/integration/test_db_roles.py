@@ -212,6 +212,7 @@ def test_the_migrator_group_owns_every_ledger_object(roles: Roles) -> None:
         VERSION_TABLE, "ledgerq_audit", "ledgerq_audit_id_seq", "ledgerq_audit_tasks",
         "ledgerq_pauses", "ledgerq_kinds", "ledgerq_families",
         "ledgerq_rollup_counts", "ledgerq_rollup_latency", "ledgerq_rollup_state",
+        "ledgerq_ledger_shard",
     }  # fmt: skip
     assert {"ledgerq_history_dead", "ledgerq_history_dead_default"} < set(partitions)
     assert len(functions) == 4

@@ -1,0 +1,41 @@
+"""Ledger shards for tests: N databases on the test server, next to the suite's own.
+
+Their names are the test database's plus ``_s1``, ``_s2``, ... (the fault
+suite's ``_f1``, ...); each is dropped,
+created and migrated (as ``ledgerq migrate`` does, with the whole list) once
+per test session, and emptied through the storage seam before each test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sqlalchemy.engine import make_url
+
+from ledgerq.compose import open_operator_ledger
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg.migrate import upgrade
+from tests.conftest import recreate_database
+
+
+def shard_urls(base: Settings, count: int, tag: str = "s") -> list[str]:
+    url = make_url(base.database_url)
+    return [
+        url.set(database=f"{url.database}_{tag}{k + 1}").render_as_string(hide_password=False)
+        for k in range(count)
+    ]
+
+
+def create_shards(base: Settings, count: int, tag: str = "s") -> Settings:
+    """``base`` over ``count`` fresh, migrated shard databases (``<test db>_<tag>1``...)."""
+    urls = shard_urls(base, count, tag)
+    for url in urls:
+        recreate_database(url)
+    sharded = replace(base, database_url=",".join(urls))
+    upgrade(sharded)
+    return sharded
+
+
+async def empty(settings: Settings) -> None:
+    async with open_operator_ledger(settings, "ledgerq-test-setup") as ledger:
+        await ledger.truncate()
