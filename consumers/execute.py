@@ -255,7 +255,7 @@ class TaskRunner:
             # asyncio.timeout_at, not wait_for: no extra task per handler run. A
             # checkpoint moves it (ctx._on_progress runs on this loop).
             async with asyncio.timeout_at(deadline.on_loop(ctx)) as timer:
-                ctx._on_progress = lambda: timer.reschedule(deadline.on_loop(ctx))
+                ctx._on_progress = lambda: _move(timer, deadline, ctx)
                 return await _run_async(handler, ctx)
         except TimeoutError:
             return self._timed_out(task, deadline, ctx)
@@ -328,6 +328,13 @@ class TaskRunner:
     def _notify(self, task: ClaimedTask, ctx: HandlerContext) -> None:
         if self.on_context is not None:
             self.on_context(task, ctx)
+
+
+def _move(timer: asyncio.Timeout, deadline: Deadline, ctx: HandlerContext) -> None:
+    """After a checkpoint: the async handler's timeout runs from now (unless it has
+    already fired: the cancellation is on its way, and stands)."""
+    if not timer.expired():
+        timer.reschedule(deadline.on_loop(ctx))
 
 
 async def _until(future: asyncio.Future[Result], deadline: Deadline, ctx: HandlerContext) -> Result:

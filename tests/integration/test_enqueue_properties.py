@@ -1,7 +1,12 @@
 """Property, on the real database: any payload and options, enqueued alone or in a
 batch inside a caller's transaction, give a task id or an InvalidTaskError and
 nothing else; a refusal writes no row and leaves the transaction usable; an
-accepted payload comes back exactly (tuples as lists)."""
+accepted payload comes back exactly (tuples as lists).
+
+The one refusal the database makes, a ``parent_id`` that names no task
+(UnknownParentError, from the child-insert trigger of migration 0010), fails the
+statement, so the caller's transaction must be rolled back; it too writes
+nothing."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Connection, Engine, text
 
-from ledgerq import InvalidTaskError, TaskSpec, enqueue, enqueue_many
+from ledgerq import InvalidTaskError, TaskSpec, UnknownParentError, enqueue, enqueue_many
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg.engines import sync_engine
 from tests.strategies import as_stored, kinds, options, payloads
@@ -48,6 +53,10 @@ def test_enqueue_gives_an_id_or_an_invalid_task_error_and_writes_nothing_on_refu
                 [task_id] = enqueue_many(conn, [TaskSpec(kind, payload, **opts)])
             else:
                 task_id = enqueue(conn, kind, payload, **opts)
+        except UnknownParentError:
+            transaction.rollback()  # the statement failed: the transaction is aborted
+            assert rows(conn) == before
+            return
         except InvalidTaskError:
             assert rows(conn) == before  # nothing written, and the transaction still works
             transaction.rollback()
