@@ -29,9 +29,10 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import cast
 
+from ledgerq.consumers.direct import DirectConfig
 from ledgerq.consumers.periodic import CatchUp, PeriodicConfig, PeriodicEnqueuer
 from ledgerq.consumers.registry import Registry
-from ledgerq.consumers.worker import Worker, WorkerConfig
+from ledgerq.consumers.worker import DirectSource, Worker, WorkerConfig
 from ledgerq.faults import probe_from_env
 from ledgerq.health import Health
 from ledgerq.ledger.alerting.dotted import callable_channel
@@ -132,10 +133,11 @@ async def warn_if_no_autovacuum(ledger: InspectionLedger) -> None:
 
 
 async def _readiness(
-    ledger: PgLedger, connection: AmqpConnection, service: Callable[[], str | None]
+    ledger: PgLedger, connection: AmqpConnection | None, service: Callable[[], str | None]
 ) -> str | None:
-    """Why a relay or worker is not ready (None: it is): see :mod:`ledgerq.health`."""
-    if not is_connected(connection):
+    """Why a relay or worker is not ready (None: it is): see :mod:`ledgerq.health`.
+    A direct worker (``connection`` None) needs only the ledger."""
+    if connection is not None and not is_connected(connection):
         return "RabbitMQ: not connected (reconnecting)"
     try:
         if not await ledger.ping():
@@ -148,7 +150,7 @@ async def _readiness(
 def _watch_readiness(
     health: Health | None,
     ledger: PgLedger,
-    connection: AmqpConnection,
+    connection: AmqpConnection | None,
     service: Callable[[], str | None],
 ) -> None:
     if health is not None:
@@ -237,16 +239,23 @@ async def open_worker(
     watch: SchemaWatch | None = None,
     observer: Observer = NO_OBSERVER,
     health: Health | None = None,
+    direct: DirectConfig | None = None,
 ) -> AsyncIterator[Worker]:
-    """A started worker; on exit it drains (see :meth:`Worker.stop`) and disconnects."""
+    """A started worker; on exit it drains (see :meth:`Worker.stop`) and disconnects.
+    With ``direct`` it takes no broker connection and claims straight from the
+    ledger, woken by LISTEN (consumers/direct.py)."""
     config = config or WorkerConfig()
     alert = alert or alert_hook(settings)
     check_schema(settings)
-    connection = await connect(
-        settings.amqp_url,
-        wait_s=settings.connect_wait_s,
-        name=f"ledgerq-{config.worker_id}",
-        ssl_context=settings.amqp_ssl_context(),
+    connection = (
+        None
+        if direct is not None
+        else await connect(
+            settings.amqp_url,
+            wait_s=settings.connect_wait_s,
+            name=f"ledgerq-{config.worker_id}",
+            ssl_context=settings.amqp_ssl_context(),
+        )
     )
     # The worker's own statements (claim, finish, heartbeat) never queue behind
     # handlers: they have a pool of their own. Handlers' sessions share db_pool
@@ -255,11 +264,15 @@ async def open_worker(
     handlers_async = async_engine(settings, "ledgerq-worker-handlers", pool_size=config.db_pool)
     handlers_sync = sync_engine(settings, "ledgerq-worker-sync", pool_size=config.db_pool)
     worker_ledger: WorkerLedger = _watched(ledger, watch)
+    wakeup = Wakeup(settings)
     worker = Worker(
         worker_ledger,
         registry,
         config,
-        consume=partial(AioConsumption.consume, connection, topology(settings)),
+        consume=None
+        if connection is None
+        else partial(AioConsumption.consume, connection, topology(settings)),
+        direct=None if direct is None else DirectSource(ledger, wakeup.event, direct),
         sync_engine=handlers_sync,
         async_engine=handlers_async,
         alert=alert,
@@ -267,6 +280,8 @@ async def open_worker(
         observer=observer,
     )
     try:
+        if direct is not None:
+            wakeup.start()
         await worker.start()
         await warn_if_no_autovacuum(ledger)
         _watch_readiness(
@@ -278,7 +293,9 @@ async def open_worker(
         if health is not None:
             health.stopping()
         await worker.stop()
-        await connection.close()
+        await wakeup.stop()
+        if connection is not None:
+            await connection.close()
         await handlers_async.dispose()
         await ledger.dispose()
         handlers_sync.dispose()
@@ -390,7 +407,11 @@ async def serve_relay(settings: Settings, config: RelayConfig, metrics_port: int
 
 
 async def serve_worker(
-    settings: Settings, registry: Registry, config: WorkerConfig, metrics_port: int = 0
+    settings: Settings,
+    registry: Registry,
+    config: WorkerConfig,
+    metrics_port: int = 0,
+    direct: DirectConfig | None = None,
 ) -> int:
     """``ledgerq worker``: run handlers until SIGTERM, then drain. Returns how many
     sync handlers' threads are still running (past their timeout or the grace).
@@ -400,7 +421,13 @@ async def serve_worker(
     async with (
         monitoring(metrics_port or settings.metrics_port, "worker") as (observer, health),
         open_worker(
-            settings, registry, config, watch=watch, observer=observer, health=health
+            settings,
+            registry,
+            config,
+            watch=watch,
+            observer=observer,
+            health=health,
+            direct=direct,
         ) as worker,
     ):
         stop = _stop_event(*([health.stopping] if health else []))
