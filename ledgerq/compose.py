@@ -265,6 +265,12 @@ async def open_worker(
     handlers_sync = sync_engine(settings, "ledgerq-worker-sync", pool_size=config.db_pool)
     worker_ledger: WorkerLedger = _watched(ledger, watch)
     wakeup = Wakeup(settings)
+    # Direct claims run select_due's selection: they need the relay's planner
+    # settings (ledger/pg/engines.py), on a connection of their own.
+    claims = PgLedger(
+        async_engine(settings, "ledgerq-worker-direct", pool_size=1, planner=RELAY_PLANNER)
+    )
+    source = None if direct is None else DirectSource(claims, wakeup.event, direct)
     worker = Worker(
         worker_ledger,
         registry,
@@ -272,7 +278,7 @@ async def open_worker(
         consume=None
         if connection is None
         else partial(AioConsumption.consume, connection, topology(settings)),
-        direct=None if direct is None else DirectSource(ledger, wakeup.event, direct),
+        direct=source,
         sync_engine=handlers_sync,
         async_engine=handlers_async,
         alert=alert,
@@ -296,6 +302,7 @@ async def open_worker(
         await wakeup.stop()
         if connection is not None:
             await connection.close()
+        await claims.dispose()
         await handlers_async.dispose()
         await ledger.dispose()
         handlers_sync.dispose()

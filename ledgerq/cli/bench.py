@@ -12,10 +12,17 @@ from typing import Any
 import click
 from rich.console import Console
 
-from ledgerq.bench.peer import CeleryPeer, require_celery
+from ledgerq.bench.peer import CeleryPeer, PgqueuerPeer, pgqueuer_installed, require_celery
 from ledgerq.bench.phases import Bench
 from ledgerq.bench.report import plot, render, require_plotting
-from ledgerq.bench.suite import HANDLER_CHOICES, add_peer, bench_settings, run_suite
+from ledgerq.bench.suite import (
+    HANDLER_CHOICES,
+    add_peer,
+    add_pgqueuer,
+    bench_settings,
+    run_direct,
+    run_suite,
+)
 from ledgerq.cli.group import pass_settings, progress_bar
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.demo import prepare_shop
@@ -100,6 +107,13 @@ from ledgerq.ledger.pg.migrate import upgrade
     "in this run, and print ledgerq's ratio to it (needs Celery: the dev extra).",
 )
 @click.option(
+    "--direct",
+    is_flag=True,
+    help="Measure the ledger-direct path instead (`ledgerq worker --direct`, no broker, "
+    "no relay): the no-op drain, and pgqueuer's drain of as many no-op jobs in the same "
+    "run when pgqueuer is installed (the dev extra), with the ratio.",
+)
+@click.option(
     "--worker-arg",
     "worker_args",
     multiple=True,
@@ -125,6 +139,7 @@ def bench(
     latency: bool,
     worker_args: tuple[str, ...],
     peer: str,
+    direct: bool,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
     if min(workers, relays, concurrency, repeat) < 1 or tasks < 10 or ordering_keys < 0:
@@ -154,6 +169,7 @@ def bench(
         metrics_port,
         worker_args,
         relays,
+        direct,
     )
     result: dict[str, Any] = {
         "config": {
@@ -170,6 +186,7 @@ def bench(
             "ordering_keys": ordering_keys,
             "worker_args": list(worker_args),
             "peer": peer,
+            "direct": direct,
             "cpus": _cpus(),
             "python": platform.python_version(),
         }
@@ -181,40 +198,93 @@ def bench(
             return lambda done, of: progress.update(bar, completed=done, total=of)
 
         try:
-            run_suite(
-                bench,
-                result,
-                tasks,
-                handler,
-                idle_rate,
-                load_rate,
-                history_rows,
-                phase,
-                repeat,
-                ordering_keys,
-                latency,
-            )
-            if peer == "celery":
-                celery = CeleryPeer(bench.settings, engine, bench.log_dir)
-                runs = [
-                    celery.drain(tasks, phase(f"drain, Celery peer ({i + 1}/{repeat})", 1))
-                    for i in range(repeat)
-                ]
-                add_peer(result, runs)
+            if direct:
+                _direct(bench, result, tasks, phase, repeat)
+            else:
+                _default(
+                    bench,
+                    result,
+                    tasks,
+                    handler,
+                    idle_rate,
+                    load_rate,
+                    history_rows,
+                    phase,
+                    repeat,
+                    ordering_keys,
+                    latency,
+                    peer,
+                )
         finally:
             bench.services.stop()
             loop.run(ledger.dispose())
             loop.close()
             engine.dispose()
-    if plot_path:
+    if plot_path and not direct:
         plot(result.pop("_idle"), result.pop("_load"), Path(plot_path))
         result["plot"] = plot_path
+    _render(result, as_json)
+
+
+def _default(
+    bench: Bench,
+    result: dict[str, Any],
+    tasks: int,
+    handler: str,
+    idle_rate: float,
+    load_rate: float,
+    history_rows: int,
+    phase: Any,
+    repeat: int,
+    ordering_keys: int,
+    latency: bool,
+    peer: str,
+) -> None:
+    """The default suite (RabbitMQ path), then Celery's drains when asked for."""
+    run_suite(
+        bench,
+        result,
+        tasks,
+        handler,
+        idle_rate,
+        load_rate,
+        history_rows,
+        phase,
+        repeat,
+        ordering_keys,
+        latency,
+    )
+    if peer == "celery":
+        celery = CeleryPeer(bench.settings, bench.engine, bench.log_dir)
+        runs = [
+            celery.drain(tasks, phase(f"drain, Celery peer ({i + 1}/{repeat})", 1))
+            for i in range(repeat)
+        ]
+        add_peer(result, runs)
+
+
+def _render(result: dict[str, Any], as_json: bool) -> None:
     result.pop("_idle", None)
     result.pop("_load", None)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         render(result, Console())
+
+
+def _direct(bench: Bench, result: dict[str, Any], tasks: int, phase: Any, repeat: int) -> None:
+    """``--direct``: the direct drains, then pgqueuer's (when installed) in the same run."""
+    run_direct(bench, result, tasks, phase, repeat)
+    bench.services.stop()
+    if not pgqueuer_installed():
+        result["pgqueuer"] = "not installed (pip install 'ledgerq[dev]')"
+        return
+    pgq = PgqueuerPeer(bench.settings, bench.log_dir)
+    runs = [
+        pgq.drain(tasks, phase(f"drain, pgqueuer peer ({i + 1}/{repeat})", 1))
+        for i in range(repeat)
+    ]
+    add_pgqueuer(result, runs)
 
 
 def _cpus() -> int:
