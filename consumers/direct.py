@@ -167,6 +167,7 @@ class DirectClaimer:
                 await self._idle()
 
     def start_loop(self) -> None:
+        self._stopping = False
         self._loop = asyncio.create_task(self._run(), name="ledgerq-direct")
         log.info("claiming straight from the ledger: %s", ", ".join(self.queues))
 
@@ -179,5 +180,84 @@ class DirectClaimer:
         self._stopping = True
         self.wake.set()
         self.slots.changed.set()
+        if self._loop is not None:
+            await asyncio.gather(self._loop, return_exceptions=True)
+
+
+@dataclass(frozen=True)
+class FallbackConfig:
+    #: How long the broker connection must be down before the worker claims from
+    #: the ledger itself (a blip, a broker restart of a few seconds, is waited out).
+    after_s: float = 10.0
+    #: How often the connection is looked at.
+    check_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 < self.after_s <= 3600:
+            raise ValueError(f"broker fallback must be in (0, 3600] seconds, got {self.after_s}")
+        if self.check_s <= 0:
+            raise ValueError("fallback check_s must be positive")
+
+
+class Fallback:
+    """Broker-down mode: while the broker connection has been down ``after_s``, the
+    :class:`DirectClaimer` claims; once it is back, the claimer stops (the claim in
+    flight finishes, its tasks run to the end and are written like any direct
+    task) and the consumer's deliveries, which the relay publishes again, take over.
+
+    The relay meanwhile fails to publish and marks nothing published, so the
+    rows stay ``pending``, where the direct claim finds them. Messages published
+    before the broker went away are delivered when it is back: the ones whose
+    rows were claimed directly meanwhile are stale (the epoch moved) and acked
+    unrun. ``run_once`` is the loop's step and says what it did."""
+
+    def __init__(
+        self, claimer: DirectClaimer, broker_up: Callable[[], bool], config: FallbackConfig
+    ) -> None:
+        self.claimer = claimer
+        self.broker_up = broker_up
+        self.config = config
+        self.down_since: float | None = None
+        self.fallbacks = 0
+        self._stopping = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+
+    async def run_once(self, now: float) -> str:
+        """One look at the connection: ``"fell back"``, ``"returned"`` or ``""``."""
+        if self.broker_up():
+            self.down_since = None
+            if self.claimer.running:
+                await self.claimer.stop()
+                log.warning("broker back: consuming again, no more direct claims")
+                return "returned"
+            return ""
+        if self.down_since is None:
+            self.down_since = now
+        if not self.claimer.running and now - self.down_since >= self.config.after_s:
+            self.fallbacks += 1
+            log.warning(
+                "broker down for %.0fs: claiming straight from the ledger until it is back",
+                now - self.down_since,
+            )
+            self.claimer.start_loop()
+            return "fell back"
+        return ""
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stopping.is_set():
+            try:
+                await self.run_once(loop.time())
+            except Exception:  # a bug of ours must not stop the watch
+                log.exception("broker fallback check failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.config.check_s)
+
+    def start(self) -> None:
+        self._loop = asyncio.create_task(self._run(), name="ledgerq-fallback")
+
+    async def stop(self) -> None:
+        """Stop watching; the claimer (if it runs) is the worker's to stop."""
+        self._stopping.set()
         if self._loop is not None:
             await asyncio.gather(self._loop, return_exceptions=True)

@@ -47,7 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ledgerq.consumers.acker import Acker
 from ledgerq.consumers.batch import BatchConfig, Batcher
 from ledgerq.consumers.claimer import Claimer, Slots
-from ledgerq.consumers.direct import DirectClaimer, DirectConfig
+from ledgerq.consumers.direct import DirectClaimer, DirectConfig, Fallback, FallbackConfig
 from ledgerq.consumers.dispatcher import Dispatcher
 from ledgerq.consumers.execute import TaskRunner
 from ledgerq.consumers.finisher import Finisher
@@ -124,6 +124,10 @@ class DirectSource:
     #: Set on every enqueue notification (:class:`~ledgerq.ledger.pg.notify.Wakeup`).
     wake: asyncio.Event
     config: DirectConfig = field(default_factory=DirectConfig)
+    #: Beside a broker (broker-down mode): whether its connection is up, and when
+    #: to fall back. Without a broker (``--direct``) both are None.
+    broker_up: Callable[[], bool] | None = None
+    fallback: FallbackConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -199,8 +203,12 @@ class Worker:
             lease_kinds=frozenset(h.kind for h in registry if h.lease),
         )
         self.intake = Intake(self.acker, self.claimer.offer, probe)
-        if (consume is None) == (direct is None):
-            raise ValueError("a worker consumes from the broker or claims directly: one of them")
+        if consume is None and (direct is None or direct.fallback is not None):
+            raise ValueError(
+                "a worker without a broker claims directly (and falls back to nothing)"
+            )
+        if consume is not None and direct is not None and direct.fallback is None:
+            raise ValueError("a direct source beside a broker is its fallback: give it one")
         self.direct = (
             None
             if direct is None
@@ -215,6 +223,11 @@ class Worker:
                 config=direct.config,
                 observer=observer,
             )
+        )
+        self.fallback = (
+            None
+            if self.direct is None or direct is None or direct.fallback is None
+            else Fallback(self.direct, direct.broker_up or (lambda: True), direct.fallback)
         )
 
     @property
@@ -244,7 +257,7 @@ class Worker:
     async def start(self) -> None:
         self.finisher.start()
         self.leases.start()
-        if self.direct is not None:
+        if self.direct is not None and self.fallback is None:
             self.direct.start_loop()
             return
         self.claimer.start_loop()
@@ -259,6 +272,8 @@ class Worker:
             self.config.concurrency,
             self.config.effective_prefetch,
         )
+        if self.fallback is not None:
+            self.fallback.start()
 
     async def stop(self) -> None:
         """Stop consuming and claiming; let in-flight handlers finish within the grace;
@@ -268,6 +283,8 @@ class Worker:
         if self._consumption is not None:
             await self._consumption.cancel()
         await self.claimer.stop()
+        if self.fallback is not None:
+            await self.fallback.stop()
         if self.direct is not None:
             await self.direct.stop()
         await self.dispatcher.drain(self.config.grace_s)

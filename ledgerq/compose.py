@@ -29,7 +29,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import cast
 
-from ledgerq.consumers.direct import DirectConfig
+from ledgerq.consumers.direct import DirectConfig, FallbackConfig
 from ledgerq.consumers.periodic import CatchUp, PeriodicConfig, PeriodicEnqueuer
 from ledgerq.consumers.registry import Registry
 from ledgerq.consumers.worker import DirectSource, Worker, WorkerConfig
@@ -240,10 +240,12 @@ async def open_worker(
     observer: Observer = NO_OBSERVER,
     health: Health | None = None,
     direct: DirectConfig | None = None,
+    fallback: FallbackConfig | None = FallbackConfig(),
 ) -> AsyncIterator[Worker]:
     """A started worker; on exit it drains (see :meth:`Worker.stop`) and disconnects.
     With ``direct`` it takes no broker connection and claims straight from the
-    ledger, woken by LISTEN (consumers/direct.py)."""
+    ledger, woken by LISTEN (consumers/direct.py); without, ``fallback`` (None: never)
+    says when it claims from the ledger while the broker is away (broker-down mode)."""
     config = config or WorkerConfig()
     alert = alert or alert_hook(settings)
     check_schema(settings)
@@ -270,7 +272,18 @@ async def open_worker(
     claims = PgLedger(
         async_engine(settings, "ledgerq-worker-direct", pool_size=1, planner=RELAY_PLANNER)
     )
-    source = None if direct is None else DirectSource(claims, wakeup.event, direct)
+    if connection is None:
+        source: DirectSource | None = DirectSource(claims, wakeup.event, direct or DirectConfig())
+    elif fallback is not None:
+        source = DirectSource(
+            claims,
+            wakeup.event,
+            DirectConfig(aging_s=settings.priority_aging_s),
+            broker_up=partial(is_connected, connection),
+            fallback=fallback,
+        )
+    else:
+        source = None
     worker = Worker(
         worker_ledger,
         registry,
@@ -286,7 +299,7 @@ async def open_worker(
         observer=observer,
     )
     try:
-        if direct is not None:
+        if source is not None:
             wakeup.start()
         await worker.start()
         await warn_if_no_autovacuum(ledger)
@@ -419,6 +432,7 @@ async def serve_worker(
     config: WorkerConfig,
     metrics_port: int = 0,
     direct: DirectConfig | None = None,
+    fallback: FallbackConfig | None = FallbackConfig(),
 ) -> int:
     """``ledgerq worker``: run handlers until SIGTERM, then drain. Returns how many
     sync handlers' threads are still running (past their timeout or the grace).
@@ -435,6 +449,7 @@ async def serve_worker(
             observer=observer,
             health=health,
             direct=direct,
+            fallback=fallback,
         ) as worker,
     ):
         stop = _stop_event(*([health.stopping] if health else []))

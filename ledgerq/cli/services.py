@@ -17,7 +17,7 @@ import click
 from ledgerq.cli.group import EX_USAGE, json_option, pass_settings
 from ledgerq.compose import serve_reconciler, serve_relay, serve_worker
 from ledgerq.consumers.batch import BatchConfig
-from ledgerq.consumers.direct import DirectConfig
+from ledgerq.consumers.direct import DirectConfig, FallbackConfig
 from ledgerq.consumers.registry import Registry, default_registry
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
@@ -142,6 +142,14 @@ def relay(
     show_default=True,
     help="With --direct: seconds between looks at the ledger when no enqueue wakes it.",
 )
+@click.option(
+    "--broker-fallback",
+    "broker_fallback_s",
+    default=FallbackConfig.after_s,
+    show_default=True,
+    help="Seconds the broker connection may be down before the worker claims due tasks "
+    "straight from the ledger until it is back (0: never).",
+)
 @metrics_port_option
 @pass_settings
 def worker(
@@ -159,6 +167,7 @@ def worker(
     direct: bool,
     direct_batch: int,
     direct_poll_s: float,
+    broker_fallback_s: float,
 ) -> None:
     """Run handlers for tasks delivered from RabbitMQ, or with --direct claimed straight
     from the ledger (runs until SIGTERM)."""
@@ -183,10 +192,11 @@ def worker(
             if direct
             else None
         )
+        fallback = FallbackConfig(after_s=broker_fallback_s) if broker_fallback_s else None
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
     stuck = run_service(
-        serve_worker(settings, registry, config, metrics_port or 0, direct_config),
+        serve_worker(settings, registry, config, metrics_port or 0, direct_config, fallback),
         settings.event_loop,
     )
     if stuck:
