@@ -44,6 +44,7 @@ from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.base import first_line
 from ledgerq.ledger.pg.engines import (
+    DIRECT_PLANNER,
     RECONCILER_PLANNER,
     RELAY_PLANNER,
     async_engine,
@@ -268,9 +269,10 @@ async def open_worker(
     worker_ledger: WorkerLedger = _watched(ledger, watch)
     wakeup = Wakeup(settings)
     # Direct claims run select_due's selection: they need the relay's planner
-    # settings (ledger/pg/engines.py), on a connection of their own.
+    # settings and more (DIRECT_PLANNER, ledger/pg/engines.py), on a connection
+    # of their own.
     claims = PgLedger(
-        async_engine(settings, "ledgerq-worker-direct", pool_size=1, planner=RELAY_PLANNER)
+        async_engine(settings, "ledgerq-worker-direct", pool_size=1, planner=DIRECT_PLANNER)
     )
     if connection is None:
         source: DirectSource | None = DirectSource(claims, wakeup.event, direct or DirectConfig())
