@@ -201,7 +201,7 @@ def bench(
             if direct:
                 _direct(bench, result, tasks, phase, repeat)
             else:
-                _default(
+                run_suite(
                     bench,
                     result,
                     tasks,
@@ -213,8 +213,14 @@ def bench(
                     repeat,
                     ordering_keys,
                     latency,
-                    peer,
                 )
+            if peer == "celery":
+                celery = CeleryPeer(bench.settings, engine, bench.log_dir)
+                runs = [
+                    celery.drain(tasks, phase(f"drain, Celery peer ({i + 1}/{repeat})", 1))
+                    for i in range(repeat)
+                ]
+                add_peer(result, runs)
         finally:
             bench.services.stop()
             loop.run(ledger.dispose())
@@ -224,43 +230,6 @@ def bench(
         plot(result.pop("_idle"), result.pop("_load"), Path(plot_path))
         result["plot"] = plot_path
     _render(result, as_json)
-
-
-def _default(
-    bench: Bench,
-    result: dict[str, Any],
-    tasks: int,
-    handler: str,
-    idle_rate: float,
-    load_rate: float,
-    history_rows: int,
-    phase: Any,
-    repeat: int,
-    ordering_keys: int,
-    latency: bool,
-    peer: str,
-) -> None:
-    """The default suite (RabbitMQ path), then Celery's drains when asked for."""
-    run_suite(
-        bench,
-        result,
-        tasks,
-        handler,
-        idle_rate,
-        load_rate,
-        history_rows,
-        phase,
-        repeat,
-        ordering_keys,
-        latency,
-    )
-    if peer == "celery":
-        celery = CeleryPeer(bench.settings, bench.engine, bench.log_dir)
-        runs = [
-            celery.drain(tasks, phase(f"drain, Celery peer ({i + 1}/{repeat})", 1))
-            for i in range(repeat)
-        ]
-        add_peer(result, runs)
 
 
 def _render(result: dict[str, Any], as_json: bool) -> None:
