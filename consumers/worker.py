@@ -18,6 +18,11 @@ It is made of parts, one job each, that hand typed values along
   only then hands the deliveries to the :class:`~.acker.Acker`;
 * :class:`~.leases.Leases` heartbeats every task from claim to finish.
 
+With ``direct`` (``ledgerq worker --direct``) there is no broker: a
+:class:`~.direct.DirectClaimer` claims due tasks straight from the ledger into
+the same slots and dispatcher, and Intake, Claimer and Acker stay idle
+(:mod:`.direct`).
+
 Acks go to the channel the delivery came on; if that channel died the ack is
 dropped, never sent on a new channel, and the broker's redelivery is skipped
 because the row moved on. :meth:`Worker.stop` shuts the parts down in the
@@ -27,6 +32,7 @@ handlers the grace, write and ack every outcome, then stop heartbeating.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -41,6 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ledgerq.consumers.acker import Acker
 from ledgerq.consumers.batch import BatchConfig, Batcher
 from ledgerq.consumers.claimer import Claimer, Slots
+from ledgerq.consumers.direct import DirectClaimer, DirectConfig, Fallback, FallbackConfig
 from ledgerq.consumers.dispatcher import Dispatcher
 from ledgerq.consumers.execute import TaskRunner
 from ledgerq.consumers.finisher import Finisher
@@ -50,7 +57,7 @@ from ledgerq.consumers.leases import Leases
 from ledgerq.consumers.registry import Registry
 from ledgerq.ledger.alerts import AlertHook, log_alert
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
-from ledgerq.ledger.protocol import WorkerLedger
+from ledgerq.ledger.protocol import DirectLedger, WorkerLedger
 from ledgerq.ledger.validation import check_name
 from ledgerq.relay.broker.base import Consumption, OnDelivery
 from ledgerq.relay.probes import Probe, no_probe
@@ -110,6 +117,20 @@ class WorkerConfig:
 
 
 @dataclass(frozen=True)
+class DirectSource:
+    """What a worker without a broker claims from (consumers/direct.py)."""
+
+    ledger: DirectLedger
+    #: Set on every enqueue notification (:class:`~ledgerq.ledger.pg.notify.Wakeup`).
+    wake: asyncio.Event
+    config: DirectConfig = field(default_factory=DirectConfig)
+    #: Beside a broker (broker-down mode): whether its connection is up, and when
+    #: to fall back. Without a broker (``--direct``) both are None.
+    broker_up: Callable[[], bool] | None = None
+    fallback: FallbackConfig | None = None
+
+
+@dataclass(frozen=True)
 class WorkerCounts:
     received: int
     claimed: int
@@ -129,7 +150,8 @@ class Worker:
         registry: Registry,
         config: WorkerConfig,
         *,
-        consume: Consume,
+        consume: Consume | None,
+        direct: DirectSource | None = None,
         sync_engine: Engine | None,
         async_engine: AsyncEngine,
         alert: AlertHook = log_alert,
@@ -194,12 +216,38 @@ class Worker:
             lease_kinds=frozenset(h.kind for h in registry if h.lease),
         )
         self.intake = Intake(self.acker, self.claimer.offer, probe)
+        if consume is None and (direct is None or direct.fallback is not None):
+            raise ValueError(
+                "a worker without a broker claims directly (and falls back to nothing)"
+            )
+        if consume is not None and direct is not None and direct.fallback is None:
+            raise ValueError("a direct source beside a broker is its fallback: give it one")
+        self.direct = (
+            None
+            if direct is None
+            else DirectClaimer(
+                direct.ledger,
+                slots,
+                self.dispatcher.start,
+                direct.wake,
+                queues=config.queues,
+                worker_id=config.worker_id,
+                lease_s=config.lease_s,
+                config=direct.config,
+                observer=observer,
+            )
+        )
+        self.fallback = (
+            None
+            if self.direct is None or direct is None or direct.fallback is None
+            else Fallback(self.direct, direct.broker_up or (lambda: True), direct.fallback)
+        )
 
     @property
     def counts(self) -> WorkerCounts:
         return WorkerCounts(
             received=self.intake.received,
-            claimed=self.claimer.claimed,
+            claimed=self.claimer.claimed + (self.direct.claimed if self.direct else 0),
             skipped=self.claimer.skipped,
             succeeded=self.finisher.succeeded,
             retried=self.finisher.retried,
@@ -211,7 +259,8 @@ class Worker:
     @property
     def consuming(self) -> bool:
         """Whether deliveries are coming in (started, and not stopping)."""
-        return self._consumption is not None and not self.finisher.closing
+        started = self._consumption is not None or (self.direct is not None and self.direct.running)
+        return started and not self.finisher.closing
 
     @property
     def threads_running(self) -> int:
@@ -219,9 +268,13 @@ class Worker:
         return self.runner.threads_running
 
     async def start(self) -> None:
-        self.claimer.start_loop()
         self.finisher.start()
         self.leases.start()
+        if self.direct is not None and self.fallback is None:
+            self.direct.start_loop()
+            return
+        self.claimer.start_loop()
+        assert self._consume is not None
         self._consumption = await self._consume(
             self.config.queues, self.config.effective_prefetch, self.intake
         )
@@ -232,6 +285,8 @@ class Worker:
             self.config.concurrency,
             self.config.effective_prefetch,
         )
+        if self.fallback is not None:
+            self.fallback.start()
 
     async def stop(self) -> None:
         """Stop consuming and claiming; let in-flight handlers finish within the grace;
@@ -241,6 +296,10 @@ class Worker:
         if self._consumption is not None:
             await self._consumption.cancel()
         await self.claimer.stop()
+        if self.fallback is not None:
+            await self.fallback.stop()
+        if self.direct is not None:
+            await self.direct.stop()
         await self.dispatcher.drain(self.config.grace_s)
         await self.batcher.close()
         await self.finisher.close()  # every outcome written and acked

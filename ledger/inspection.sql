@@ -38,8 +38,11 @@ WHERE c.oid = to_regclass('ledgerq_tasks') AND lower(o.opt) IN ('autovacuum_enab
 SELECT count(*) FROM ledgerq_history WHERE id > 0
 
 -- name: drain_span
--- Tasks finished and the seconds from the first publication to the last finish.
-SELECT count(*) AS n, EXTRACT(EPOCH FROM max(finished_at) - min(published_at))::float8 AS span
+-- Tasks finished and the seconds from the first publication to the last finish
+-- (from the first start for tasks claimed straight from the ledger: never published).
+SELECT count(*) AS n,
+       EXTRACT(EPOCH FROM max(finished_at) - min(COALESCE(published_at, started_at)))::float8
+           AS span
 FROM ledgerq_history WHERE id > 0
 
 -- name: timings

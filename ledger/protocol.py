@@ -108,6 +108,22 @@ class WorkerLedger(FinishingLedger, Protocol):
         ...
 
 
+class DirectLedger(WorkerLedger, Protocol):
+    async def claim_due(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        lease_s: float,
+        aging_s: float = DEFAULT_AGING_S,
+    ) -> list[ClaimedTask]:
+        """Claim up to ``limit`` due pending tasks of ``queues``, chosen as
+        :meth:`RelayLedger.publish_batch` chooses them (pauses, ordering keys,
+        rate limits, aging, priority), pending -> running in the same statement;
+        the won (consumers/direct.py)."""
+        ...
+
+
 class ReconcilerLedger(Protocol):
     def exclusive(self) -> AbstractAsyncContextManager[bool]:
         """Hold the reconciler's advisory lock for the block; yield whether we got it."""

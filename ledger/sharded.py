@@ -34,12 +34,13 @@ from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome, TaskTiming
 from ledgerq.ledger.producer import TaskSpec
 from ledgerq.ledger.protocol import (
+    DirectLedger,
     InspectionLedger,
     OperationsLedger,
     SchedulingLedger,
     WorkerLedger,
 )
-from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope
+from ledgerq.ledger.scheduling import DEFAULT_AGING_S, PauseReport, RateLimit, Scope
 from ledgerq.ledger.shard_ids import shard_of_id, split_by_shard
 
 log = logging.getLogger("ledgerq")
@@ -138,6 +139,35 @@ class ShardedWorkerLedger(Generic[L]):
     async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
         done = await self._by_id(outcomes, lambda o: o.id, lambda shard, part: shard.finish(part))
         return [row for part in done for row in part]
+
+
+class ShardedDirectLedger(ShardedWorkerLedger[DirectLedger]):
+    """Direct claims (``worker --direct``, broker-down mode) over every shard: each
+    call starts at the next shard and takes what it finds there, then from the
+    following ones until ``limit`` is met, so no shard waits behind another's backlog
+    for more than one call per shard."""
+
+    def __init__(self, shards: Sequence[DirectLedger]) -> None:
+        super().__init__(shards)
+        self._next = 0
+
+    async def claim_due(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        lease_s: float,
+        aging_s: float = DEFAULT_AGING_S,
+    ) -> list[ClaimedTask]:
+        first, count = self._next, len(self.shards)
+        self._next = (first + 1) % count
+        won: list[ClaimedTask] = []
+        for step in range(count):
+            if len(won) >= limit:
+                break
+            shard = self.shards[(first + step) % count]
+            won += await shard.claim_due(queues, limit - len(won), worker, lease_s, aging_s)
+        return won
 
 
 class ShardedLedger(ShardedWorkerLedger[ShardLedger]):
@@ -338,4 +368,5 @@ def _merge_pauses(reports: Sequence[PauseReport]) -> PauseReport:
 
 if TYPE_CHECKING:  # mypy checks the classes against the protocols they serve
     _worker: type[WorkerLedger] = ShardedWorkerLedger
+    _direct: type[DirectLedger] = ShardedDirectLedger
     _operator: type[OperatorLedger] = ShardedLedger

@@ -184,3 +184,13 @@ class OverviewQueries:
 
 
 VQ: OverviewQueries = load(OverviewQueries, "ledgerq.ledger", "overview.sql")
+
+
+@dataclass(frozen=True)
+class DirectQueries:
+    """``direct.sql``: the ledger-direct path's claim (consumers/direct.py)."""
+
+    claim_due: TextClause
+
+
+DQ: DirectQueries = load(DirectQueries, "ledgerq.ledger", "direct.sql")

@@ -29,9 +29,10 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import cast
 
+from ledgerq.consumers.direct import DirectConfig, FallbackConfig
 from ledgerq.consumers.periodic import CatchUp, PeriodicConfig, PeriodicEnqueuer
 from ledgerq.consumers.registry import Registry
-from ledgerq.consumers.worker import Worker, WorkerConfig
+from ledgerq.consumers.worker import DirectSource, Worker, WorkerConfig
 from ledgerq.faults import probe_from_env
 from ledgerq.health import Health
 from ledgerq.ledger.alerting.dotted import callable_channel
@@ -44,6 +45,7 @@ from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.base import first_line
 from ledgerq.ledger.pg.engines import (
+    DIRECT_PLANNER,
     RECONCILER_PLANNER,
     RELAY_PLANNER,
     async_engine,
@@ -52,8 +54,19 @@ from ledgerq.ledger.pg.engines import (
 )
 from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.pg.notify import Wakeup
-from ledgerq.ledger.protocol import InspectionLedger, RelayLedger, SchedulingLedger, WorkerLedger
-from ledgerq.ledger.sharded import OperatorLedger, ShardedLedger, ShardedWorkerLedger
+from ledgerq.ledger.protocol import (
+    DirectLedger,
+    InspectionLedger,
+    RelayLedger,
+    SchedulingLedger,
+    WorkerLedger,
+)
+from ledgerq.ledger.sharded import (
+    OperatorLedger,
+    ShardedDirectLedger,
+    ShardedLedger,
+    ShardedWorkerLedger,
+)
 from ledgerq.relay.broker.aio import (
     AioConsumption,
     AioPublisher,
@@ -168,10 +181,11 @@ async def warn_if_no_autovacuum(ledger: InspectionLedger) -> None:
 
 
 async def _readiness(
-    ledger: InspectionLedger, connection: AmqpConnection, service: Callable[[], str | None]
+    ledger: InspectionLedger, connection: AmqpConnection | None, service: Callable[[], str | None]
 ) -> str | None:
-    """Why a relay or worker is not ready (None: it is): see :mod:`ledgerq.health`."""
-    if not is_connected(connection):
+    """Why a relay or worker is not ready (None: it is): see :mod:`ledgerq.health`.
+    A direct worker (``connection`` None) needs only the ledger."""
+    if connection is not None and not is_connected(connection):
         return "RabbitMQ: not connected (reconnecting)"
     try:
         if not await ledger.ping():
@@ -184,7 +198,7 @@ async def _readiness(
 def _watch_readiness(
     health: Health | None,
     ledger: InspectionLedger,
-    connection: AmqpConnection,
+    connection: AmqpConnection | None,
     service: Callable[[], str | None],
 ) -> None:
     if health is not None:
@@ -280,16 +294,25 @@ async def open_worker(
     watch: SchemaWatch | None = None,
     observer: Observer = NO_OBSERVER,
     health: Health | None = None,
+    direct: DirectConfig | None = None,
+    fallback: FallbackConfig | None = FallbackConfig(),
 ) -> AsyncIterator[Worker]:
-    """A started worker; on exit it drains (see :meth:`Worker.stop`) and disconnects."""
+    """A started worker; on exit it drains (see :meth:`Worker.stop`) and disconnects.
+    With ``direct`` it takes no broker connection and claims straight from the
+    ledger, woken by LISTEN (consumers/direct.py); without, ``fallback`` (None: never)
+    says when it claims from the ledger while the broker is away (broker-down mode)."""
     config = config or WorkerConfig()
     alert = alert or alert_hook(settings)
     check_schema(settings)
-    connection = await connect(
-        settings.amqp_url,
-        wait_s=settings.connect_wait_s,
-        name=f"ledgerq-{config.worker_id}",
-        ssl_context=settings.amqp_ssl_context(),
+    connection = (
+        None
+        if direct is not None
+        else await connect(
+            settings.amqp_url,
+            wait_s=settings.connect_wait_s,
+            name=f"ledgerq-{config.worker_id}",
+            ssl_context=settings.amqp_ssl_context(),
+        )
     )
     # The worker's own statements (claim, finish, heartbeat) never queue behind
     # handlers: they have a pool of their own. Handlers' sessions share db_pool
@@ -312,11 +335,37 @@ async def open_worker(
         if len(shards) == 1
         else ShardedWorkerLedger([_watched(shard, watch) for shard in shards])
     )
+    # Direct claims run select_due's selection: they need the relay's planner
+    # settings and more (DIRECT_PLANNER, ledger/pg/engines.py), on a connection of
+    # their own per shard (with several shards, each claim starts at the next one),
+    # woken by LISTEN on every shard.
+    woken = asyncio.Event()
+    wakeups = [Wakeup(db, woken) for db in databases]
+    claimers = [
+        PgLedger(async_engine(db, "ledgerq-worker-direct", pool_size=1, planner=DIRECT_PLANNER))
+        for db in databases
+    ]
+    claims: DirectLedger = claimers[0] if len(claimers) == 1 else ShardedDirectLedger(claimers)
+    if connection is None:
+        source: DirectSource | None = DirectSource(claims, woken, direct or DirectConfig())
+    elif fallback is not None:
+        source = DirectSource(
+            claims,
+            woken,
+            DirectConfig(aging_s=settings.priority_aging_s),
+            broker_up=partial(is_connected, connection),
+            fallback=fallback,
+        )
+    else:
+        source = None
     worker = Worker(
         worker_ledger,
         registry,
         config,
-        consume=partial(AioConsumption.consume, connection, topology(settings)),
+        consume=None
+        if connection is None
+        else partial(AioConsumption.consume, connection, topology(settings)),
+        direct=source,
         sync_engine=handlers_sync,
         async_engine=handlers_async,
         alert=alert,
@@ -325,6 +374,9 @@ async def open_worker(
         shard_engines=engines if len(engines) > 1 else (),
     )
     try:
+        if source is not None:
+            for wakeup in wakeups:
+                wakeup.start()
         await worker.start()
         await warn_if_no_autovacuum(ledger)
         _watch_readiness(
@@ -336,7 +388,12 @@ async def open_worker(
         if health is not None:
             health.stopping()
         await worker.stop()
-        await connection.close()
+        for wakeup in wakeups:
+            await wakeup.stop()
+        if connection is not None:
+            await connection.close()
+        for claimer in claimers:
+            await claimer.dispose()
         for handlers_sync, handlers_async in engines:
             await handlers_async.dispose()
             handlers_sync.dispose()
@@ -487,7 +544,12 @@ async def serve_relay(
 
 
 async def serve_worker(
-    settings: Settings, registry: Registry, config: WorkerConfig, metrics_port: int = 0
+    settings: Settings,
+    registry: Registry,
+    config: WorkerConfig,
+    metrics_port: int = 0,
+    direct: DirectConfig | None = None,
+    fallback: FallbackConfig | None = FallbackConfig(),
 ) -> int:
     """``ledgerq worker``: run handlers until SIGTERM, then drain. Returns how many
     sync handlers' threads are still running (past their timeout or the grace).
@@ -497,7 +559,14 @@ async def serve_worker(
     async with (
         monitoring(metrics_port or settings.metrics_port, "worker") as (observer, health),
         open_worker(
-            settings, registry, config, watch=watch, observer=observer, health=health
+            settings,
+            registry,
+            config,
+            watch=watch,
+            observer=observer,
+            health=health,
+            direct=direct,
+            fallback=fallback,
         ) as worker,
     ):
         stop = _stop_event(*([health.stopping] if health else []))

@@ -28,10 +28,11 @@ CHANNEL = "ledgerq_enqueued"
 class Wakeup:
     """An event set whenever a task is enqueued (and after each reconnect)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, event: asyncio.Event | None = None) -> None:
+        """``event``: one to share with other wake-ups (a worker's, one per ledger shard)."""
         url = settings.session_database_url
         self._url = libpq_url(url) if url else None
-        self.event = asyncio.Event()
+        self.event = event or asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:

@@ -29,7 +29,7 @@ from ledgerq.ledger.params import fence_params, outcome_params
 from ledgerq.ledger.pg.base import PgBase, translated
 from ledgerq.ledger.producer import TaskSpec, aenqueue_many
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, aging_param
-from ledgerq.ledger.sql import Q
+from ledgerq.ledger.sql import DQ, Q
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 
 
@@ -48,6 +48,27 @@ class PgPublishBatch:
                 Q.mark_published, fence_params((r.id, r.epoch) for r in rows)
             )
         return {int(r[0]) for r in result}
+
+
+def _claimed(r: Row[Any]) -> ClaimedTask:
+    """A row of ``claim`` or ``claim_due``: the payload decoded, or None when too large."""
+    return ClaimedTask(
+        r.id,
+        r.epoch,
+        r.kind,
+        r.queue,
+        None if r.payload_text is None else json.loads(r.payload_text),
+        r.attempts,
+        r.max_attempts,
+        r.retry,
+        r.timeout_s,
+        r.checkpoint,
+        r.business_key,
+        r.parent_id,
+        None if r.payload_bytes <= MAX_CLAIM_PAYLOAD_BYTES else int(r.payload_bytes),
+        None if r.waited_s is None else max(0.0, float(r.waited_s)),
+        r.trace_context,
+    )
 
 
 def _finished(rows: Iterable[Row[Any]]) -> list[Finished]:
@@ -138,26 +159,25 @@ class PgServices(PgBase):
         if not params["ids"]:
             return []
         params.update(worker=worker, lease_s=lease_s, max_payload_bytes=MAX_CLAIM_PAYLOAD_BYTES)
-        return [
-            ClaimedTask(
-                r.id,
-                r.epoch,
-                r.kind,
-                r.queue,
-                None if r.payload_text is None else json.loads(r.payload_text),
-                r.attempts,
-                r.max_attempts,
-                r.retry,
-                r.timeout_s,
-                r.checkpoint,
-                r.business_key,
-                r.parent_id,
-                None if r.payload_bytes <= MAX_CLAIM_PAYLOAD_BYTES else int(r.payload_bytes),
-                None if r.waited_s is None else max(0.0, float(r.waited_s)),
-                r.trace_context,
-            )
-            for r in await self._rows(Q.claim, params)
-        ]
+        return [_claimed(r) for r in await self._rows(Q.claim, params)]
+
+    async def claim_due(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        lease_s: float,
+        aging_s: float = DEFAULT_AGING_S,
+    ) -> list[ClaimedTask]:
+        params = {
+            "queues": list(queues),
+            "limit": limit,
+            "aging_s": aging_param(aging_s),
+            "worker": worker,
+            "lease_s": lease_s,
+            "max_payload_bytes": MAX_CLAIM_PAYLOAD_BYTES,
+        }
+        return [_claimed(r) for r in await self._rows(DQ.claim_due, params)]
 
     async def whereabouts(self, ids: Iterable[int]) -> dict[int, str]:
         rows = await self._rows(Q.whereabouts, {"ids": sorted(set(ids))})

@@ -14,6 +14,7 @@ Celery is not a dependency of ledgerq: it comes with the dev extra. Without it
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -39,6 +40,34 @@ def require_celery() -> None:
             "bench --peer celery needs Celery, which is not installed: "
             "pip install 'ledgerq[dev]' (or run bench without --peer)"
         )
+
+
+def pgqueuer_installed() -> bool:
+    return importlib.util.find_spec("pgqueuer") is not None
+
+
+class PgqueuerPeer:
+    """pgqueuer draining ``n`` no-op jobs in a child process (:mod:`.pgqueuer_app`),
+    in the bench database; its tables are dropped again afterwards."""
+
+    def __init__(self, settings: Settings, log_dir: Path) -> None:
+        self.url = libpq_url(settings.database_url)
+        self.log_dir = log_dir
+
+    def drain(self, n: int, report: Progress) -> float:
+        self.log_dir.mkdir(exist_ok=True)
+        with (self.log_dir / "pgqueuer.log").open("ab") as log:
+            done = subprocess.run(
+                [sys.executable, "-m", "ledgerq.bench.pgqueuer_app", str(n), self.url],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                timeout=max(120.0, n / 50),
+                check=False,
+            )
+        if done.returncode != 0:
+            raise RuntimeError(f"the pgqueuer peer failed; see {self.log_dir}/pgqueuer.log")
+        report(n, n)
+        return float(json.loads(done.stdout)["per_s"])
 
 
 class CeleryPeer:

@@ -73,6 +73,8 @@ class Bench:
     relays: int = 1
     #: With ledger shards: each shard's engine; enqueued chunks take them in turn.
     shard_engines: Sequence[Engine] = ()
+    #: ``bench --direct``: the workers claim from the ledger (``worker --direct``), no relay.
+    direct: bool = False
     services: Services = field(init=False)
 
     def __post_init__(self) -> None:
@@ -81,6 +83,8 @@ class Bench:
         #: Worker CPU (ms) per task in the last drain: steadier than a rate on a busy machine.
         self.last_cpu_ms_per_task = 0.0
         self._relays: list[subprocess.Popen[bytes]] = []
+        #: Direct workers' peak RSS, taken before each drain stops them.
+        self.direct_rss_mb = 0.0
 
     def reset(self) -> None:
         self.run(self.ledger.truncate())
@@ -122,6 +126,12 @@ class Bench:
 
     # -- services --------------------------------------------------------------
     def start_workers(self) -> None:
+        if self.direct:
+            return  # started by start_relay: each drain's backlog is committed first
+        self._start_workers()
+
+    def _start_workers(self) -> list[subprocess.Popen[bytes]]:
+        started = []
         for i in range(self.workers):
             proc = self.services.start(
                 f"worker-{i}",
@@ -129,12 +139,20 @@ class Bench:
                     *("worker", "--app", "ledgerq.demo.app"),
                     *("--concurrency", str(self.concurrency), *self._metrics(1 + i)),
                     *self.worker_args,
+                    *(["--direct"] if self.direct else []),
                 ],
             )
             self._worker_pids.append(proc.pid)
+            started.append(proc)
+        return started
 
     def start_relay(self) -> None:
-        """The relays (only the first serves metrics: the workers' ports follow it)."""
+        """The relays (only the first serves metrics: the workers' ports follow it);
+        for direct workers, the workers themselves (they claim what is due at once)."""
+        if self.direct:
+            self._worker_pids = []
+            self._relays = self._start_workers()
+            return
         for i in range(self.relays):
             metrics = self._metrics(0) if i == 0 else []
             self._relays.append(self.services.start(f"relay-{i}", ["relay", *metrics]))
@@ -143,6 +161,8 @@ class Bench:
         return ["--metrics-port", str(self.metrics_port + offset)] if self.metrics_port else []
 
     def stop_relay(self) -> None:
+        if self.direct:
+            self.direct_rss_mb = max(self.direct_rss_mb, self.worker_peak_rss_mb())
         for relay in self._relays:
             self.services.procs.remove(relay)
             relay.terminate()

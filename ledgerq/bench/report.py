@@ -35,6 +35,9 @@ def require_plotting() -> None:
 
 
 def render(result: dict[str, Any], console: Console) -> None:
+    if result["config"].get("direct"):
+        render_direct(result, console)
+        return
     table = Table(title="ledgerq bench", show_lines=False)
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -147,3 +150,24 @@ def plot(idle: list[LatencySample], load: list[LatencySample], path: Path) -> No
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def render_direct(result: dict[str, Any], console: Console) -> None:
+    """``bench --direct``: the direct drain, and pgqueuer's beside it."""
+    table = Table(title="ledgerq bench --direct", show_lines=False)
+    for column in ("measure", "value", "note"):
+        table.add_column(column, justify="right" if column == "value" else "left")
+    table.add_row(
+        "drain, no-op handler, worker --direct",
+        f"{result['direct_drain_per_s']:,.0f}/s",
+        f"{result['direct_drain_cpu_ms_per_task']:.3f} ms worker CPU per task",
+    )
+    if "pgqueuer_per_s" in result:
+        table.add_row(
+            "drain, no-op, pgqueuer peer", f"{result['pgqueuer_per_s']:,.0f}/s", "batch 10"
+        )
+        table.add_row("direct / pgqueuer", f"{result.get('direct_vs_pgqueuer', 0):.2f}", "")
+    else:
+        table.add_row("pgqueuer peer", "-", str(result.get("pgqueuer", "")))
+    table.add_row("worker peak RSS", f"{result['worker_rss_mb']:.0f} MB", "max over workers")
+    console.print(table)

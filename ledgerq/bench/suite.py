@@ -167,6 +167,32 @@ def run_sharded_suite(
     result["worker_rss_mb"] = bench.worker_peak_rss_mb()
 
 
+def run_direct(
+    bench: Bench, result: dict[str, Any], tasks: int, phase: Any, repeat: int = 1
+) -> None:
+    """``bench --direct``: the no-op drain by ``worker --direct`` processes, no broker
+    and no relay (the backlog is committed before the workers start claiming:
+    each drain enqueues first, then starts the workers, as pgqueuer's peer does)."""
+    runs, cpu = [], []
+    for i in range(repeat):
+        runs.append(
+            bench.drain(tasks, "demo.noop", phase(f"drain, no-op, direct ({i + 1}/{repeat})", 1))
+        )
+        cpu.append(bench.last_cpu_ms_per_task)
+    result["direct_drain_per_s"] = _median(runs)
+    result["direct_drain_runs"] = [round(r) for r in runs]
+    result["direct_drain_cpu_ms_per_task"] = round(statistics.median(cpu), 3)
+    result["worker_rss_mb"] = bench.direct_rss_mb
+
+
+def add_pgqueuer(result: dict[str, Any], runs: list[float]) -> None:
+    """pgqueuer's drains' median, and the direct drain's ratio to it."""
+    peer = _median(runs)
+    result["pgqueuer_per_s"], result["pgqueuer_runs"] = peer, [round(r) for r in runs]
+    if peer and result.get("direct_drain_per_s"):
+        result["direct_vs_pgqueuer"] = round(result["direct_drain_per_s"] / peer, 2)
+
+
 def _ordered_drain(
     bench: Bench, result: dict[str, Any], tasks: int, phase: Any, repeat: int, keys: int
 ) -> None:

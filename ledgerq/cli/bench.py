@@ -13,13 +13,15 @@ import click
 from rich.console import Console
 from sqlalchemy import Engine
 
-from ledgerq.bench.peer import CeleryPeer, require_celery
+from ledgerq.bench.peer import CeleryPeer, PgqueuerPeer, pgqueuer_installed, require_celery
 from ledgerq.bench.phases import Bench
 from ledgerq.bench.report import plot, render, require_plotting
 from ledgerq.bench.suite import (
     HANDLER_CHOICES,
     add_peer,
+    add_pgqueuer,
     bench_settings,
+    run_direct,
     run_sharded_suite,
     run_suite,
     sharded_settings,
@@ -110,6 +112,13 @@ from ledgerq.ledger.sharded import ShardedLedger
     "in this run, and print ledgerq's ratio to it (needs Celery: the dev extra).",
 )
 @click.option(
+    "--direct",
+    is_flag=True,
+    help="Measure the ledger-direct path instead (`ledgerq worker --direct`, no broker, "
+    "no relay): the no-op drain, and pgqueuer's drain of as many no-op jobs in the same "
+    "run when pgqueuer is installed (the dev extra), with the ratio.",
+)
+@click.option(
     "--worker-arg",
     "worker_args",
     multiple=True,
@@ -144,13 +153,10 @@ def bench(
     worker_args: tuple[str, ...],
     peer: str,
     ledger_shards: int,
+    direct: bool,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
-    if min(workers, relays, concurrency, repeat) < 1 or tasks < 10 or ordering_keys < 0:
-        raise click.BadParameter(
-            "--tasks >= 10, --workers, --relays, --concurrency and --repeat >= 1, "
-            "--ordering-keys >= 0"
-        )
+    _check(tasks, (workers, relays, concurrency, repeat), ordering_keys, direct, ledger_shards)
     if plot_path:
         require_plotting()
     if peer == "celery":
@@ -171,6 +177,7 @@ def bench(
         worker_args,
         relays,
         shard_engines=engines if len(engines) > 1 else (),
+        direct=direct,
     )
     result: dict[str, Any] = {
         "config": {
@@ -188,6 +195,7 @@ def bench(
             "worker_args": list(worker_args),
             "peer": peer,
             "ledger_shards": ledger_shards,
+            "direct": direct,
             "cpus": _cpus(),
             "python": platform.python_version(),
         }
@@ -202,6 +210,8 @@ def bench(
             if ledger_shards > 1:
                 run_sharded_suite(bench, result, tasks, phase, repeat)
                 peer = "none"
+            elif direct:
+                _direct(bench, result, tasks, phase, repeat)
             else:
                 run_suite(
                     bench,
@@ -229,12 +239,31 @@ def bench(
             loop.close()
             for each in engines:
                 each.dispose()
-    if plot_path:
+    if plot_path and not direct:
         plot(result.pop("_idle"), result.pop("_load"), Path(plot_path))
         result["plot"] = plot_path
+    _render(result, as_json or ledger_shards > 1)  # sharded: the table is the whole suite's
+
+
+def _check(
+    tasks: int, counts: tuple[int, ...], ordering_keys: int, direct: bool, ledger_shards: int
+) -> None:
+    """One line for options that cannot make a benchmark."""
+    if min(counts) < 1 or tasks < 10 or ordering_keys < 0:
+        raise click.BadParameter(
+            "--tasks >= 10, --workers, --relays, --concurrency and --repeat >= 1, "
+            "--ordering-keys >= 0"
+        )
+    if direct and ledger_shards > 1:
+        raise click.BadParameter(
+            "--direct and --ledger-shards measure different things: one at a time"
+        )
+
+
+def _render(result: dict[str, Any], as_json: bool) -> None:
     result.pop("_idle", None)
     result.pop("_load", None)
-    if as_json or ledger_shards > 1:  # the table is the whole suite's
+    if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         render(result, Console())
@@ -256,6 +285,21 @@ def _prepare(
         prepare_shop(each, reset=False)
     shards = [PgLedger(async_engine(db, "ledgerq-bench", pool_size=2)) for db in databases]
     return settings, engines, shards[0] if len(shards) == 1 else ShardedLedger(shards)
+
+
+def _direct(bench: Bench, result: dict[str, Any], tasks: int, phase: Any, repeat: int) -> None:
+    """``--direct``: the direct drains, then pgqueuer's (when installed) in the same run."""
+    run_direct(bench, result, tasks, phase, repeat)
+    bench.services.stop()
+    if not pgqueuer_installed():
+        result["pgqueuer"] = "not installed (pip install 'ledgerq[dev]')"
+        return
+    pgq = PgqueuerPeer(bench.settings, bench.log_dir)
+    runs = [
+        pgq.drain(tasks, phase(f"drain, pgqueuer peer ({i + 1}/{repeat})", 1))
+        for i in range(repeat)
+    ]
+    add_pgqueuer(result, runs)
 
 
 def _cpus() -> int:

@@ -17,6 +17,7 @@ import click
 from ledgerq.cli.group import EX_USAGE, json_option, pass_settings
 from ledgerq.compose import serve_reconciler, serve_relay, serve_worker
 from ledgerq.consumers.batch import BatchConfig
+from ledgerq.consumers.direct import DirectConfig, FallbackConfig
 from ledgerq.consumers.registry import Registry, default_registry
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
@@ -133,6 +134,33 @@ def relay(
     help="Commit handlers that write through ctx.session in batched windows, a savepoint "
     "each (see docs/design.md); --no-batch-commit: one transaction per task.",
 )
+@click.option(
+    "--direct",
+    is_flag=True,
+    help="Claim due tasks straight from the ledger, with no broker connection at all "
+    "(no relay needed): for a small deployment or a test environment without RabbitMQ.",
+)
+@click.option(
+    "--direct-batch",
+    default=DirectConfig.batch,
+    show_default=True,
+    help="With --direct: most tasks one claim takes.",
+)
+@click.option(
+    "--direct-poll",
+    "direct_poll_s",
+    default=DirectConfig.poll_s,
+    show_default=True,
+    help="With --direct: seconds between looks at the ledger when no enqueue wakes it.",
+)
+@click.option(
+    "--broker-fallback",
+    "broker_fallback_s",
+    default=FallbackConfig.after_s,
+    show_default=True,
+    help="Seconds the broker connection may be down before the worker claims due tasks "
+    "straight from the ledger until it is back (0: never).",
+)
 @metrics_port_option
 @pass_settings
 def worker(
@@ -147,8 +175,13 @@ def worker(
     grace_s: float,
     metrics_port: int | None,
     batch_commit: bool,
+    direct: bool,
+    direct_batch: int,
+    direct_poll_s: float,
+    broker_fallback_s: float,
 ) -> None:
-    """Run handlers for tasks delivered from RabbitMQ (runs until SIGTERM)."""
+    """Run handlers for tasks delivered from RabbitMQ, or with --direct claimed straight
+    from the ledger (runs until SIGTERM)."""
     registry = load_app(app)
     names = tuple(q.strip() for q in queues.split(",") if q.strip())
     try:
@@ -163,10 +196,19 @@ def worker(
             default_timeout_s=default_timeout or None,
             batch=BatchConfig(enabled=batch_commit),
         )
+        direct_config = (
+            DirectConfig(
+                batch=direct_batch, poll_s=direct_poll_s, aging_s=settings.priority_aging_s
+            )
+            if direct
+            else None
+        )
+        fallback = FallbackConfig(after_s=broker_fallback_s) if broker_fallback_s else None
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
     stuck = run_service(
-        serve_worker(settings, registry, config, metrics_port or 0), settings.event_loop
+        serve_worker(settings, registry, config, metrics_port or 0, direct_config, fallback),
+        settings.event_loop,
     )
     if stuck:
         # A sync handler's thread cannot be stopped; waiting for it would hang the exit.

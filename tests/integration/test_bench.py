@@ -130,3 +130,25 @@ def _delete_bench_broker_objects(settings: Settings, *, celery: bool) -> None:
         channel.queue_delete(peer)
         channel.exchange_delete(peer)
     conn.close()
+
+
+def test_bench_direct_measures_the_direct_path_and_pgqueuer(settings: Settings) -> None:
+    """``--direct``: no broker at all (the AMQP URL names a closed port), no relay."""
+    _drop_bench_database(settings)
+    result = subprocess.run(
+        [sys.executable, "-m", "ledgerq", "bench", "--direct", "--tasks", "300", "--json"],
+        env=ledgerq_env(settings, LEDGERQ_AMQP_URL="amqp://guest:guest@127.0.0.1:1/"),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    assert data["config"]["direct"] is True
+    positive = ("direct_drain_per_s", "direct_drain_cpu_ms_per_task", "worker_rss_mb")
+    assert all(data[key] > 0 for key in positive), data
+    assert data["pgqueuer_per_s"] > 0  # pgqueuer comes with the dev extra
+    assert data["direct_vs_pgqueuer"] == round(
+        data["direct_drain_per_s"] / data["pgqueuer_per_s"], 2
+    )

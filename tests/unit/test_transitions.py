@@ -16,7 +16,8 @@ writes a task's status is found:
   revives finished rows (an operator's retry), from the statuses that DELETE's
   WHERE clause names.
 
-``queries.sql``, the operator's ``operations.sql`` and ``scheduling.sql`` are read.
+``queries.sql``, the operator's ``operations.sql``, ``scheduling.sql`` and the
+direct path's ``direct.sql`` are read.
 
 The from-statuses are the ``status = '...'`` / ``status IN (...)`` condition on
 the task row in the write's WHERE clause; the to-statuses are the literals written.
@@ -32,7 +33,7 @@ from importlib import resources
 
 import pytest
 
-from ledgerq.ledger.sql import IQ, OQ, SQ, Q, parse
+from ledgerq.ledger.sql import DQ, IQ, OQ, SQ, Q, parse
 from ledgerq.ledger.states import TRANSITIONS, Status
 
 Pair = tuple[str, str]
@@ -379,7 +380,9 @@ def derive(name: str, sql: str) -> Derived:
 
 # -- the statements, read once --------------------------------------------------------
 
-QUERIES_RAW = "\n".join(read(f) for f in ("queries.sql", "operations.sql", "scheduling.sql"))
+QUERIES_RAW = "\n".join(
+    read(f) for f in ("queries.sql", "operations.sql", "scheduling.sql", "direct.sql")
+)
 STATEMENTS = parse(QUERIES_RAW)
 BLOCKS = raw_blocks(QUERIES_RAW)
 DERIVED = {name: derive(name, sql) for name, sql in STATEMENTS.items()}
@@ -394,6 +397,7 @@ def test_the_file_read_here_is_the_one_the_ledger_loads() -> None:
     loaded = {f.name: getattr(Q, f.name) for f in fields(Q)}
     loaded.update({f.name: getattr(OQ, f.name) for f in fields(OQ)})
     loaded.update({f.name: getattr(SQ, f.name) for f in fields(SQ)})
+    loaded.update({f.name: getattr(DQ, f.name) for f in fields(DQ)})
     assert set(STATEMENTS) == set(BLOCKS) == set(loaded)
     for name, sql in STATEMENTS.items():
         assert loaded[name].text == sql, name
@@ -443,6 +447,7 @@ def test_the_statements_that_change_status_are_the_ones_expected() -> None:
     assert changing == [
         "cancel_queued",
         "claim",
+        "claim_due",
         "finish",
         "mark_published",
         "reschedule",
