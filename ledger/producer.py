@@ -34,6 +34,7 @@ from ledgerq.ledger import validation as v
 from ledgerq.ledger.errors import InvalidTaskError, LedgerqError
 from ledgerq.ledger.executors import AsyncExecutor, Executor, async_runner, runner
 from ledgerq.ledger.retry import RetryPolicy
+from ledgerq.ledger.sharding import deployment_count, shard_of
 from ledgerq.ledger.sql import Q
 
 RetryLike = RetryPolicy | Sequence[float] | Mapping[str, Any] | None
@@ -61,6 +62,9 @@ class TaskSpec:
     retry: RetryLike = None
     timeout: float | timedelta | None = None
     shard: int = 0
+    #: Hashed to the shard (``LEDGERQ_SHARDS``; :func:`~ledgerq.ledger.sharding.shard_of`),
+    #: so every task of one key lands in one shard; instead of ``shard``.
+    shard_key: str | None = None
     parent_id: int | None = None
     #: Tasks sharing an ordering key run one at a time, in commit order (see
     #: docs/howto.md#run-tasks-in-order-per-key).
@@ -106,7 +110,7 @@ class TaskSpec:
             "dedupe_key": business_key if self.unique and not once else None,
             "once": once,
             "priority": v.check_priority(self.priority),
-            "shard": v.check_int_option(self.shard, "shard", maximum=v.MAX_SHARD),
+            "shard": _shard_of(self),
             "run_at": run_at,
             "delay_s": delay_s,
             "max_attempts": v.check_max_attempts(self.max_attempts),
@@ -118,6 +122,19 @@ class TaskSpec:
             "trace_context": tracing.current_context(),
             "ordering_key": v.check_key(self.ordering_key, "ordering_key"),
         }
+
+
+def _shard_of(spec: TaskSpec) -> int:
+    shard = v.check_int_option(spec.shard, "shard", maximum=v.MAX_SHARD)
+    key = v.check_key(spec.shard_key, "shard_key")
+    if key is None:
+        return shard
+    if shard:
+        raise InvalidTaskError("give shard or shard_key, not both")
+    try:
+        return shard_of(key, 0, deployment_count())
+    except ValueError as exc:
+        raise InvalidTaskError(str(exc)) from None
 
 
 def _rows_document(specs: Sequence[TaskSpec]) -> str:

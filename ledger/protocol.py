@@ -41,6 +41,7 @@ from ledgerq.ledger.model import (
     TaskTiming,
 )
 from ledgerq.ledger.producer import TaskSpec
+from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, PauseReport, RateLimit, Scope
 
 
@@ -105,6 +106,21 @@ class WorkerLedger(FinishingLedger, Protocol):
 
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
         """Store a running task's checkpoint, fenced; whether the fence held."""
+        ...
+
+
+class RoutingLedger(Protocol):
+    """What a worker serves (:mod:`ledgerq.ledger.routing`): its subscriptions."""
+
+    async def subscribe(
+        self, worker: str, subscriptions: Sequence[Subscription], ttl_s: float
+    ) -> None:
+        """Register (or refresh) what ``worker`` serves, live for ``ttl_s`` seconds
+        (:mod:`ledgerq.ledger.routing`)."""
+        ...
+
+    async def unsubscribe(self, worker: str) -> None:
+        """``worker`` stops serving: its subscriptions expire now (its queues stay routed)."""
         ...
 
 

@@ -140,12 +140,17 @@ WITH buckets AS (
     ORDER BY kind
     FOR UPDATE SKIP LOCKED
 ), aged AS (
-    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
+           t.shard
     FROM ledgerq_tasks t
     WHERE t.status = 'pending' AND t.run_at <= now() - make_interval(secs => :aging_s)
       AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
       AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
       AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
+      AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+        OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                               WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+        OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
       AND (t.ordering_key IS NULL OR (NOT EXISTS (
           SELECT 1 FROM ledgerq_tasks e
           WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
@@ -159,13 +164,18 @@ WITH buckets AS (
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ), fresh AS (
-    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
+           t.shard
     FROM ledgerq_tasks t
     WHERE t.status = 'pending' AND t.run_at <= now()
       AND t.id <> ALL(ARRAY(SELECT id FROM aged))
       AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
       AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
       AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
+      AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+        OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                               WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+        OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
       AND (t.ordering_key IS NULL OR (NOT EXISTS (
           SELECT 1 FROM ledgerq_tasks e
           WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
@@ -182,9 +192,14 @@ WITH buckets AS (
     SELECT l.*
     FROM buckets b
     CROSS JOIN LATERAL (
-        SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+        SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
+           t.shard
         FROM ledgerq_tasks t
         WHERE t.status = 'pending' AND t.run_at <= now() AND t.kind = b.kind
+          AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+            OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                                   WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+            OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
           AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
           AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
           AND (t.ordering_key IS NULL OR (NOT EXISTS (
@@ -213,7 +228,10 @@ WITH buckets AS (
     UNION ALL SELECT metered.*, false, 2 FROM metered
 )
 SELECT id, kind, queue, CASE WHEN aged THEN 9 ELSE priority END AS priority,
-       epoch, suspect, trace_context
+       epoch, suspect, trace_context,
+       CASE WHEN queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                            WHERE route IS NOT NULL AND expires_at > now()))
+            THEN NULLIF(ledgerq_route(queue, kind, shard), '') END AS route
 FROM picked
 ORDER BY part, 4 DESC, attempts > 0, run_at, id
 
@@ -433,7 +451,10 @@ SELECT pg_advisory_unlock(hashtext('ledgerq.reconciler'))
 -- with a deep backlog or no consumer is not flooded with copies. Keyset
 -- pagination by id so a huge ledger is read a page at a time; the plain
 -- :min_stall_s bound lets the partial index on published_at narrow the scan.
-SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect
+SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect,
+       CASE WHEN t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                            WHERE route IS NOT NULL AND expires_at > now()))
+            THEN NULLIF(ledgerq_route(t.queue, t.kind, t.shard), '') END AS route
 FROM ledgerq_tasks t
 LEFT JOIN unnest(CAST(:queues AS text[]), CAST(:stalls AS float8[])) AS w(queue, stall_s)
        ON w.queue = t.queue
@@ -441,6 +462,10 @@ WHERE t.status = 'published' AND t.id > :after
   AND t.published_at < now() - make_interval(secs => :min_stall_s)
   AND t.published_at < now() - make_interval(
         secs => COALESCE(w.stall_s, :default_stall_s) * power(2, LEAST(GREATEST(t.publishes - 1, 0), 6)))
+  AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+    OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                           WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+    OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
 ORDER BY t.id
 LIMIT :limit
 FOR UPDATE OF t SKIP LOCKED
@@ -451,13 +476,20 @@ FOR UPDATE OF t SKIP LOCKED
 -- keeps the relay's scheduling rules that decide whether a row may go at all
 -- (select_due): nothing paused, nothing rate-limited (only relays meter), and
 -- no ordered task with a live (or blocking dead) task of its key ahead of it.
-SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect
+SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect,
+       CASE WHEN t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                            WHERE route IS NOT NULL AND expires_at > now()))
+            THEN NULLIF(ledgerq_route(t.queue, t.kind, t.shard), '') END AS route
 FROM ledgerq_tasks t
 WHERE t.status = 'pending' AND t.id > :after
   AND t.run_at < now() - make_interval(secs => :default_stall_s)
   AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
   AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
   AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
+  AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+    OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                           WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+    OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
   AND (t.ordering_key IS NULL OR (NOT EXISTS (
       SELECT 1 FROM ledgerq_tasks e
       WHERE e.ordering_key = t.ordering_key AND e.id <> t.id

@@ -64,10 +64,13 @@ GRANT SELECT ON ledgerq_pauses TO ledgerq_service;
 GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens, ordering),
       UPDATE (rate_per_s, burst, tokens, refilled_at, updated_at, ordering)
     ON ledgerq_kinds TO ledgerq_service;
+-- Routing: a worker registers what it serves (subscribe, unsubscribe); the
+-- relay and the reconciler read it (ledgerq_route, in select_due and the rest).
+GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_subscriptions TO ledgerq_service;
 -- Operator: `ledgerq stats`, `show`, `tasks list` and `tasks audit` read the
 -- tables whole.
 GRANT SELECT ON ledgerq_tasks, ledgerq_history, ledgerq_audit, ledgerq_audit_tasks,
-                ledgerq_pauses, ledgerq_kinds
+                ledgerq_pauses, ledgerq_kinds, ledgerq_subscriptions
     TO ledgerq_operator;
 -- Retention (the reconciler's pass) and `ledgerq purge`: history's day
 -- partitions are created, dropped and purged only through these functions,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import cast
@@ -254,7 +254,8 @@ async def open_worker(
     ledger = PgLedger(async_engine(settings, "ledgerq-worker", pool_size=4))
     handlers_async = async_engine(settings, "ledgerq-worker-handlers", pool_size=config.db_pool)
     handlers_sync = sync_engine(settings, "ledgerq-worker-sync", pool_size=config.db_pool)
-    worker_ledger: WorkerLedger = _watched(ledger, watch)
+    watched = _watched(ledger, watch)
+    worker_ledger: WorkerLedger = watched
     worker = Worker(
         worker_ledger,
         registry,
@@ -265,6 +266,7 @@ async def open_worker(
         alert=alert,
         probe=probe or probe_from_env(),
         observer=observer,
+        routing=watched,
     )
     try:
         await worker.start()
@@ -390,25 +392,43 @@ async def serve_relay(settings: Settings, config: RelayConfig, metrics_port: int
 
 
 async def serve_worker(
-    settings: Settings, registry: Registry, config: WorkerConfig, metrics_port: int = 0
+    settings: Settings,
+    registry: Registry,
+    config: WorkerConfig | Sequence[WorkerConfig],
+    metrics_port: int = 0,
 ) -> int:
     """``ledgerq worker``: run handlers until SIGTERM, then drain. Returns how many
     sync handlers' threads are still running (past their timeout or the grace).
     Raises :class:`SchemaMissingError` after draining if the schema was lost.
-    With a metrics port (else the setting's), metrics and health are served on it."""
+    With a metrics port (else the setting's), metrics and health are served on it.
+    Several configs (``--queues fast=50,slow=2``) run as lanes of one process, each
+    a worker of its own (claims, slots, prefetch, broker channel), sharing the
+    metrics; readiness follows the first lane."""
+    configs = [config] if isinstance(config, WorkerConfig) else list(config)
     watch = SchemaWatch()
     async with (
         monitoring(metrics_port or settings.metrics_port, "worker") as (observer, health),
-        open_worker(
-            settings, registry, config, watch=watch, observer=observer, health=health
-        ) as worker,
+        contextlib.AsyncExitStack() as lanes,
     ):
+        workers = [
+            await lanes.enter_async_context(
+                open_worker(
+                    settings,
+                    registry,
+                    lane,
+                    watch=watch,
+                    observer=observer,
+                    health=health if index == 0 else None,
+                )
+            )
+            for index, lane in enumerate(configs)
+        ]
         stop = _stop_event(*([health.stopping] if health else []))
         watch.on_loss(stop.set)
         await stop.wait()
         log.info("stop requested; draining")
     watch.raise_if_lost()
-    return worker.threads_running
+    return sum(worker.threads_running for worker in workers)
 
 
 async def serve_reconciler(

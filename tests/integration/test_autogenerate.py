@@ -71,6 +71,7 @@ engine.dispose()
 LEDGERQ_TABLES = {
     "ledgerq_tasks", "ledgerq_history", "ledgerq_unique_keys", "ledgerq_alembic_version",
     "ledgerq_audit", "ledgerq_audit_tasks", "ledgerq_pauses", "ledgerq_kinds",
+    "ledgerq_subscriptions",
 }  # fmt: skip
 #: A day partition of history the migration or the retention pass created.
 DAY_PARTITION = re.compile(r"ledgerq_history_(succeeded|dead|cancelled)_p[0-9]{8}")

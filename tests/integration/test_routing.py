@@ -1,0 +1,133 @@
+"""Choosing work (issue 14): ``--kinds``, ``--shards`` and per-queue concurrency,
+on the real ledger and broker.
+
+Routing, not filtering: a kind or shard no live worker serves is never
+published, so it waits ``pending`` in the ledger with no attempt recorded (and
+``unserved`` counts it), and a worker that serves it later drains it, with no
+change on the producer's side. Every task runs exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from contextlib import AsyncExitStack
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from ledgerq import Registry, TaskSpec
+from ledgerq.compose import open_worker
+from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.sharding import shard_of
+from tests.harness import Pipeline, enqueue_committed
+
+
+def counting_registry(runs: Counter[int], *kinds: str) -> Registry:
+    registry = Registry()
+
+    async def record(payload: dict[str, Any], ctx: Any) -> None:
+        runs[ctx.task.id] += 1
+
+    for kind in kinds:
+        registry.task(kind)(record)
+    return registry
+
+
+def lane(**changes: Any) -> WorkerConfig:
+    return replace(WorkerConfig(concurrency=8, lease_s=30, heartbeat_s=5, grace_s=5), **changes)
+
+
+async def test_a_worker_with_kinds_serves_only_them_and_the_rest_waits_in_the_ledger(
+    settings: Settings, ledger: PgLedger
+) -> None:
+    runs: Counter[int] = Counter()
+    registry = counting_registry(runs, "r.a", "r.b")
+    served = enqueue_committed(settings, [TaskSpec("r.a") for _ in range(5)])
+    waiting = enqueue_committed(settings, [TaskSpec("r.b") for _ in range(4)])
+    async with Pipeline(settings, registry, worker=lane(kinds=frozenset({"r.a"}))) as pipe:
+        assert set((await pipe.settle(served)).values()) == {"succeeded"}
+        for _ in range(3):
+            await pipe.relay.run_once()
+        assert set((await pipe.statuses(waiting)).values()) == {"pending"}
+        for task_id in waiting:
+            row = await ledger.show(task_id)
+            assert (row["attempts"], row["epoch"], row["publishes"]) == (0, 0, 0)
+        assert [(u["queue"], u["kind"], u["tasks"]) for u in await ledger.unserved()] == [
+            ("default", "r.b", 4)
+        ]
+        # A second worker, serving r.b, drains them; nothing changed for the producer.
+        async with open_worker(settings, registry, lane(kinds=frozenset({"r.b"}))):
+            assert set((await pipe.settle(waiting)).values()) == {"succeeded"}
+        assert await ledger.unserved() == []
+    assert runs == Counter({i: 1 for i in served + waiting})
+
+
+async def test_shards_route_to_the_workers_that_serve_them_and_wait_otherwise(
+    settings: Settings, ledger: PgLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LEDGERQ_SHARDS", "4")
+    runs: Counter[int] = Counter()
+    registry = counting_registry(runs, "r.s")
+    keys = [f"account-{n}" for n in range(40)]
+    ids = enqueue_committed(settings, [TaskSpec("r.s", shard_key=key) for key in keys])
+    shard = {i: shard_of(key, i, 4) for i, key in zip(ids, keys, strict=True)}
+    for task_id in ids:
+        assert (await ledger.show(task_id))["shard"] == shard[task_id]
+    low = [i for i in ids if shard[i] < 2]
+    high = [i for i in ids if shard[i] >= 2]
+    assert low and high
+    first = lane(shards=frozenset({0, 1}))
+    async with Pipeline(settings, registry, worker=first) as pipe:
+        assert set((await pipe.settle(low)).values()) == {"succeeded"}
+        for _ in range(3):
+            await pipe.relay.run_once()
+        assert set((await pipe.statuses(high)).values()) == {"pending"}
+        assert {u["shard"] for u in await ledger.unserved()} == {2, 3}
+    # The worker restarts serving the other shards: the waiting tasks drain.
+    async with Pipeline(settings, registry, worker=lane(shards=frozenset({2, 3}))) as pipe:
+        assert set((await pipe.settle(high)).values()) == {"succeeded"}
+    assert runs == Counter({i: 1 for i in ids})
+
+
+async def test_a_slow_queue_full_of_slow_tasks_does_not_hold_back_the_fast_queue(
+    settings: Settings,
+) -> None:
+    ended: dict[int, float] = {}
+    slow_started = asyncio.Event()
+    registry = Registry()
+
+    @registry.task("r.slow")
+    async def slow(payload: dict[str, Any], ctx: Any) -> None:
+        slow_started.set()
+        await asyncio.sleep(1.0)
+        ended[ctx.task.id] = time.monotonic()
+
+    @registry.task("r.fast")
+    async def fast(payload: dict[str, Any], ctx: Any) -> None:
+        ended[ctx.task.id] = time.monotonic()
+
+    slow_ids = enqueue_committed(settings, [TaskSpec("r.slow", queue="slow") for _ in range(4)])
+    async with Pipeline(settings, registry, start_worker=False) as pipe, AsyncExitStack() as lanes:
+        # What `ledgerq worker --queues fast=4,slow=1` runs: one lane per queue.
+        await lanes.enter_async_context(
+            open_worker(settings, registry, lane(queues=("slow",), concurrency=1))
+        )
+        await lanes.enter_async_context(
+            open_worker(settings, registry, lane(queues=("fast",), concurrency=4))
+        )
+        await pipe.relay.run_once()
+        await asyncio.wait_for(slow_started.wait(), 10)
+        fast_ids = enqueue_committed(
+            settings, [TaskSpec("r.fast", queue="fast") for _ in range(20)]
+        )
+        assert set((await pipe.settle(fast_ids, timeout=10)).values()) == {"succeeded"}
+        fast_done = max(ended[i] for i in fast_ids)
+        # The slow lane is still busy with its queue: at most one slow task ended.
+        assert sum(1 for i in slow_ids if i in ended) <= 1
+        assert set((await pipe.settle(slow_ids, timeout=30)).values()) == {"succeeded"}
+    assert fast_done < max(ended[i] for i in slow_ids) - 1.0
