@@ -10,6 +10,7 @@ change on the producer's side. Every task runs exactly once.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from contextlib import AsyncExitStack
@@ -25,6 +26,7 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.sharding import shard_of
 from tests.harness import Pipeline, enqueue_committed
+from tests.support import ledgerq
 
 
 def counting_registry(runs: Counter[int], *kinds: str) -> Registry:
@@ -60,6 +62,8 @@ async def test_a_worker_with_kinds_serves_only_them_and_the_rest_waits_in_the_le
         assert [(u["queue"], u["kind"], u["tasks"]) for u in await ledger.unserved()] == [
             ("default", "r.b", 4)
         ]
+        stats = json.loads(ledgerq(settings, "stats", "--json").stdout)
+        assert [(u["kind"], u["tasks"]) for u in stats["unserved"]] == [("r.b", 4)]
         # A second worker, serving r.b, drains them; nothing changed for the producer.
         async with open_worker(settings, registry, lane(kinds=frozenset({"r.b"}))):
             assert set((await pipe.settle(waiting)).values()) == {"succeeded"}
@@ -131,3 +135,19 @@ async def test_a_slow_queue_full_of_slow_tasks_does_not_hold_back_the_fast_queue
         assert sum(1 for i in slow_ids if i in ended) <= 1
         assert set((await pipe.settle(slow_ids, timeout=30)).values()) == {"succeeded"}
     assert fast_done < max(ended[i] for i in slow_ids) - 1.0
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--shards", "0-9"], "shard 9 does not exist; LEDGERQ_SHARDS=4 gives shards 0-3"),
+        (["--kinds", "test.nope"], "--kinds names 'test.nope', which tests.apps.slow_app has no"),
+        (["--queues", "fast=2,slow"], "give every queue a concurrency (fast=50,slow=2) or none"),
+    ],
+)
+def test_the_worker_refuses_bad_routing_flags_in_one_line(
+    settings: Settings, flags: list[str], says: str
+) -> None:
+    done = ledgerq(settings, "worker", "--app", "tests.apps.slow_app", *flags, LEDGERQ_SHARDS="4")
+    assert done.returncode == 64  # EX_USAGE
+    assert says in " ".join(done.stderr.split())
