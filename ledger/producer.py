@@ -61,7 +61,9 @@ class TaskSpec:
     max_attempts: int = 5
     retry: RetryLike = None
     timeout: float | timedelta | None = None
-    shard: int = 0
+    #: The task's shard; None: from ``shard_key``, else from the id (modulo
+    #: ``LEDGERQ_SHARDS``; 0 when it is 1).
+    shard: int | None = None
     #: Hashed to the shard (``LEDGERQ_SHARDS``; :func:`~ledgerq.ledger.sharding.shard_of`),
     #: so every task of one key lands in one shard; instead of ``shard``.
     shard_key: str | None = None
@@ -110,7 +112,8 @@ class TaskSpec:
             "dedupe_key": business_key if self.unique and not once else None,
             "once": once,
             "priority": v.check_priority(self.priority),
-            "shard": _shard_of(self),
+            "shard": _shard_of(self, shards := _shard_count()),
+            "shards": shards,
             "run_at": run_at,
             "delay_s": delay_s,
             "max_attempts": v.check_max_attempts(self.max_attempts),
@@ -124,15 +127,21 @@ class TaskSpec:
         }
 
 
-def _shard_of(spec: TaskSpec) -> int:
-    shard = v.check_int_option(spec.shard, "shard", maximum=v.MAX_SHARD)
+def _shard_of(spec: TaskSpec, count: int) -> int | None:
+    """The task's shard, or None: the INSERT takes it from the new id (modulo count)."""
     key = v.check_key(spec.shard_key, "shard_key")
-    if key is None:
-        return shard
-    if shard:
-        raise InvalidTaskError("give shard or shard_key, not both")
+    if spec.shard is not None:
+        if key is not None:
+            raise InvalidTaskError("give shard or shard_key, not both")
+        return v.check_int_option(spec.shard, "shard", maximum=v.MAX_SHARD)
+    if key is not None:
+        return shard_of(key, 0, count)
+    return 0 if count == 1 else None
+
+
+def _shard_count() -> int:
     try:
-        return shard_of(key, 0, deployment_count())
+        return deployment_count()
     except ValueError as exc:
         raise InvalidTaskError(str(exc)) from None
 

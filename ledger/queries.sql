@@ -12,32 +12,43 @@
 -- The columns of a history row are listed once, in finish.
 
 -- name: insert_task
-INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
+-- The id is taken first so that a task with neither shard nor shard_key gets
+-- its shard from it (id modulo :shards, LEDGERQ_SHARDS; ledger/sharding.py).
+INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
                            trace_context, ordering_key)
-VALUES (:kind, :queue, CAST(:payload AS jsonb), :business_key, :dedupe_key, :priority, :shard,
-        COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
-        'pending', :max_attempts,
-        CAST(:retry AS jsonb), :timeout_s, :parent_id, CAST(:trace_context AS jsonb),
-        :ordering_key)
+SELECT n.id, :kind, :queue, CAST(:payload AS jsonb), :business_key, :dedupe_key, :priority,
+       COALESCE(CAST(:shard AS integer), n.id % CAST(:shards AS integer)),
+       COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
+       'pending', :max_attempts,
+       CAST(:retry AS jsonb), :timeout_s, :parent_id, CAST(:trace_context AS jsonb),
+       :ordering_key
+FROM (SELECT nextval('ledgerq_task_id_seq') AS id) n
 ON CONFLICT (kind, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
 -- name: insert_tasks
-INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
+-- Ids are taken in input order first (as insert_tasks_once does), for the
+-- shard of a row with neither shard nor shard_key (id modulo its shards).
+INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
                            trace_context, ordering_key)
-SELECT r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority, r.shard,
+SELECT r.new_id, r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority,
+       COALESCE(r.shard, r.new_id % r.shards),
        COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
        r.retry, r.timeout_s, r.parent_id, r.trace_context, r.ordering_key
-FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
-         AS (kind text, queue text, payload jsonb, business_key text, dedupe_key text,
-             priority smallint, shard smallint, run_at timestamptz, delay_s float8,
-             max_attempts integer,
-             retry jsonb, timeout_s double precision, parent_id bigint,
-             trace_context jsonb, ordering_key text)) WITH ORDINALITY
-     AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, delay_s,
-          max_attempts, retry, timeout_s, parent_id, trace_context, ordering_key, n)
+FROM (
+    SELECT r.*, nextval('ledgerq_task_id_seq') AS new_id
+    FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
+             AS (kind text, queue text, payload jsonb, business_key text, dedupe_key text,
+                 priority smallint, shard smallint, shards integer, run_at timestamptz,
+                 delay_s float8, max_attempts integer,
+                 retry jsonb, timeout_s double precision, parent_id bigint,
+                 trace_context jsonb, ordering_key text)) WITH ORDINALITY
+         AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, shards, run_at,
+              delay_s, max_attempts, retry, timeout_s, parent_id, trace_context, ordering_key, n)
+    ORDER BY r.n
+) r
 ORDER BY r.n
 ON CONFLICT (kind, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
@@ -61,7 +72,7 @@ INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, p
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
                            ordering_key)
 SELECT claimed.task_id, :kind, :queue, CAST(:payload AS jsonb), :business_key, NULL, :priority,
-       :shard, COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
+       COALESCE(CAST(:shard AS integer), claimed.task_id % CAST(:shards AS integer)), COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
        'pending', :max_attempts, CAST(:retry AS jsonb), :timeout_s, :parent_id, :ordering_key
 FROM claimed
 RETURNING id
@@ -74,11 +85,11 @@ WITH r AS (
     SELECT r.*, nextval('ledgerq_task_id_seq') AS new_id
     FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
              AS (kind text, queue text, payload jsonb, business_key text, dedupe_key text,
-                 priority smallint, shard smallint, run_at timestamptz, delay_s float8,
-                 max_attempts integer, retry jsonb, timeout_s double precision,
+                 priority smallint, shard smallint, shards integer, run_at timestamptz,
+                 delay_s float8, max_attempts integer, retry jsonb, timeout_s double precision,
                  parent_id bigint, once boolean, ordering_key text)) WITH ORDINALITY
-         AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, delay_s,
-              max_attempts, retry, timeout_s, parent_id, once, ordering_key, n)
+         AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, shards, run_at,
+              delay_s, max_attempts, retry, timeout_s, parent_id, once, ordering_key, n)
     ORDER BY r.n
 ), claimed AS (
     INSERT INTO ledgerq_unique_keys (kind, key, task_id)
@@ -89,8 +100,8 @@ WITH r AS (
 INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
                            ordering_key)
-SELECT r.new_id, r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority, r.shard,
-       COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
+SELECT r.new_id, r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority,
+       COALESCE(r.shard, r.new_id % r.shards), COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
        r.retry, r.timeout_s, r.parent_id, r.ordering_key
 FROM r
 WHERE NOT r.once OR r.new_id IN (SELECT task_id FROM claimed)

@@ -165,6 +165,7 @@ def test_the_helper_knows_every_relation_ledgerqs_migrations_create(
         "ledgerq_tasks_pk", "ledgerq_unique_keys_pk", "ledgerq_alembic_version_pkc",
         "ledgerq_audit_pk", "ledgerq_audit_tasks_pk", "ledgerq_pauses_pk", "ledgerq_kinds_pk",
         "ledgerq_rollup_counts_pk", "ledgerq_rollup_latency_pk", "ledgerq_rollup_state_pk",
+        "ledgerq_subscriptions_pk",
     }  # fmt: skip
     assert "ledgerq_history_status_kind" not in schema["index"]  # created by 0001, dropped by 0005
     assert in_database["sequence"] == schema["sequence"]

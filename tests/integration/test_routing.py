@@ -17,13 +17,16 @@ from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import Any
 
+import psycopg
 import pytest
 
-from ledgerq import Registry, TaskSpec
+from ledgerq import Registry, TaskSpec, enqueue
 from ledgerq.compose import open_worker
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.errors import InvalidTaskError
 from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.sharding import shard_of
 from tests.harness import Pipeline, enqueue_committed
 from tests.support import ledgerq
@@ -151,3 +154,19 @@ def test_the_worker_refuses_bad_routing_flags_in_one_line(
     done = ledgerq(settings, "worker", "--app", "tests.apps.slow_app", *flags, LEDGERQ_SHARDS="4")
     assert done.returncode == 64  # EX_USAGE
     assert says in " ".join(done.stderr.split())
+
+
+async def test_a_task_without_a_shard_key_takes_its_shard_from_its_id(
+    settings: Settings, ledger: PgLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LEDGERQ_SHARDS", "3")
+    ids = enqueue_committed(settings, [TaskSpec("r.s") for _ in range(6)])
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
+        ids.append(enqueue(conn, "r.s"))  # the one-row INSERT
+        ids.append(enqueue(conn, "r.s", shard=2))
+        shards = [(await ledger.show(i))["shard"] for i in ids]
+        assert shards == [i % 3 for i in ids[:-1]] + [2]
+        monkeypatch.setenv("LEDGERQ_SHARDS", "1")
+        assert (await ledger.show(enqueue(conn, "r.s")))["shard"] == 0
+    with pytest.raises(InvalidTaskError, match="give shard or shard_key, not both"):
+        TaskSpec("r.s", shard=1, shard_key="k")
