@@ -16,9 +16,9 @@ from ledgerq.relay.broker.topology import Topology
 
 
 def test_shard_ranges_and_lists_parse_to_the_shard_numbers() -> None:
-    assert parse_shards("0-3", 4) == {0, 1, 2, 3}
-    assert parse_shards("0,2,5-7", 8) == {0, 2, 5, 6, 7}
-    assert parse_shards(" 3 ", 4) == {3}
+    assert parse_shards("0-3", 4) == frozenset({0, 1, 2, 3})
+    assert parse_shards("0,2,5-7", 8) == frozenset({0, 2, 5, 6, 7})
+    assert parse_shards(" 3 ", 4) == frozenset({3})
     assert parse_shards(None, 4) is None
     assert parse_shards("", 4) is None
 
@@ -65,7 +65,7 @@ def test_a_bad_queue_list_is_one_line(value: str, says: str) -> None:
 
 
 def test_kinds_parse_and_refuse_malformed_names() -> None:
-    assert parse_kinds("a, b.c") == {"a", "b.c"}
+    assert parse_kinds("a, b.c") == frozenset({"a", "b.c"})
     assert parse_kinds(None) is None
     with pytest.raises(RoutingError, match="an empty kind"):
         parse_kinds("a,,b")
