@@ -13,10 +13,12 @@ import asyncio
 import json
 import time
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import Any
 
+import pika
 import psycopg
 import pytest
 
@@ -27,9 +29,29 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.errors import InvalidTaskError
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
+from ledgerq.ledger.routing import routing_key
 from ledgerq.ledger.sharding import shard_of
+from ledgerq.relay.broker.topology import Topology
 from tests.harness import Pipeline, enqueue_committed
 from tests.support import ledgerq
+
+
+@pytest.fixture(autouse=True)
+def delete_routed_queues(settings: Settings) -> Iterator[None]:
+    """The broker queues these tests' workers subscribed to (routed ones, and the
+    queues outside tests.conftest.TEST_QUEUES), deleted after each test."""
+    yield
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as db:
+        rows = db.execute("SELECT DISTINCT queue, route FROM ledgerq_subscriptions").fetchall()
+    topology = Topology(settings.amqp_prefix)
+    connection = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
+    try:
+        channel = connection.channel()
+        for queue, route in rows:
+            channel.queue_delete(topology.task_queue(routing_key(queue, route)).name)
+            channel.queue_delete(topology.task_queue(queue).name)
+    finally:
+        connection.close()
 
 
 def counting_registry(runs: Counter[int], *kinds: str) -> Registry:
@@ -47,9 +69,11 @@ def lane(**changes: Any) -> WorkerConfig:
     return replace(WorkerConfig(concurrency=8, lease_s=30, heartbeat_s=5, grace_s=5), **changes)
 
 
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
 async def test_a_worker_with_kinds_serves_only_them_and_the_rest_waits_in_the_ledger(
-    settings: Settings, ledger: PgLedger
+    settings: Settings, ledger: PgLedger, queue_type: str
 ) -> None:
+    settings = replace(settings, queue_type=queue_type)
     runs: Counter[int] = Counter()
     registry = counting_registry(runs, "r.a", "r.b")
     served = enqueue_committed(settings, [TaskSpec("r.a") for _ in range(5)])
