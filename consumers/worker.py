@@ -55,9 +55,11 @@ from ledgerq.consumers.group import GroupCommitter
 from ledgerq.consumers.intake import Intake
 from ledgerq.consumers.leases import Leases
 from ledgerq.consumers.registry import Registry
+from ledgerq.consumers.subscriber import Subscriber
 from ledgerq.ledger.alerts import AlertHook, log_alert
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
-from ledgerq.ledger.protocol import DirectLedger, WorkerLedger
+from ledgerq.ledger.protocol import DirectLedger, RoutingLedger, WorkerLedger
+from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.validation import check_name
 from ledgerq.relay.broker.base import Consumption, OnDelivery
 from ledgerq.relay.probes import Probe, no_probe
@@ -71,6 +73,11 @@ Consume = Callable[[Sequence[str], int, OnDelivery], Awaitable[Consumption]]
 @dataclass(frozen=True)
 class WorkerConfig:
     queues: tuple[str, ...] = ("default",)
+    #: The kinds of those queues this worker serves (``--kinds``); None: all. Routed
+    #: by RabbitMQ, not filtered here: see :mod:`ledgerq.ledger.routing`.
+    kinds: frozenset[str] | None = None
+    #: The shards it serves (``--shards``); None: all.
+    shards: frozenset[int] | None = None
     #: Handlers running at once (async tasks on the loop, or threads for sync ones).
     concurrency: int = 100
     #: Unacked deliveries the broker may push; 0 means twice the concurrency.
@@ -110,6 +117,13 @@ class WorkerConfig:
             raise ValueError("default_timeout_s must be positive (or None for no limit)")
         for name in self.queues:
             check_name(name, "queue")
+        if frozenset() in (self.kinds, self.shards):
+            raise ValueError("kinds and shards, when given, must name at least one each")
+
+    @property
+    def subscriptions(self) -> tuple[Subscription, ...]:
+        """What this worker serves, one per queue."""
+        return tuple(Subscription(q, self.kinds, self.shards) for q in self.queues)
 
     @property
     def effective_prefetch(self) -> int:
@@ -158,10 +172,13 @@ class Worker:
         probe: Probe = no_probe,
         observer: Observer = NO_OBSERVER,
         shard_engines: Sequence[tuple[Engine | None, AsyncEngine]] = (),
+        routing: RoutingLedger | None = None,
     ) -> None:
         """``shard_engines``: with ledger shards, the handlers' (sync, async) engines of
         each shard, so a task's ``ctx.session`` is on its own shard's database; batch
-        windows are then off (a window is one transaction, in one database)."""
+        windows are then off (a window is one transaction, in one database).
+        ``routing``: where the worker registers what it serves (None: nowhere, so
+        its queues are published to as if no worker had subscribed: unit tests)."""
         self.config = config
         self._consume = consume
         self._consumption: Consumption | None = None
@@ -242,6 +259,17 @@ class Worker:
             if self.direct is None or direct is None or direct.fallback is None
             else Fallback(self.direct, direct.broker_up or (lambda: True), direct.fallback)
         )
+        self.subscriber = (
+            None
+            if routing is None
+            else Subscriber(
+                routing,
+                config.worker_id,
+                config.subscriptions,
+                ttl_s=config.lease_s,
+                every_s=config.heartbeat_s,
+            )
+        )
 
     @property
     def counts(self) -> WorkerCounts:
@@ -275,13 +303,14 @@ class Worker:
             return
         self.claimer.start_loop()
         assert self._consume is not None
-        self._consumption = await self._consume(
-            self.config.queues, self.config.effective_prefetch, self.intake
-        )
+        names = [s.broker_name for s in self.config.subscriptions]
+        self._consumption = await self._consume(names, self.config.effective_prefetch, self.intake)
+        if self.subscriber is not None:
+            await self.subscriber.start()  # after the declaration: never routed to nothing
         log.info(
             "worker %s consuming %s (concurrency %d, prefetch %d)",
             self.config.worker_id,
-            ", ".join(self.config.queues),
+            ", ".join(names),
             self.config.concurrency,
             self.config.effective_prefetch,
         )
@@ -295,6 +324,8 @@ class Worker:
         self.finisher.stopping()
         if self._consumption is not None:
             await self._consumption.cancel()
+        if self.subscriber is not None:
+            await self.subscriber.stop()
         await self.claimer.stop()
         if self.fallback is not None:
             await self.fallback.stop()

@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 
 from ledgerq.ledger.errors import ConfigError as ConfigError
 from ledgerq.ledger.masking import MASK, mask_url, split_urls
+from ledgerq.ledger.sharding import MAX_SHARDS
 from ledgerq.ledger.tls import (
     TLSFileError,
     amqp_context,
@@ -178,6 +179,13 @@ SETTINGS = (
         for status in ("succeeded", "dead", "cancelled")
     ),
     Setting(
+        "shards",
+        "LEDGERQ_SHARDS",
+        None,
+        "shard count: a task's shard is its shard_key's hash (or its id) modulo this "
+        "(docs/howto.md#serve-some-kinds-or-shards)",
+    ),
+    Setting(
         "priority_aging_s",
         "LEDGERQ_PRIORITY_AGING_S",
         None,
@@ -249,6 +257,9 @@ class Settings:
     #: A task due this long is published ahead of every priority (0: never); see
     #: docs/reference.md#priorities-and-aging.
     priority_aging_s: float = 300.0
+    #: How many shards tasks are spread over (``ledgerq worker --shards``); see
+    #: ledgerq.ledger.sharding.
+    shards: int = 1
     #: ``latest``: after an outage a periodic task runs once for the latest missed
     #: period; ``none``: missed periods are skipped (see ledgerq.consumers.periodic).
     periodic_catch_up: str = "latest"
@@ -475,6 +486,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "retention_dead_days": number(0, 36_500, "days", float),
     "retention_cancelled_days": number(0, 36_500, "days", float),
     "priority_aging_s": number(0, 31_536_000, "seconds", float),
+    "shards": number(1, MAX_SHARDS, "shards", int),
     "periodic_catch_up": choice("latest", "none"),
     "log_format": choice("text", "json"),
     "metrics_port": parse_port,

@@ -40,6 +40,9 @@ class DueTask:
     suspect: bool = False
     #: The producer's trace context (W3C carrier), when it enqueued inside a span.
     trace_context: dict[str, str] | None = None
+    #: The route of the live subscription the task goes to (a worker's ``--kinds``
+    #: and ``--shards``: :mod:`ledgerq.ledger.routing`); None: the queue's own.
+    route: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ from ledgerq.ledger.executors import (
     runner,
 )
 from ledgerq.ledger.retry import RetryPolicy
+from ledgerq.ledger.sharding import deployment_count, shard_of
 from ledgerq.ledger.sql import Q
 
 RetryLike = RetryPolicy | Sequence[float] | Mapping[str, Any] | None
@@ -79,7 +80,12 @@ class TaskSpec:
     max_attempts: int = 5
     retry: RetryLike = None
     timeout: float | timedelta | None = None
-    shard: int = 0
+    #: The task's shard; None: from ``shard_key``, else from the id (modulo
+    #: ``LEDGERQ_SHARDS``; 0 when it is 1).
+    shard: int | None = None
+    #: Hashed to the shard (``LEDGERQ_SHARDS``; :func:`~ledgerq.ledger.sharding.shard_of`),
+    #: so every task of one key lands in one shard; instead of ``shard``.
+    shard_key: str | None = None
     parent_id: int | None = None
     #: Tasks sharing an ordering key run one at a time, in commit order (see
     #: docs/howto.md#run-tasks-in-order-per-key).
@@ -125,7 +131,8 @@ class TaskSpec:
             "dedupe_key": business_key if self.unique and not once else None,
             "once": once,
             "priority": v.check_priority(self.priority),
-            "shard": v.check_int_option(self.shard, "shard", maximum=v.MAX_SHARD),
+            "shard": _shard_of(self, shards := _shard_count()),
+            "shards": shards,
             "run_at": run_at,
             "delay_s": delay_s,
             "max_attempts": v.check_max_attempts(self.max_attempts),
@@ -137,6 +144,25 @@ class TaskSpec:
             "trace_context": tracing.current_context(),
             "ordering_key": v.check_key(self.ordering_key, "ordering_key"),
         }
+
+
+def _shard_of(spec: TaskSpec, count: int) -> int | None:
+    """The task's shard, or None: the INSERT takes it from the new id (modulo count)."""
+    key = v.check_key(spec.shard_key, "shard_key")
+    if spec.shard is not None:
+        if key is not None:
+            raise InvalidTaskError("give shard or shard_key, not both")
+        return v.check_int_option(spec.shard, "shard", maximum=v.MAX_SHARD)
+    if key is not None:
+        return shard_of(key, 0, count)
+    return 0 if count == 1 else None
+
+
+def _shard_count() -> int:
+    try:
+        return deployment_count()
+    except ValueError as exc:
+        raise InvalidTaskError(str(exc)) from None
 
 
 def _rows_document(specs: Sequence[TaskSpec]) -> str:

@@ -41,6 +41,7 @@ from ledgerq.ledger.model import (
     TaskTiming,
 )
 from ledgerq.ledger.producer import TaskSpec
+from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, PauseReport, RateLimit, Scope
 
 
@@ -121,6 +122,21 @@ class DirectLedger(WorkerLedger, Protocol):
         :meth:`RelayLedger.publish_batch` chooses them (pauses, ordering keys,
         rate limits, aging, priority), pending -> running in the same statement;
         the won (consumers/direct.py)."""
+        ...
+
+
+class RoutingLedger(Protocol):
+    """What a worker serves (:mod:`ledgerq.ledger.routing`): its subscriptions."""
+
+    async def subscribe(
+        self, worker: str, subscriptions: Sequence[Subscription], ttl_s: float
+    ) -> None:
+        """Register (or refresh) what ``worker`` serves, live for ``ttl_s`` seconds
+        (:mod:`ledgerq.ledger.routing`)."""
+        ...
+
+    async def unsubscribe(self, worker: str) -> None:
+        """``worker`` stops serving: its subscriptions expire now (its queues stay routed)."""
         ...
 
 
@@ -208,6 +224,11 @@ class SchedulingLedger(Protocol):
 class InspectionLedger(Protocol):
     async def stats(self) -> dict[str, Any]:
         """Counts by status and by kind, live and history together."""
+        ...
+
+    async def unserved(self) -> list[dict[str, Any]]:
+        """Due tasks of routed queues no live worker serves (``--kinds``, ``--shards``),
+        by queue, kind and shard, with the oldest's due time: backlog, not failure."""
         ...
 
     async def show(self, task_id: int) -> dict[str, Any]:

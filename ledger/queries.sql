@@ -12,32 +12,43 @@
 -- The columns of a history row are listed once, in finish.
 
 -- name: insert_task
-INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
+-- The id is taken first so that a task with neither shard nor shard_key gets
+-- its shard from it (id modulo :shards, LEDGERQ_SHARDS; ledger/sharding.py).
+INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
                            trace_context, ordering_key)
-VALUES (:kind, :queue, CAST(:payload AS jsonb), :business_key, :dedupe_key, :priority, :shard,
-        COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
-        'pending', :max_attempts,
-        CAST(:retry AS jsonb), :timeout_s, :parent_id, CAST(:trace_context AS jsonb),
-        :ordering_key)
+SELECT n.id, :kind, :queue, CAST(:payload AS jsonb), :business_key, :dedupe_key, :priority,
+       COALESCE(CAST(:shard AS integer), n.id % CAST(:shards AS integer)),
+       COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
+       'pending', :max_attempts,
+       CAST(:retry AS jsonb), :timeout_s, :parent_id, CAST(:trace_context AS jsonb),
+       :ordering_key
+FROM (SELECT nextval('ledgerq_task_id_seq') AS id) n
 ON CONFLICT (kind, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
 -- name: insert_tasks
-INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
+-- Ids are taken in input order first (as insert_tasks_once does), for the
+-- shard of a row with neither shard nor shard_key (id modulo its shards).
+INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
                            trace_context, ordering_key)
-SELECT r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority, r.shard,
+SELECT r.new_id, r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority,
+       COALESCE(r.shard, r.new_id % r.shards),
        COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
        r.retry, r.timeout_s, r.parent_id, r.trace_context, r.ordering_key
-FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
-         AS (kind text, queue text, payload jsonb, business_key text, dedupe_key text,
-             priority smallint, shard smallint, run_at timestamptz, delay_s float8,
-             max_attempts integer,
-             retry jsonb, timeout_s double precision, parent_id bigint,
-             trace_context jsonb, ordering_key text)) WITH ORDINALITY
-     AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, delay_s,
-          max_attempts, retry, timeout_s, parent_id, trace_context, ordering_key, n)
+FROM (
+    SELECT r.*, nextval('ledgerq_task_id_seq') AS new_id
+    FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
+             AS (kind text, queue text, payload jsonb, business_key text, dedupe_key text,
+                 priority smallint, shard smallint, shards integer, run_at timestamptz,
+                 delay_s float8, max_attempts integer,
+                 retry jsonb, timeout_s double precision, parent_id bigint,
+                 trace_context jsonb, ordering_key text)) WITH ORDINALITY
+         AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, shards, run_at,
+              delay_s, max_attempts, retry, timeout_s, parent_id, trace_context, ordering_key, n)
+    ORDER BY r.n
+) r
 ORDER BY r.n
 ON CONFLICT (kind, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
@@ -61,7 +72,7 @@ INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, p
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
                            ordering_key)
 SELECT claimed.task_id, :kind, :queue, CAST(:payload AS jsonb), :business_key, NULL, :priority,
-       :shard, COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
+       COALESCE(CAST(:shard AS integer), claimed.task_id % CAST(:shards AS integer)), COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
        'pending', :max_attempts, CAST(:retry AS jsonb), :timeout_s, :parent_id, :ordering_key
 FROM claimed
 RETURNING id
@@ -74,11 +85,11 @@ WITH r AS (
     SELECT r.*, nextval('ledgerq_task_id_seq') AS new_id
     FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
              AS (kind text, queue text, payload jsonb, business_key text, dedupe_key text,
-                 priority smallint, shard smallint, run_at timestamptz, delay_s float8,
-                 max_attempts integer, retry jsonb, timeout_s double precision,
+                 priority smallint, shard smallint, shards integer, run_at timestamptz,
+                 delay_s float8, max_attempts integer, retry jsonb, timeout_s double precision,
                  parent_id bigint, once boolean, ordering_key text)) WITH ORDINALITY
-         AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, delay_s,
-              max_attempts, retry, timeout_s, parent_id, once, ordering_key, n)
+         AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, shards, run_at,
+              delay_s, max_attempts, retry, timeout_s, parent_id, once, ordering_key, n)
     ORDER BY r.n
 ), claimed AS (
     INSERT INTO ledgerq_unique_keys (kind, key, task_id)
@@ -89,8 +100,8 @@ WITH r AS (
 INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
                            ordering_key)
-SELECT r.new_id, r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority, r.shard,
-       COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
+SELECT r.new_id, r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority,
+       COALESCE(r.shard, r.new_id % r.shards), COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
        r.retry, r.timeout_s, r.parent_id, r.ordering_key
 FROM r
 WHERE NOT r.once OR r.new_id IN (SELECT task_id FROM claimed)
@@ -140,12 +151,17 @@ WITH buckets AS (
     ORDER BY kind
     FOR UPDATE SKIP LOCKED
 ), aged AS (
-    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
+           t.shard
     FROM ledgerq_tasks t
     WHERE t.status = 'pending' AND t.run_at <= now() - make_interval(secs => :aging_s)
       AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
       AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
       AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
+      AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+        OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                               WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+        OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
       AND (t.ordering_key IS NULL OR (NOT EXISTS (
           SELECT 1 FROM ledgerq_tasks e
           WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
@@ -159,13 +175,18 @@ WITH buckets AS (
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ), fresh AS (
-    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
+           t.shard
     FROM ledgerq_tasks t
     WHERE t.status = 'pending' AND t.run_at <= now()
       AND t.id <> ALL(ARRAY(SELECT id FROM aged))
       AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
       AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
       AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
+      AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+        OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                               WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+        OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
       AND (t.ordering_key IS NULL OR (NOT EXISTS (
           SELECT 1 FROM ledgerq_tasks e
           WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
@@ -182,9 +203,14 @@ WITH buckets AS (
     SELECT l.*
     FROM buckets b
     CROSS JOIN LATERAL (
-        SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+        SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
+           t.shard
         FROM ledgerq_tasks t
         WHERE t.status = 'pending' AND t.run_at <= now() AND t.kind = b.kind
+          AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+            OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                                   WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+            OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
           AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
           AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
           AND (t.ordering_key IS NULL OR (NOT EXISTS (
@@ -213,7 +239,10 @@ WITH buckets AS (
     UNION ALL SELECT metered.*, false, 2 FROM metered
 )
 SELECT id, kind, queue, CASE WHEN aged THEN 9 ELSE priority END AS priority,
-       epoch, suspect, trace_context
+       epoch, suspect, trace_context,
+       CASE WHEN queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                            WHERE route IS NOT NULL AND expires_at > now()))
+            THEN NULLIF(ledgerq_route(queue, kind, shard), '') END AS route
 FROM picked
 ORDER BY part, 4 DESC, attempts > 0, run_at, id
 
@@ -468,7 +497,10 @@ SELECT pg_advisory_unlock(hashtext('ledgerq.reconciler'))
 -- with a deep backlog or no consumer is not flooded with copies. Keyset
 -- pagination by id so a huge ledger is read a page at a time; the plain
 -- :min_stall_s bound lets the partial index on published_at narrow the scan.
-SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect
+SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect,
+       CASE WHEN t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                            WHERE route IS NOT NULL AND expires_at > now()))
+            THEN NULLIF(ledgerq_route(t.queue, t.kind, t.shard), '') END AS route
 FROM ledgerq_tasks t
 LEFT JOIN unnest(CAST(:queues AS text[]), CAST(:stalls AS float8[])) AS w(queue, stall_s)
        ON w.queue = t.queue
@@ -476,6 +508,10 @@ WHERE t.status = 'published' AND t.id > :after
   AND t.published_at < now() - make_interval(secs => :min_stall_s)
   AND t.published_at < now() - make_interval(
         secs => COALESCE(w.stall_s, :default_stall_s) * power(2, LEAST(GREATEST(t.publishes - 1, 0), 6)))
+  AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+    OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                           WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+    OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
 ORDER BY t.id
 LIMIT :limit
 FOR UPDATE OF t SKIP LOCKED
@@ -486,13 +522,20 @@ FOR UPDATE OF t SKIP LOCKED
 -- keeps the relay's scheduling rules that decide whether a row may go at all
 -- (select_due): nothing paused, nothing rate-limited (only relays meter), and
 -- no ordered task with a live (or blocking dead) task of its key ahead of it.
-SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect
+SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect,
+       CASE WHEN t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                            WHERE route IS NOT NULL AND expires_at > now()))
+            THEN NULLIF(ledgerq_route(t.queue, t.kind, t.shard), '') END AS route
 FROM ledgerq_tasks t
 WHERE t.status = 'pending' AND t.id > :after
   AND t.run_at < now() - make_interval(secs => :default_stall_s)
   AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
   AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
   AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
+  AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+    OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                           WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+    OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
   AND (t.ordering_key IS NULL OR (NOT EXISTS (
       SELECT 1 FROM ledgerq_tasks e
       WHERE e.ordering_key = t.ordering_key AND e.id <> t.id

@@ -66,10 +66,13 @@ GRANT SELECT ON ledgerq_pauses TO ledgerq_service;
 GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens, ordering, on_children_done),
       UPDATE (rate_per_s, burst, tokens, refilled_at, updated_at, ordering, on_children_done)
     ON ledgerq_kinds TO ledgerq_service;
+-- Routing: a worker registers what it serves (subscribe, unsubscribe); the
+-- relay and the reconciler read it (ledgerq_route, in select_due and the rest).
+GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_subscriptions TO ledgerq_service;
 -- Operator: `ledgerq stats`, `show`, `tasks list` and `tasks audit` read the
 -- tables whole.
 GRANT SELECT ON ledgerq_tasks, ledgerq_history, ledgerq_audit, ledgerq_audit_tasks,
-                ledgerq_pauses, ledgerq_kinds, ledgerq_families
+                ledgerq_pauses, ledgerq_kinds, ledgerq_families, ledgerq_subscriptions
     TO ledgerq_operator;
 -- Retention (the reconciler's pass) and `ledgerq purge`: history's day
 -- partitions are created, dropped and purged only through these functions,
@@ -114,5 +117,5 @@ GRANT SELECT ON ledgerq_rollup_counts, ledgerq_rollup_latency, ledgerq_rollup_st
 -- Every command but `migrate` and the producer's enqueue checks the schema's
 -- revision at start.
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service, ledgerq_operator;
--- ... and which ledger shard the database says it is (migration 0013).
+-- ... and which ledger shard the database says it is (migration 0012).
 GRANT SELECT ON ledgerq_ledger_shard TO ledgerq_service, ledgerq_operator;

@@ -33,9 +33,11 @@ from ledgerq.ledger.errors import TaskNotFoundError
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome, TaskTiming
 from ledgerq.ledger.producer import TaskSpec
+from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.protocol import (
     DirectLedger,
     InspectionLedger,
+    RoutingLedger,
     OperationsLedger,
     SchedulingLedger,
     WorkerLedger,
@@ -141,6 +143,22 @@ class ShardedWorkerLedger(Generic[L]):
         return [row for part in done for row in part]
 
 
+class ShardedRouting:
+    """What a worker serves, registered on every shard: each shard's relays route by
+    their own database's subscriptions (:mod:`ledgerq.ledger.routing`)."""
+
+    def __init__(self, shards: Sequence[RoutingLedger]) -> None:
+        self.shards = list(shards)
+
+    async def subscribe(
+        self, worker: str, subscriptions: Sequence[Subscription], ttl_s: float
+    ) -> None:
+        await asyncio.gather(*(s.subscribe(worker, subscriptions, ttl_s) for s in self.shards))
+
+    async def unsubscribe(self, worker: str) -> None:
+        await asyncio.gather(*(s.unsubscribe(worker) for s in self.shards))
+
+
 class ShardedDirectLedger(ShardedWorkerLedger[DirectLedger]):
     """Direct claims (``worker --direct``, broker-down mode) over every shard: each
     call starts at the next shard and takes what it finds there, then from the
@@ -186,6 +204,11 @@ class ShardedLedger(ShardedWorkerLedger[ShardLedger]):
                 for status, n in counts.items():
                     merged[status] = merged.get(status, 0) + n
         return {"total": sum(by_status.values()), "by_status": by_status, "by_kind": by_kind}
+
+    async def unserved(self) -> list[dict[str, Any]]:
+        """Every shard's due tasks no live worker serves, each row naming its shard."""
+        parts = await self._each(lambda shard: shard.unserved())
+        return [{**row, "ledger_shard": k} for k, part in enumerate(parts) for row in part]
 
     async def show(self, task_id: int) -> dict[str, Any]:
         return await self._shard(shard_of_id(task_id)).show(task_id)
@@ -369,4 +392,5 @@ def _merge_pauses(reports: Sequence[PauseReport]) -> PauseReport:
 if TYPE_CHECKING:  # mypy checks the classes against the protocols they serve
     _worker: type[WorkerLedger] = ShardedWorkerLedger
     _direct: type[DirectLedger] = ShardedDirectLedger
+    _routing: type[RoutingLedger] = ShardedRouting
     _operator: type[OperatorLedger] = ShardedLedger

@@ -16,6 +16,7 @@ ledger is drained of live tasks that must keep their key's order.
 from __future__ import annotations
 
 import hashlib
+import os
 
 #: The largest shard count a deployment may set.
 MAX_SHARDS = 1024
@@ -32,3 +33,16 @@ def shard_of(key: str | None, task_id: int, count: int) -> int:
     if not 1 <= count <= MAX_SHARDS:
         raise ValueError(f"the shard count must be from 1 to {MAX_SHARDS}, got {count!r}")
     return (key_hash(key) if key is not None else task_id) % count
+
+
+def deployment_count() -> int:
+    """``LEDGERQ_SHARDS`` (default 1), read at each call so a producer needs no
+    Settings: what ``enqueue(..., shard_key=...)`` hashes modulo."""
+    raw = os.environ.get("LEDGERQ_SHARDS", "1")
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_SHARDS:
+        raise ValueError(f"LEDGERQ_SHARDS must be a number from 1 to {MAX_SHARDS}, got {raw!r}")
+    return count

@@ -1,4 +1,4 @@
--- Ledger shards (migration 0013; ledger/shard_ids.py).
+-- Ledger shards (migration 0012; ledger/shard_ids.py).
 
 -- name: assign_shard
 -- `ledgerq migrate`, on each shard's database: record the shard, narrow the id
@@ -11,5 +11,5 @@ SELECT ledgerq_assign_shard(:shard_index, :shard_count, :first_id, :last_id) AS 
 SELECT shard_index, shard_count FROM ledgerq_ledger_shard
 
 -- name: shard_table_exists
--- Before migration 0013 there is nothing to assign.
+-- Before migration 0012 there is nothing to assign.
 SELECT to_regclass('ledgerq_ledger_shard') IS NOT NULL

@@ -139,6 +139,16 @@ class SchedulingQueries:
 
 
 @dataclass(frozen=True)
+class RoutingQueries:
+    """``routing.sql``: the workers' subscriptions (what part of a queue each serves)."""
+
+    subscribe: TextClause
+    unsubscribe: TextClause
+    list_subscriptions: TextClause
+    unserved: TextClause
+
+
+@dataclass(frozen=True)
 class RoleGrants:
     """``roles.sql``: the least-privilege roles (docs/security.md, "Database roles").
     Each block is a script of several statements with no parameters, for psql or for
@@ -151,7 +161,7 @@ class RoleGrants:
 
 @dataclass(frozen=True)
 class ShardQueries:
-    """``shards.sql``: each database's ledger shard (migration 0013)."""
+    """``shards.sql``: each database's ledger shard (migration 0012)."""
 
     assign_shard: TextClause
     shard_identity: TextClause
@@ -163,6 +173,7 @@ IQ: InspectionQueries = load(InspectionQueries, "ledgerq.ledger", "inspection.sq
 RQ: RetentionQueries = load(RetentionQueries, "ledgerq.ledger", "retention.sql")
 OQ: OperationsQueries = load(OperationsQueries, "ledgerq.ledger", "operations.sql")
 SQ: SchedulingQueries = load(SchedulingQueries, "ledgerq.ledger", "scheduling.sql")
+UQ: RoutingQueries = load(RoutingQueries, "ledgerq.ledger", "routing.sql")
 ROLES: RoleGrants = load(RoleGrants, "ledgerq.ledger", "roles.sql")
 HQ: ShardQueries = load(ShardQueries, "ledgerq.ledger", "shards.sql")
 

@@ -58,6 +58,7 @@ from ledgerq.ledger.protocol import (
     DirectLedger,
     InspectionLedger,
     RelayLedger,
+    RoutingLedger,
     SchedulingLedger,
     WorkerLedger,
 )
@@ -65,6 +66,7 @@ from ledgerq.ledger.sharded import (
     OperatorLedger,
     ShardedDirectLedger,
     ShardedLedger,
+    ShardedRouting,
     ShardedWorkerLedger,
 )
 from ledgerq.relay.broker.aio import (
@@ -330,11 +332,13 @@ async def open_worker(
     ]
     handlers_sync, handlers_async = engines[0]
     ledger: PgLedger | ShardedLedger = shards[0] if len(shards) == 1 else ShardedLedger(shards)
+    watched = [_watched(shard, watch) for shard in shards]
     worker_ledger: WorkerLedger = (
-        _watched(shards[0], watch)
-        if len(shards) == 1
-        else ShardedWorkerLedger([_watched(shard, watch) for shard in shards])
+        watched[0] if len(shards) == 1 else ShardedWorkerLedger(watched)
     )
+    # What the worker serves is registered on every shard: each shard's relays
+    # route by their own database's subscriptions.
+    routing: RoutingLedger = watched[0] if len(shards) == 1 else ShardedRouting(watched)
     # Direct claims run select_due's selection: they need the relay's planner
     # settings and more (DIRECT_PLANNER, ledger/pg/engines.py), on a connection of
     # their own per shard (with several shards, each claim starts at the next one),
@@ -348,7 +352,9 @@ async def open_worker(
     claims: DirectLedger = claimers[0] if len(claimers) == 1 else ShardedDirectLedger(claimers)
     if connection is None:
         source: DirectSource | None = DirectSource(claims, woken, direct or DirectConfig())
-    elif fallback is not None:
+    elif fallback is not None and not (config.kinds or config.shards):
+        # (A worker that serves some kinds or shards only would claim the others
+        # directly: it gets no fallback. docs/guarantees.md, broker-down mode.)
         source = DirectSource(
             claims,
             woken,
@@ -372,6 +378,7 @@ async def open_worker(
         probe=probe or probe_from_env(),
         observer=observer,
         shard_engines=engines if len(engines) > 1 else (),
+        routing=routing,
     )
     try:
         if source is not None:
@@ -546,7 +553,7 @@ async def serve_relay(
 async def serve_worker(
     settings: Settings,
     registry: Registry,
-    config: WorkerConfig,
+    config: WorkerConfig | Sequence[WorkerConfig],
     metrics_port: int = 0,
     direct: DirectConfig | None = None,
     fallback: FallbackConfig | None = FallbackConfig(),
@@ -554,27 +561,37 @@ async def serve_worker(
     """``ledgerq worker``: run handlers until SIGTERM, then drain. Returns how many
     sync handlers' threads are still running (past their timeout or the grace).
     Raises :class:`SchemaMissingError` after draining if the schema was lost.
-    With a metrics port (else the setting's), metrics and health are served on it."""
+    With a metrics port (else the setting's), metrics and health are served on it.
+    Several configs (``--queues fast=50,slow=2``) run as lanes of one process, each
+    a worker of its own (claims, slots, prefetch, broker channel), sharing the
+    metrics; readiness follows the first lane."""
+    configs = [config] if isinstance(config, WorkerConfig) else list(config)
     watch = SchemaWatch()
     async with (
         monitoring(metrics_port or settings.metrics_port, "worker") as (observer, health),
-        open_worker(
-            settings,
-            registry,
-            config,
-            watch=watch,
-            observer=observer,
-            health=health,
-            direct=direct,
-            fallback=fallback,
-        ) as worker,
+        contextlib.AsyncExitStack() as lanes,
     ):
+        workers = [
+            await lanes.enter_async_context(
+                open_worker(
+                    settings,
+                    registry,
+                    lane,
+                    watch=watch,
+                    observer=observer,
+                    health=health if index == 0 else None,
+                    direct=direct,
+                    fallback=fallback,
+                )
+            )
+            for index, lane in enumerate(configs)
+        ]
         stop = _stop_event(*([health.stopping] if health else []))
         watch.on_loss(stop.set)
         await stop.wait()
         log.info("stop requested; draining")
     watch.raise_if_lost()
-    return worker.threads_running
+    return sum(worker.threads_running for worker in workers)
 
 
 async def serve_reconciler(

@@ -34,6 +34,7 @@ from ledgerq.ledger.errors import SchemaMissingError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.protocol import PublishBatch
+from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S
 
 T = TypeVar("T")
@@ -115,6 +116,16 @@ class WatchedLedger:
     ) -> Held:
         with self._watch.watching():
             return await self._ledger.heartbeat(fences, lease_s, progress)
+
+    async def subscribe(
+        self, worker: str, subscriptions: Sequence[Subscription], ttl_s: float
+    ) -> None:
+        with self._watch.watching():
+            await self._ledger.subscribe(worker, subscriptions, ttl_s)
+
+    async def unsubscribe(self, worker: str) -> None:
+        with self._watch.watching():
+            await self._ledger.unsubscribe(worker)
 
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
         with self._watch.watching():

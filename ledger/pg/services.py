@@ -28,8 +28,9 @@ from ledgerq.ledger.model import (
 from ledgerq.ledger.params import fence_params, outcome_params
 from ledgerq.ledger.pg.base import PgBase, translated
 from ledgerq.ledger.producer import TaskSpec, aenqueue_many
+from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, aging_param
-from ledgerq.ledger.sql import DQ, Q
+from ledgerq.ledger.sql import DQ, UQ, Q
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 
 
@@ -106,6 +107,7 @@ class PgServices(PgBase):
                         r.epoch,
                         r.suspect,
                         r._mapping.get("trace_context"),
+                        r._mapping.get("route"),
                     )
                     for r in await conn.execute(statement, params)
                 ]
@@ -199,6 +201,35 @@ class PgServices(PgBase):
         rows = await self._rows(Q.heartbeat, params)
         return Held((int(r.id) for r in rows), (int(r.id) for r in rows if r.cancel_requested))
 
+    async def subscribe(
+        self, worker: str, subscriptions: Sequence[Subscription], ttl_s: float
+    ) -> None:
+        params = {
+            "worker": worker,
+            "ttl_s": ttl_s,
+            "queues": [s.queue for s in subscriptions],
+            "kinds": [
+                _array(sorted(s.kinds)) if s.kinds is not None else "" for s in subscriptions
+            ],
+            "shards": [
+                _array(map(str, sorted(s.shards))) if s.shards is not None else ""
+                for s in subscriptions
+            ],
+            "routes": [s.route or "" for s in subscriptions],
+        }
+        await self._rows(UQ.subscribe, params)
+
+    async def unsubscribe(self, worker: str) -> None:
+        await self._rows(UQ.unsubscribe, {"worker": worker})
+
+    async def subscriptions(self) -> list[dict[str, Any]]:
+        """Every worker's subscription, live first (``ledgerq stats``)."""
+        return [dict(r._mapping) for r in await self._rows(UQ.list_subscriptions, {})]
+
+    async def unserved(self) -> list[dict[str, Any]]:
+        """Due tasks of routed queues no live subscription covers, by queue, kind, shard."""
+        return [dict(r._mapping) for r in await self._rows(UQ.unserved, {})]
+
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
         params = {"id": fence[0], "epoch": fence[1], "checkpoint": json.dumps(state)}
         return bool(await self._rows(Q.save_checkpoint, params))
@@ -236,3 +267,8 @@ class PgServices(PgBase):
                         for r in rows
                     ],
                 )
+
+
+def _array(items: Iterable[str]) -> str:
+    """A PostgreSQL array literal of names (letters, digits, ``_.:-`` only: no quoting)."""
+    return "{" + ",".join(items) + "}"

@@ -47,7 +47,7 @@ def identity_of(conn: psycopg.Connection[Any]) -> Identity:
 
 def assign(settings: Settings, url: str, index: int, count: int) -> None:
     """Record that the database at ``url`` is shard ``index`` of ``count`` and narrow
-    its id sequence (nothing to do before migration 0013 made the table)."""
+    its id sequence (nothing to do before migration 0012 made the table)."""
     first, last = id_range(index)
     engine = create_engine(url, poolclass=NullPool)
     try:

@@ -82,7 +82,12 @@ def migrate(settings: Settings, revision: str) -> None:
 
 async def _stats(settings: Settings) -> dict[str, Any]:
     async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
-        return await ledger.stats()
+        data = await ledger.stats()
+        # Routed queues' due tasks no live worker serves (--kinds, --shards): backlog.
+        data["unserved"] = [
+            {**row, "oldest": row["oldest"].isoformat()} for row in await ledger.unserved()
+        ]
+        return data
 
 
 async def _show(settings: Settings, task_id: int | None, key: str | None) -> dict[str, Any]:
@@ -94,7 +99,7 @@ async def _show(settings: Settings, task_id: int | None, key: str | None) -> dic
 @json_option
 @pass_settings
 def stats(settings: Settings, as_json: bool) -> None:
-    """Counts by status and by kind."""
+    """Counts by status and by kind, and the due tasks no live worker serves."""
     data = asyncio.run(_stats(settings))
 
     def render(console: Console) -> None:
@@ -107,6 +112,15 @@ def stats(settings: Settings, as_json: bool) -> None:
             table.add_row(kind, *(str(counts.get(s, 0)) for s in statuses))
         table.add_row("[b]all[/b]", *(f"[b]{data['by_status'][s]}[/b]" for s in statuses))
         console.print(table)
+        if data["unserved"]:
+            waiting = Table(title="pending, served by no live worker (--kinds, --shards)")
+            for column in ("queue", "kind", "shard", "tasks", "oldest"):
+                waiting.add_column(column)
+            for row in data["unserved"]:
+                waiting.add_row(
+                    *(str(row[c]) for c in ("queue", "kind", "shard", "tasks", "oldest"))
+                )
+            console.print(waiting)
 
     emit(data, as_json, render)
 

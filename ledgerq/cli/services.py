@@ -22,6 +22,7 @@ from ledgerq.consumers.registry import Registry, default_registry
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.errors import LedgerqError
+from ledgerq.ledger.routing import RoutingError, parse_kinds, parse_queues, parse_shards
 from ledgerq.ledger.validation import check_name
 from ledgerq.relay.reconciler import ReconcileCounts, ReconcilerConfig
 from ledgerq.relay.service import RelayConfig
@@ -102,7 +103,19 @@ def relay(
     "--queues",
     default="default",
     show_default=True,
-    help="Comma-separated ledger queues to consume.",
+    help="Comma-separated ledger queues to consume; queue=N gives each its own "
+    "concurrency (fast=50,slow=2), so a slow queue never starves a fast one.",
+)
+@click.option(
+    "--kinds",
+    default=None,
+    help="Serve only these kinds (comma-separated), routed by RabbitMQ: other kinds "
+    "wait in the ledger for a worker that serves them.",
+)
+@click.option(
+    "--shards",
+    default=None,
+    help="Serve only these shards of LEDGERQ_SHARDS (0-3, 0,2,5-7), routed by RabbitMQ.",
 )
 @click.option("--concurrency", default=WorkerConfig.concurrency, show_default=True)
 @click.option("--prefetch", default=0, show_default=True, help="0 means 2 x concurrency.")
@@ -169,6 +182,8 @@ def worker(
     default_timeout: float,
     app: str,
     queues: str,
+    kinds: str | None,
+    shards: str | None,
     concurrency: int,
     prefetch: int,
     lease_s: float,
@@ -183,19 +198,38 @@ def worker(
     """Run handlers for tasks delivered from RabbitMQ, or with --direct claimed straight
     from the ledger (runs until SIGTERM)."""
     registry = load_app(app)
-    names = tuple(q.strip() for q in queues.split(",") if q.strip())
     try:
-        config = WorkerConfig(
-            queues=names,
-            concurrency=concurrency,
-            prefetch=prefetch,
-            db_pool=db_pool,
-            lease_s=lease_s,
-            heartbeat_s=lease_s / 4,
-            grace_s=grace_s,
-            default_timeout_s=default_timeout or None,
-            batch=BatchConfig(enabled=batch_commit),
-        )
+        lanes = parse_queues(queues)
+        served_kinds = parse_kinds(kinds)
+        served_shards = parse_shards(shards, settings.shards)
+    except RoutingError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    unknown = sorted((served_kinds or frozenset()) - {h.kind for h in registry})
+    if unknown:
+        raise click.BadParameter(f"--kinds names {unknown[0]!r}, which {app} has no @task for")
+    # queue=N: one lane (claims, slots, prefetch) per queue; else one for all.
+    groups = (
+        [((name,), limit or concurrency) for name, limit in lanes]
+        if lanes[0][1] is not None
+        else [(tuple(name for name, _ in lanes), concurrency)]
+    )
+    try:
+        configs = [
+            WorkerConfig(
+                queues=names,
+                kinds=served_kinds,
+                shards=served_shards,
+                concurrency=lane_concurrency,
+                prefetch=prefetch,
+                db_pool=db_pool,
+                lease_s=lease_s,
+                heartbeat_s=lease_s / 4,
+                grace_s=grace_s,
+                default_timeout_s=default_timeout or None,
+                batch=BatchConfig(enabled=batch_commit),
+            )
+            for names, lane_concurrency in groups
+        ]
         direct_config = (
             DirectConfig(
                 batch=direct_batch, poll_s=direct_poll_s, aging_s=settings.priority_aging_s
@@ -206,9 +240,14 @@ def worker(
         fallback = FallbackConfig(after_s=broker_fallback_s) if broker_fallback_s else None
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
+    if direct and (served_kinds or served_shards):
+        raise click.BadParameter(
+            "--direct claims every kind and shard of its queues: it cannot be given "
+            "--kinds or --shards (those route through RabbitMQ)"
+        )
     stuck = run_service(
-        serve_worker(settings, registry, config, metrics_port or 0, direct_config, fallback),
-        settings.event_loop,
+        serve_worker(settings, registry, configs, metrics_port or 0, direct_config, fallback),
+        settings.event_loop
     )
     if stuck:
         # A sync handler's thread cannot be stopped; waiting for it would hang the exit.

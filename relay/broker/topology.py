@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from ledgerq.ledger.model import DueTask
+from ledgerq.ledger.routing import ROUTE_SEPARATOR, routing_key
 
 #: Classic queues get this many priority levels (task priority 0-9).
 MAX_PRIORITY = 9
@@ -36,6 +37,9 @@ QUEUE_TYPES = ("classic", "quorum")
 #: reconciler, finding its row still published, publishes the row again later
 #: (counted as a new publication, so its stall window doubles).
 DELIVERY_LIMIT = 20
+#: A routed broker queue (``<prefix>.q.<queue>@<route>``) unused this long (no
+#: consumer, no re-declaration) is deleted by RabbitMQ: a week.
+ROUTED_QUEUE_EXPIRY_MS = 7 * 24 * 3600 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,18 +115,28 @@ class Topology:
         return (self.dead_letter_exchange, self.exchange), (self.dead_letter_queue,)
 
     def task_queue(self, name: str) -> QueueSpec:
-        """The broker queue that carries the ledger queue ``name``."""
+        """The broker queue that carries the ledger queue ``name``, or (``name`` =
+        ``queue@route``, :func:`~ledgerq.ledger.routing.routing_key`) the part of it
+        the workers of one ``--kinds``/``--shards`` subscription serve. Bound by
+        its name on the one direct exchange. A routed queue is deleted by the
+        broker after :data:`ROUTED_QUEUE_EXPIRY_MS` without a consumer (its rows
+        stay ``published``; the reconciler publishes them again)."""
+        routed = {"x-expires": ROUTED_QUEUE_EXPIRY_MS} if ROUTE_SEPARATOR in name else {}
         return QueueSpec(
             self.prefix + ".q." + name,
             self.exchange.name,
             name,
-            {"x-dead-letter-exchange": self.dead_letter_exchange.name, **self._type_arguments},
+            {
+                "x-dead-letter-exchange": self.dead_letter_exchange.name,
+                **self._type_arguments,
+                **routed,
+            },
         )
 
     def message(self, task: DueTask) -> MessageSpec:
         return MessageSpec(
             exchange=self.exchange.name,
-            routing_key=task.queue,
+            routing_key=routing_key(task.queue, task.route),
             body=message_body(task.id, task.epoch, alone=task.suspect),
             message_id=str(task.id),
             type=task.kind,

@@ -71,6 +71,7 @@ engine.dispose()
 LEDGERQ_TABLES = {
     "ledgerq_tasks", "ledgerq_history", "ledgerq_unique_keys", "ledgerq_alembic_version",
     "ledgerq_audit", "ledgerq_audit_tasks", "ledgerq_pauses", "ledgerq_kinds", "ledgerq_families",
+    "ledgerq_subscriptions",
 }  # fmt: skip
 #: A day partition of history the migration or the retention pass created.
 DAY_PARTITION = re.compile(r"ledgerq_history_(succeeded|dead|cancelled)_p[0-9]{8}")
@@ -166,6 +167,7 @@ def test_the_helper_knows_every_relation_ledgerqs_migrations_create(
         "ledgerq_rollup_counts_pk", "ledgerq_rollup_latency_pk", "ledgerq_rollup_state_pk",
         "ledgerq_families_pk",
         "ledgerq_ledger_shard_pk",
+        "ledgerq_subscriptions_pk",
     }  # fmt: skip
     assert "ledgerq_history_status_kind" not in schema["index"]  # created by 0001, dropped by 0005
     assert in_database["sequence"] == schema["sequence"]

@@ -211,6 +211,7 @@ def test_the_migrator_group_owns_every_ledger_object(roles: Roles) -> None:
         "ledgerq_tasks", "ledgerq_history", "ledgerq_unique_keys", "ledgerq_task_id_seq",
         VERSION_TABLE, "ledgerq_audit", "ledgerq_audit_id_seq", "ledgerq_audit_tasks",
         "ledgerq_pauses", "ledgerq_kinds", "ledgerq_families",
+        "ledgerq_subscriptions",
         "ledgerq_rollup_counts", "ledgerq_rollup_latency", "ledgerq_rollup_state",
         "ledgerq_ledger_shard",
     }  # fmt: skip

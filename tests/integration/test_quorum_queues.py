@@ -11,12 +11,14 @@ from typing import Any
 
 import pika
 import pika.exceptions
+import psycopg
 import pytest
 
 from ledgerq import AsyncTaskContext, Registry, TaskSpec
 from ledgerq.compose import open_reconciler, open_relay, open_worker, topology
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.relay.broker.base import QueueMismatchError
 from ledgerq.relay.broker.topology import DELIVERY_LIMIT
 from ledgerq.relay.service import RelayConfig
@@ -90,6 +92,11 @@ async def test_a_queue_of_the_other_type_stops_the_services_with_the_setting_to_
         async with open_reconciler(quorum) as reconciler:
             await reconciler.run_once()
     # The relay declares on its first publish: its loop stops there, it does not retry.
+    # (The classic worker above subscribed to the queue, and the relay publishes a
+    # subscribed queue's tasks only to a live worker: forget it, as a fresh
+    # deployment would have no subscription.)
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as db:
+        db.execute("DELETE FROM ledgerq_subscriptions")
     enqueue_committed(quorum, [TaskSpec("t.q", {})])
     with pytest.raises(QueueMismatchError, match="LEDGERQ_QUEUE_TYPE"):
         async with open_relay(quorum, RelayConfig(poll_interval=0.05)) as relay:

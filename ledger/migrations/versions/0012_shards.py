@@ -9,8 +9,8 @@ tasks. ``migrate`` also gives shard k's id sequence the range of shard k
 (:mod:`ledgerq.ledger.shard_ids`); shard 0's range is today's, so this
 migration changes nothing for a ledger in one database.
 
-Revision ID: 0013
-Revises: 0009
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-11-23
 """
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0013"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,73 @@
+"""The worker's subscriptions: what it serves, registered in the ledger.
+
+At start, after its broker queues are declared (so the relay never routes to
+a queue that does not exist yet), the worker writes one row per queue it
+consumes (its ``--kinds`` and ``--shards``, :mod:`ledgerq.ledger.routing`),
+live for one lease; :class:`Subscriber` refreshes them every heartbeat. On stop
+they expire at once, after consuming stopped: the relay stops routing to the
+worker's broker queue, and what it would have sent waits in the ledger.
+
+A refresh that fails (the database away) is logged and retried on the next
+beat; if the rows expire meanwhile the relay holds the worker's share of the
+work in the ledger until a refresh succeeds. Nothing is lost either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+from ledgerq.ledger.protocol import RoutingLedger
+from ledgerq.ledger.routing import Subscription
+
+log = logging.getLogger("ledgerq.worker")
+
+
+class Subscriber:
+    def __init__(
+        self,
+        ledger: RoutingLedger,
+        worker_id: str,
+        subscriptions: Sequence[Subscription],
+        *,
+        ttl_s: float,
+        every_s: float,
+    ) -> None:
+        self._ledger = ledger
+        self._worker_id = worker_id
+        self.subscriptions = tuple(subscriptions)
+        self._ttl_s = ttl_s
+        self._every_s = every_s
+        self._task: asyncio.Task[None] | None = None
+        #: Refreshes that failed (logged), for tests and health.
+        self.failures = 0
+
+    async def start(self) -> None:
+        """Register now (raising if the ledger refuses), then refresh in the background."""
+        await self._ledger.subscribe(self._worker_id, self.subscriptions, self._ttl_s)
+        self._task = asyncio.create_task(self._loop(), name="ledgerq-subscriber")
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._every_s)
+            try:
+                await self._ledger.subscribe(self._worker_id, self.subscriptions, self._ttl_s)
+            except Exception:  # the database away: the next beat tries again
+                self.failures += 1
+                log.warning("refreshing the worker's subscriptions failed", exc_info=True)
+
+    async def stop(self) -> None:
+        """Stop refreshing; expire the subscriptions now (best effort: else they expire
+        by themselves within one lease)."""
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+        try:
+            await self._ledger.unsubscribe(self._worker_id)
+        except Exception:
+            log.warning("expiring the worker's subscriptions failed", exc_info=True)

@@ -1,0 +1,48 @@
+-- Routing (ledger/routing.py, migration 0011): the workers' subscriptions. The
+-- relay reads them through ledgerq_route() inside select_due (queries.sql).
+
+-- name: subscribe
+-- A worker's subscriptions, at its start and on every refresh: (re)written
+-- with a new expiry. Its other rows (a queue it no longer consumes) go.
+WITH gone AS (
+    DELETE FROM ledgerq_subscriptions
+    WHERE worker = :worker AND queue <> ALL(CAST(:queues AS text[]))
+)
+INSERT INTO ledgerq_subscriptions AS s (worker, queue, kinds, shards, route, expires_at)
+SELECT :worker, r.queue, CAST(NULLIF(r.kinds, '') AS text[]), CAST(NULLIF(r.shards, '') AS integer[]),
+       NULLIF(r.route, ''), now() + make_interval(secs => :ttl_s)
+FROM unnest(CAST(:queues AS text[]), CAST(:kinds AS text[]), CAST(:shards AS text[]),
+            CAST(:routes AS text[])) AS r(queue, kinds, shards, route)
+ON CONFLICT (worker, queue) DO UPDATE
+SET kinds = excluded.kinds, shards = excluded.shards, route = excluded.route,
+    expires_at = excluded.expires_at
+RETURNING s.queue
+
+-- name: unsubscribe
+-- A worker that stops: its rows expire now but stay, so their queues stay
+-- routed (what nothing serves waits in the ledger). Rows that expired a week
+-- ago, of any worker, go (their workers are long gone).
+WITH stale AS (
+    DELETE FROM ledgerq_subscriptions WHERE expires_at < now() - interval '7 days'
+)
+UPDATE ledgerq_subscriptions SET expires_at = now()
+WHERE worker = :worker
+RETURNING queue
+
+-- name: list_subscriptions
+-- Every subscription (live first), for `ledgerq stats` and the dashboard.
+SELECT worker, queue, kinds, shards, route, started_at, expires_at,
+       expires_at > now() AS live
+FROM ledgerq_subscriptions
+ORDER BY expires_at > now() DESC, queue, route NULLS FIRST, worker
+
+-- name: unserved
+-- Due pending tasks of routed queues that no live subscription covers, by
+-- queue, kind and shard: the backlog that waits for a worker to serve it.
+SELECT t.queue, t.kind, t.shard, count(*) AS tasks, min(t.run_at) AS oldest
+FROM ledgerq_tasks t
+WHERE t.status = 'pending' AND t.run_at <= now()
+  AND t.queue = ANY(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+  AND ledgerq_route(t.queue, t.kind, t.shard) IS NULL
+GROUP BY t.queue, t.kind, t.shard
+ORDER BY t.queue, t.kind, t.shard
