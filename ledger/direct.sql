@@ -24,13 +24,18 @@ WITH buckets AS (
     ORDER BY kind
     FOR UPDATE SKIP LOCKED
 ), aged AS (
-    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
+           t.shard
     FROM ledgerq_tasks t
     WHERE t.status = 'pending' AND t.run_at <= now() - make_interval(secs => :aging_s)
       AND t.queue = ANY(CAST(:queues AS text[]))
       AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
       AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
       AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
+      AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+        OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                               WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+        OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
       AND (t.ordering_key IS NULL OR (NOT EXISTS (
           SELECT 1 FROM ledgerq_tasks e
           WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
@@ -44,7 +49,8 @@ WITH buckets AS (
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ), fresh AS (
-    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
+           t.shard
     FROM ledgerq_tasks t
     WHERE t.status = 'pending' AND t.run_at <= now()
       AND t.id <> ALL(ARRAY(SELECT id FROM aged))
@@ -52,6 +58,10 @@ WITH buckets AS (
       AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
       AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
       AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
+      AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+        OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                               WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+        OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
       AND (t.ordering_key IS NULL OR (NOT EXISTS (
           SELECT 1 FROM ledgerq_tasks e
           WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
@@ -68,11 +78,16 @@ WITH buckets AS (
     SELECT l.*
     FROM buckets b
     CROSS JOIN LATERAL (
-        SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at
+        SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
+           t.shard
         FROM ledgerq_tasks t
         WHERE t.status = 'pending' AND t.run_at <= now() AND t.kind = b.kind
           AND t.queue = ANY(CAST(:queues AS text[]))
-      AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
+          AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
+            OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
+                                   WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
+            OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
+          AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
           AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
           AND (t.ordering_key IS NULL OR (NOT EXISTS (
               SELECT 1 FROM ledgerq_tasks e

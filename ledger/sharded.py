@@ -33,15 +33,15 @@ from ledgerq.ledger.errors import TaskNotFoundError
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome, TaskTiming
 from ledgerq.ledger.producer import TaskSpec
-from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.protocol import (
     DirectLedger,
     InspectionLedger,
-    RoutingLedger,
     OperationsLedger,
+    RoutingLedger,
     SchedulingLedger,
     WorkerLedger,
 )
+from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, PauseReport, RateLimit, Scope
 from ledgerq.ledger.shard_ids import shard_of_id, split_by_shard
 

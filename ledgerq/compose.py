@@ -333,9 +333,7 @@ async def open_worker(
     handlers_sync, handlers_async = engines[0]
     ledger: PgLedger | ShardedLedger = shards[0] if len(shards) == 1 else ShardedLedger(shards)
     watched = [_watched(shard, watch) for shard in shards]
-    worker_ledger: WorkerLedger = (
-        watched[0] if len(shards) == 1 else ShardedWorkerLedger(watched)
-    )
+    worker_ledger: WorkerLedger = watched[0] if len(shards) == 1 else ShardedWorkerLedger(watched)
     # What the worker serves is registered on every shard: each shard's relays
     # route by their own database's subscriptions.
     routing: RoutingLedger = watched[0] if len(shards) == 1 else ShardedRouting(watched)

@@ -36,21 +36,40 @@ name = os.environ.get("LEDGERQ_TEST_DATABASE_URL") and u.path.lstrip("/") or "le
 print(urllib.parse.urlunsplit(u._replace(path="/" + name + sys.argv[1])))
 PY
 }
+# The whole-pipeline integration tests that run many processes (benchmarks,
+# fan-out over three workers, ledger shards, routing, the direct path) form a
+# third group beside the rest, with a database of its own: they too spend most
+# of their time waiting on their processes.
+slow=(tests/integration/test_bench.py tests/integration/test_fanout.py
+      tests/integration/test_ledger_shards.py tests/integration/test_routing.py
+      tests/integration/test_direct.py)
 faults_log="$(mktemp -t ledgerq-faults.XXXXXX.log)"
+slow_log="$(mktemp -t ledgerq-slow.XXXXXX.log)"
 say "pytest tests/faults in the background (log: $faults_log)"
 LEDGERQ_TEST_DATABASE_URL="$(test_db_url _faults)" \
     "$VENV/bin/pytest" tests/faults -p no:cacheprovider "$@" >"$faults_log" 2>&1 &
 faults_pid=$!
-trap 'kill "$faults_pid" 2>/dev/null || true' EXIT
-say "pytest (everything but tests/faults)"
+say "pytest ${slow[*]} in the background (log: $slow_log)"
+LEDGERQ_TEST_DATABASE_URL="$(test_db_url _slow)" \
+    "$VENV/bin/pytest" "${slow[@]}" -p no:cacheprovider "$@" >"$slow_log" 2>&1 &
+slow_pid=$!
+trap 'kill "$faults_pid" "$slow_pid" 2>/dev/null || true' EXIT
+say "pytest (everything else)"
+ignored=()
+for file in "${slow[@]}"; do ignored+=("--ignore=$file"); done
 rest=0
-"$VENV/bin/pytest" --ignore=tests/faults "$@" || rest=$?
+"$VENV/bin/pytest" --ignore=tests/faults "${ignored[@]}" "$@" || rest=$?
+slower=0
+wait "$slow_pid" || slower=$?
 faults=0
 wait "$faults_pid" || faults=$?
 trap - EXIT
+say "pytest ${slow[*]} (ran beside the rest)"
+cat "$slow_log"
 say "pytest tests/faults (ran beside the rest)"
 cat "$faults_log"
-rm -f "$faults_log"
-[ "$rest" = 0 ] || die "pytest (everything but tests/faults) failed: exit $rest"
+rm -f "$faults_log" "$slow_log"
+[ "$rest" = 0 ] || die "pytest (everything else) failed: exit $rest"
+[ "$slower" = 0 ] || die "pytest ${slow[*]} failed: exit $slower"
 [ "$faults" = 0 ] || die "pytest tests/faults failed: exit $faults"
 say "all tests passed"

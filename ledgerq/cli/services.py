@@ -247,7 +247,7 @@ def worker(
         )
     stuck = run_service(
         serve_worker(settings, registry, configs, metrics_port or 0, direct_config, fallback),
-        settings.event_loop
+        settings.event_loop,
     )
     if stuck:
         # A sync handler's thread cannot be stopped; waiting for it would hang the exit.

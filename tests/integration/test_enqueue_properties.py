@@ -55,7 +55,8 @@ def test_enqueue_gives_an_id_or_an_invalid_task_error_and_writes_nothing_on_refu
                 task_id = enqueue(conn, kind, payload, **opts)
         except UnknownParentError:
             transaction.rollback()  # the statement failed: the transaction is aborted
-            assert rows(conn) == before
+            with engine.connect() as other:
+                assert rows(other) == before
             return
         except InvalidTaskError:
             assert rows(conn) == before  # nothing written, and the transaction still works
