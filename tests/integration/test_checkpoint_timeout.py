@@ -44,6 +44,8 @@ def _registry(flavour: str, *, max_runtime: float | None = None) -> Registry:
         def work_sync(payload: Any, ctx: TaskContext) -> None:
             for beat in range(payload["beats"]):
                 time.sleep(0.3)
+                if ctx.lost:  # timed out: the thread cannot be stopped, so it stops itself
+                    return
                 if beat < payload["checkpoint"]:
                     ctx.save_checkpoint({"beat": beat})
 

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import psycopg
@@ -74,6 +75,25 @@ def _history(settings: Settings) -> list[tuple[int, str, int]]:
     return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
 
 
+def _direct_claimers(settings: Settings) -> int:
+    """Workers whose direct claims have begun (each holds one claims connection), so
+    past their start-up: a SIGTERM then finds their stop handler installed."""
+    with psycopg.connect(libpq_url(settings.database_url)) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE application_name LIKE 'ledgerq-worker-direct%' "
+            "AND datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _until(ready: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"not ready after {timeout} s: {what}"
+        time.sleep(0.1)
+
+
 def test_direct_workers_drain_exactly_once_without_a_broker(settings: Settings) -> None:
     settings = replace(settings, amqp_url=f"amqp://guest:guest@127.0.0.1:{_closed_port()}/")
     backlog = enqueue_committed(settings, [TaskSpec("demo.noop", {"i": i}) for i in range(600)])
@@ -82,6 +102,7 @@ def test_direct_workers_drain_exactly_once_without_a_broker(settings: Settings) 
         for _ in range(3)
     ]
     try:
+        _until(lambda: _direct_claimers(settings) >= len(workers), "the direct workers started")
         late: list[int] = []
         for chunk in range(4):  # enqueued while they run: woken by NOTIFY
             late += enqueue_committed(
