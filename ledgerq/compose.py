@@ -569,6 +569,10 @@ async def serve_worker(
         monitoring(metrics_port or settings.metrics_port, "worker") as (observer, health),
         contextlib.AsyncExitStack() as lanes,
     ):
+        # The stop signals are caught before the lanes start: a SIGTERM while they
+        # register (subscriptions, limits, callbacks) stops the worker once it is up.
+        stop = _stop_event(*([health.stopping] if health else []))
+        watch.on_loss(stop.set)
         workers = [
             await lanes.enter_async_context(
                 open_worker(
@@ -584,8 +588,6 @@ async def serve_worker(
             )
             for index, lane in enumerate(configs)
         ]
-        stop = _stop_event(*([health.stopping] if health else []))
-        watch.on_loss(stop.set)
         await stop.wait()
         log.info("stop requested; draining")
     watch.raise_if_lost()
