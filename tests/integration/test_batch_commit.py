@@ -47,6 +47,15 @@ def batched_registry() -> Registry:
             await ctx.session.rollback()
             await ctx.session.execute(INSERT, {"i": -ctx.id})
             raise RuntimeError("rolled back, wrote again, failed")
+        if how == "own-savepoint":  # a savepoint of its own, rolled back: the rest stays
+            async with ctx.session.begin_nested() as own:
+                await ctx.session.execute(INSERT, {"i": -ctx.id})
+                await own.rollback()
+            return {"done": ctx.id}
+        if how == "open-savepoint":  # fails inside a savepoint of its own, left open
+            await ctx.session.begin_nested()
+            await ctx.session.execute(INSERT, {"i": -ctx.id})
+            raise RuntimeError("failed inside its own savepoint")
         return {"done": ctx.id} if how is None else object()  # not JSON: fails
 
     @registry.task("t.sync_write")
@@ -61,6 +70,15 @@ def batched_registry() -> Registry:
             ctx.session.rollback()
             ctx.session.execute(INSERT, {"i": -ctx.id})
             raise RuntimeError("rolled back, wrote again, failed")
+        if how == "own-savepoint":
+            with ctx.session.begin_nested() as own:
+                ctx.session.execute(INSERT, {"i": -ctx.id})
+                own.rollback()
+            return {"done": ctx.id}
+        if how == "open-savepoint":
+            ctx.session.begin_nested()
+            ctx.session.execute(INSERT, {"i": -ctx.id})
+            raise RuntimeError("failed inside its own savepoint")
         return {"done": ctx.id} if how is None else object()
 
     return registry
@@ -91,14 +109,15 @@ async def test_windows_share_commits_and_one_failure_undoes_only_its_own_writes(
     effects_table: Settings, ledger: PgLedger, kind: str
 ) -> None:
     settings = effects_table
-    first, ids = await run_learned(settings, kind, 40, {7: "raise", 19: "sql", 31: "not json"})
+    failing = {7: "raise", 12: "own-savepoint", 19: "sql", 25: "open-savepoint", 31: "not json"}
+    first, ids = await run_learned(settings, kind, 40, failing)
 
     unstorable = ids[31]  # a result that is not JSON ends the task dead, its write undone
     where = await ledger.whereabouts(ids)
     assert where.pop(unstorable) == "dead"
     assert set(where.values()) == {"succeeded"}
     attempts = {i: (await ledger.show(i))["attempts"] for i in where}
-    retried = {ids[7], ids[19]}
+    retried = {ids[7], ids[19], ids[25]}
     assert {i for i, a in attempts.items() if a == 2} == retried
     assert all(attempts[i] == 1 for i in where if i not in retried)  # no one else was undone
     assert (await ledger.show(ids[0]))["result"] == {"done": ids[0]}
