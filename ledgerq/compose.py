@@ -48,6 +48,7 @@ from ledgerq.ledger.pg.engines import (
     DIRECT_PLANNER,
     RECONCILER_PLANNER,
     RELAY_PLANNER,
+    WORKER_PLANNER,
     async_engine,
     session_engine,
     sync_engine,
@@ -322,7 +323,10 @@ async def open_worker(
     # ledger shards, all of that once per shard: a task is claimed, run and
     # finished on the database its id names.
     databases = settings.ledger_shards()
-    shards = [PgLedger(async_engine(db, "ledgerq-worker", pool_size=4)) for db in databases]
+    shards = [
+        PgLedger(async_engine(db, "ledgerq-worker", pool_size=4, planner=WORKER_PLANNER))
+        for db in databases
+    ]
     engines = [
         (
             sync_engine(db, "ledgerq-worker-sync", pool_size=config.db_pool),

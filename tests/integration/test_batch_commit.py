@@ -32,54 +32,62 @@ def misbehave(payload: dict[str, Any], attempt: int) -> str | None:
     return payload.get("fail") if attempt == 1 else None
 
 
+async def amisbehave(how: str | None, ctx: AsyncTaskContext) -> Any:
+    """What an async test task does after its write (see :func:`misbehave`)."""
+    if how == "raise":
+        raise RuntimeError("one bad apple")
+    if how == "sql":  # a failed statement: the savepoint, not the window, is undone
+        await ctx.session.execute(text("SELECT 1 / 0"))
+    if how == "self-rollback":  # against the rules: the window cannot undo it alone
+        await ctx.session.rollback()
+        await ctx.session.execute(INSERT, {"i": -ctx.id})
+        raise RuntimeError("rolled back, wrote again, failed")
+    if how == "own-savepoint":  # a savepoint of its own, rolled back: the rest stays
+        async with ctx.session.begin_nested() as own:
+            await ctx.session.execute(INSERT, {"i": -ctx.id})
+            await own.rollback()
+        return {"done": ctx.id}
+    if how == "open-savepoint":  # fails inside a savepoint of its own, left open
+        await ctx.session.begin_nested()
+        await ctx.session.execute(INSERT, {"i": -ctx.id})
+        raise RuntimeError("failed inside its own savepoint")
+    return {"done": ctx.id} if how is None else object()  # not JSON: fails
+
+
+def sync_misbehave(how: str | None, ctx: TaskContext) -> Any:
+    """:func:`amisbehave`, for a sync test task."""
+    if how == "raise":
+        raise RuntimeError("one bad apple")
+    if how == "sql":
+        ctx.session.execute(text("SELECT 1 / 0"))
+    if how == "self-rollback":
+        ctx.session.rollback()
+        ctx.session.execute(INSERT, {"i": -ctx.id})
+        raise RuntimeError("rolled back, wrote again, failed")
+    if how == "own-savepoint":
+        with ctx.session.begin_nested() as own:
+            ctx.session.execute(INSERT, {"i": -ctx.id})
+            own.rollback()
+        return {"done": ctx.id}
+    if how == "open-savepoint":
+        ctx.session.begin_nested()
+        ctx.session.execute(INSERT, {"i": -ctx.id})
+        raise RuntimeError("failed inside its own savepoint")
+    return {"done": ctx.id} if how is None else object()
+
+
 def batched_registry() -> Registry:
     registry = Registry()
 
     @registry.task("t.async_write")
     async def async_write(payload: Any, ctx: AsyncTaskContext) -> Any:
         await ctx.session.execute(INSERT, {"i": ctx.id})
-        how = misbehave(payload, ctx.attempt)
-        if how == "raise":
-            raise RuntimeError("one bad apple")
-        if how == "sql":  # a failed statement: the savepoint, not the window, is undone
-            await ctx.session.execute(text("SELECT 1 / 0"))
-        if how == "self-rollback":  # against the rules: the window cannot undo it alone
-            await ctx.session.rollback()
-            await ctx.session.execute(INSERT, {"i": -ctx.id})
-            raise RuntimeError("rolled back, wrote again, failed")
-        if how == "own-savepoint":  # a savepoint of its own, rolled back: the rest stays
-            async with ctx.session.begin_nested() as own:
-                await ctx.session.execute(INSERT, {"i": -ctx.id})
-                await own.rollback()
-            return {"done": ctx.id}
-        if how == "open-savepoint":  # fails inside a savepoint of its own, left open
-            await ctx.session.begin_nested()
-            await ctx.session.execute(INSERT, {"i": -ctx.id})
-            raise RuntimeError("failed inside its own savepoint")
-        return {"done": ctx.id} if how is None else object()  # not JSON: fails
+        return await amisbehave(misbehave(payload, ctx.attempt), ctx)
 
     @registry.task("t.sync_write")
     def sync_write(payload: Any, ctx: TaskContext) -> Any:
         ctx.session.execute(INSERT, {"i": ctx.id})
-        how = misbehave(payload, ctx.attempt)
-        if how == "raise":
-            raise RuntimeError("one bad apple")
-        if how == "sql":
-            ctx.session.execute(text("SELECT 1 / 0"))
-        if how == "self-rollback":
-            ctx.session.rollback()
-            ctx.session.execute(INSERT, {"i": -ctx.id})
-            raise RuntimeError("rolled back, wrote again, failed")
-        if how == "own-savepoint":
-            with ctx.session.begin_nested() as own:
-                ctx.session.execute(INSERT, {"i": -ctx.id})
-                own.rollback()
-            return {"done": ctx.id}
-        if how == "open-savepoint":
-            ctx.session.begin_nested()
-            ctx.session.execute(INSERT, {"i": -ctx.id})
-            raise RuntimeError("failed inside its own savepoint")
-        return {"done": ctx.id} if how is None else object()
+        return sync_misbehave(misbehave(payload, ctx.attempt), ctx)
 
     return registry
 
@@ -202,8 +210,8 @@ async def test_no_batch_commit_gives_every_task_its_own_transaction(
 
 
 def test_batch_config_validates() -> None:
-    with pytest.raises(ValueError, match=r"1\.\.64"):
-        BatchConfig(max_tasks=65)
+    with pytest.raises(ValueError, match=r"1\.\.63"):
+        BatchConfig(max_tasks=64)  # the window's own savepoint takes the 64th
     with pytest.raises(ValueError, match="margin_s"):
         BatchConfig(margin_s=-1)
     with pytest.raises(ValueError, match="window"):
