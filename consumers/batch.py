@@ -50,7 +50,8 @@ class BatchConfig:
     #: A window takes no new handler after this long (the bound on a commit's wait).
     window_s: float = 0.05
     #: At most this many tasks per window: PostgreSQL keeps 64 subtransactions
-    #: (savepoints that wrote) per backend in shared memory before it overflows.
+    #: (savepoints that wrote) per backend in shared memory before it overflows,
+    #: and a window takes one more than its tasks.
     max_tasks: int = 50
     #: Windows open at once, for async and for sync handlers each (connections held).
     lanes: int = 2
@@ -65,8 +66,8 @@ class BatchConfig:
     def __post_init__(self) -> None:
         if not 0 < self.window_s <= 1.0:
             raise ValueError(f"batch window must be in (0, 1] s, got {self.window_s}")
-        if not 1 <= self.max_tasks <= 64:
-            raise ValueError(f"batch max_tasks must be 1..64, got {self.max_tasks}")
+        if not 1 <= self.max_tasks <= 63:
+            raise ValueError(f"batch max_tasks must be 1..63, got {self.max_tasks}")
         if not 1 <= self.lanes <= 100:
             raise ValueError(f"batch lanes must be 1..100, got {self.lanes}")
         if self.slow_s <= 0 or self.cooldown_s < 0 or self.margin_s < 0:

@@ -7,19 +7,22 @@ savepoint each, one COMMIT (:mod:`.batch` decides which tasks and when).
   locked. A task whose row it could not lock (busy at that instant, or its fence
   already lost) is not run in the window: it takes the ordinary path
   (``fallback``), whose own fenced finish settles which it was.
-* Before each handler the window begins a SAVEPOINT, and the handler's
-  ``ctx.session`` joins it (``join_transaction_mode="rollback_only"``, see
-  :mod:`.context`: the session's commit only flushes, its rollback undoes the
-  savepoint). The handler's writes are undone alone (ROLLBACK TO SAVEPOINT)
-  when it raises, times out, is cancelled or returns a value that cannot be
-  stored, and that task's outcome goes to the finisher like any failure. One
-  handler's failure never undoes another's writes. Savepoints are never
-  released (a round trip saved per task): ``max_tasks`` stays at 64 or below,
-  PostgreSQL's per-backend cache of subtransaction ids. A handler that rolls
-  back its session itself and goes on writing would write into the savepoint
-  before its own; if it then fails, the window cannot undo that alone, so the
-  whole window is rolled back (:class:`SelfRolledBackError`) and its kind
-  leaves windows for ``cooldown_s``.
+* Before each handler the window begins a SAVEPOINT (``HandlerMarks``: one
+  name, sent on the driver's connection, so no statement is compiled per task),
+  and the handler's ``ctx.session`` joins the window's transaction
+  (``join_transaction_mode="rollback_only"``, see :mod:`.context`: the session's
+  commit only flushes). The handler's writes are undone alone (ROLLBACK TO
+  SAVEPOINT) when it raises, times out, is cancelled or returns a value that
+  cannot be stored, and that task's outcome goes to the finisher like any
+  failure. One handler's failure never undoes another's writes. The handlers'
+  savepoints nest in one opened after the lock and are released all at once
+  before the finish (a round trip saved per task), so the finish runs in the
+  transaction that locked the rows (``open_handlers`` in queries.sql says why
+  that matters); ``max_tasks`` stays below 64, PostgreSQL's per-backend cache of
+  subtransaction ids. A handler that
+  rolls its session back itself rolls back the window's transaction: the window
+  cannot go on, so the whole window is rolled back
+  (:class:`SelfRolledBackError`) and its kind leaves windows for ``cooldown_s``.
 * After the handlers, one ``finish`` statement marks the window's successes
   ``succeeded`` and one COMMIT makes their writes and their statuses durable
   together (one WAL flush for the window). Only then are they handed to the
@@ -58,8 +61,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Engine, Transaction
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransaction
+from sqlalchemy import Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
 from ledgerq.consumers.execute import TaskRunner, _returned, failure, handler_timeout
@@ -68,6 +71,8 @@ from ledgerq.consumers.registry import Handler
 from ledgerq.ledger.logs import current_task
 from ledgerq.ledger.model import ClaimedTask, Outcome
 from ledgerq.ledger.within import (
+    AsyncHandlerMarks,
+    HandlerMarks,
     alock_within,
     asucceed_within,
     end_window,
@@ -150,8 +155,10 @@ class Windows:
             async with self.async_engine.connect() as conn:
                 await conn.begin()
                 held = await alock_within(conn, [i.task.fence for i in items])
+                marks = await AsyncHandlerMarks.open(conn)
                 for item in self._admitted(items, held.ids, state):
-                    state.done(await self._run_async(item.task, item.handler, conn))
+                    state.done(await self._run_async(item.task, item.handler, conn, marks))
+                await marks.close()
                 ok = _successes(state.taken, state.ran)
                 won = await asucceed_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
                 committed = len(won) == len(ok)
@@ -164,12 +171,15 @@ class Windows:
         self._count(state, committed)
         return len(state.taken)
 
-    async def _run_async(self, task: ClaimedTask, handler: Handler, conn: AsyncConnection) -> Ran:
+    async def _run_async(
+        self, task: ClaimedTask, handler: Handler, conn: AsyncConnection, marks: AsyncHandlerMarks
+    ) -> Ran:
         """One async handler in the window: its savepoint is begun here and never
         released (a round trip saved; ``max_tasks`` keeps them under 64). The
-        session joins it ("rollback_only": its commit only flushes)."""
+        session joins the window's transaction ("rollback_only": its commit only
+        flushes, its rollback ends the window: :class:`SelfRolledBackError`)."""
         timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
-        savepoint = await conn.begin_nested()
+        await marks.mark()
         ctx = AsyncTaskContext(task, self.runner.worker, _bind=conn, _join="rollback_only")
         started = self._begin(task, ctx)
         try:
@@ -180,15 +190,17 @@ class Windows:
                 session = ctx._session
                 if session is not None and (session.new or session.dirty or session.deleted):
                     await session.flush()  # ORM objects; no COMMIT, no RELEASE
-                _check_own(savepoint)
+                _check_own(marks)
                 return result
             except TimeoutError:
-                await _undo_async(savepoint)
+                _check_own(marks)
+                await marks.undo()
                 return self.runner._timed_out(task, timeout, ctx)
             except SelfRolledBackError:
                 raise
             except Exception as exc:
-                await _undo_async(savepoint)
+                _check_own(marks)
+                await marks.undo()
                 return self.runner._failed(task, exc, ctx)
         finally:
             # No session.close(): "rollback_only" leaves the connection alone, and the
@@ -261,8 +273,10 @@ class Windows:
             conn.begin()
             held = lock_within(conn, [i.task.fence for i in items])
             state.holder = held.holder
+            marks = HandlerMarks(conn)
             for item in self._admitted(items, held.ids, state):
-                state.done(self._run_sync(item.task, item.handler, conn))
+                state.done(self._run_sync(item.task, item.handler, conn, marks))
+            marks.close()
             ok = _successes(state.taken, state.ran)
             won = succeed_many_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
             with state.lock:
@@ -273,31 +287,34 @@ class Windows:
                 conn.rollback()
         return committed
 
-    def _run_sync(self, task: ClaimedTask, handler: Handler, conn: Connection) -> Ran:
+    def _run_sync(
+        self, task: ClaimedTask, handler: Handler, conn: Connection, marks: HandlerMarks
+    ) -> Ran:
         """One sync handler in the window (in its thread), as :meth:`_run_async`."""
         timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
-        savepoint = conn.begin_nested()
+        marks.mark()
         ctx = TaskContext(task, self.runner.worker, _bind=conn, _join="rollback_only")
         started = self._begin(task, ctx)
         try:
             try:
                 result = _returned(handler.fn(task.payload, ctx), ctx)
-                if ctx._session is not None:
-                    ctx._session.commit()  # a flush: no COMMIT, no RELEASE
-                _check_own(savepoint)
+                session = ctx._session
+                if session is not None and (session.new or session.dirty or session.deleted):
+                    session.flush()  # ORM objects; no COMMIT, no RELEASE
+                _check_own(marks)
                 if timeout is not None and time.perf_counter() - started[0] > timeout:
-                    savepoint.rollback()
+                    marks.undo()
                     return self.runner._timed_out(task, timeout, ctx)
                 return result
             except SelfRolledBackError:
                 raise
             except Exception as exc:
-                _check_own(savepoint)
-                savepoint.rollback()
+                _check_own(marks)
+                marks.undo()
                 return self.runner._failed(task, exc, ctx)
         finally:
-            if ctx._session is not None:
-                ctx._session.close()
+            # No session.close(): "rollback_only" leaves the connection alone, and the
+            # session holds nothing else worth closing per task.
             self._end(task, started, ctx)
 
     # -- shared ------------------------------------------------------------------
@@ -387,17 +404,11 @@ def report_failed(items: Sequence[Item], error: str) -> None:
 
 
 class SelfRolledBackError(Exception):
-    """A handler in a window rolled ``ctx.session`` back itself: what it wrote after
-    that joined the savepoint before its own, so the window cannot undo it alone.
-    The whole window is rolled back, and its tasks run again on the ordinary path."""
+    """A handler in a window rolled ``ctx.session`` back itself, and with it the
+    window's transaction (the others' writes and the row locks). The whole window
+    is rolled back, and its tasks run again on the ordinary path."""
 
 
-def _check_own(savepoint: AsyncTransaction | Transaction) -> None:
-    if not savepoint.is_active:
+def _check_own(marks: HandlerMarks | AsyncHandlerMarks) -> None:
+    if not marks.intact:
         raise SelfRolledBackError("a handler rolled back ctx.session itself in a batched window")
-
-
-async def _undo_async(savepoint: AsyncTransaction) -> None:
-    """ROLLBACK TO this handler's SAVEPOINT: its writes only."""
-    _check_own(savepoint)
-    await savepoint.rollback()

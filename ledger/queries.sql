@@ -445,12 +445,42 @@ SELECT id, kind, attempts, status, last_error FROM retried
 -- ordinary path, whose own fenced finish tells the two apart. Each row also
 -- names the transaction holding the locks (its backend and start), so a window
 -- abandoned by the worker can be ended from another connection (end_window).
+-- LATERAL: one primary-key lookup per fence, whatever the statistics say (with
+-- them stale, a join would hash every running row for each window).
 SELECT t.id, pg_backend_pid() AS pid, now() AS began
-FROM ledgerq_tasks t
-JOIN unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-  ON t.id = m.id AND t.epoch = m.epoch
-WHERE t.status = 'running'
-FOR UPDATE OF t SKIP LOCKED
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+CROSS JOIN LATERAL (
+    SELECT t.id FROM ledgerq_tasks t
+    WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
+    FOR UPDATE SKIP LOCKED
+) AS t
+
+-- name: open_handlers
+-- After a batched window's lock_running (consumers/window.py): one savepoint that
+-- all its handlers' savepoints nest in. close_handlers releases them all at once,
+-- before the window's finish, so the finish runs in the top transaction, the
+-- one that locked the rows. (Run inside a subtransaction, each row's delete
+-- must keep the top transaction's lock beside the subtransaction's delete, in
+-- a MultiXact, which everyone reading those row versions must then resolve.)
+SAVEPOINT ledgerq_handlers
+
+-- name: close_handlers
+-- And the worker's planner settings for the window's finish, to its COMMIT
+-- (WORKER_PLANNER, ledger/pg/engines.py; the handlers ran with the defaults).
+RELEASE SAVEPOINT ledgerq_handlers;
+SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+       set_config('enable_bitmapscan', 'off', true)
+
+-- name: mark_handler
+-- Before each handler of a batched window: a savepoint its writes can be undone
+-- to alone. One name for all of them: ROLLBACK TO names the latest, the running
+-- handler's. These four are sent on the driver's connection, beside
+-- SQLAlchemy's bookkeeping (one round trip, no statement compiled per task).
+SAVEPOINT ledgerq_handler
+
+-- name: undo_handler
+-- A handler of a batched window failed: undo its writes, and only its.
+ROLLBACK TO SAVEPOINT ledgerq_handler
 
 -- name: end_window
 -- Ends a batched window's transaction that the worker abandoned (a sync handler

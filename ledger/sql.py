@@ -61,6 +61,10 @@ class LedgerQueries:
     whereabouts: TextClause
     finish: TextClause
     lock_running: TextClause
+    open_handlers: TextClause
+    close_handlers: TextClause
+    mark_handler: TextClause
+    undo_handler: TextClause
     end_window: TextClause
     heartbeat: TextClause
     save_checkpoint: TextClause

@@ -80,6 +80,13 @@ DIRECT_PLANNER = (
     "enable_mergejoin=off",
     "enable_bitmapscan=off",
 )
+#: The worker's own pool (claim, finish, heartbeat) and a batched window's finish
+#: (``close_handlers``): each looks its rows up by primary key, a few hundred at
+#: most. With the hot table's statistics stale (after a TRUNCATE or a bulk
+#: enqueue, or with autovacuum off) the planner took the running rows to be a
+#: handful, and hashed or bitmap-scanned all of them for each statement instead
+#: (tests/integration/test_running_lookups.py).
+WORKER_PLANNER = ("jit=off", "enable_hashjoin=off", "enable_mergejoin=off", "enable_bitmapscan=off")
 #: The reconciler's: its selections are estimated like the relay's.
 RECONCILER_PLANNER = ("jit=off",)
 

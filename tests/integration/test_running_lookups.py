@@ -88,12 +88,12 @@ def test_fenced_writes_to_running_rows_look_them_up_by_primary_key(
     settings: Settings, running_ids: list[int], name: str
 ) -> None:
     fences = _fences(running_ids)
-    params: dict[str, Any] = {
+    every: dict[str, dict[str, Any]] = {
         "lock_running": fences,
         "finish": outcome_params([Outcome.succeeded((i, 1), None) for i in fences["ids"]]),
         "heartbeat": {**fences, "lease_s": 30.0, "progress": [None] * len(fences["ids"])},
         "save_checkpoint": {"id": running_ids[7], "epoch": 1, "checkpoint": "{}"},
-    }[name]
-    plan = plan_of(settings, getattr(Q, name), params, STATEMENTS[name])
+    }
+    plan = plan_of(settings, getattr(Q, name), every[name], STATEMENTS[name])
     assert "ledgerq_tasks_pk" in plan, plan
     assert "ledgerq_tasks_leases" not in plan, plan
