@@ -18,6 +18,11 @@ implies that predicate, and ``status = 'running'`` does not, so a lookup by id
 has the primary key only. ``select_expired`` pages by id within the expired
 rows; it sorts them (few) instead of reading them in index order.
 
+The upgrade rebuilds the index in its own transaction, holding writes to
+``ledgerq_tasks`` for as long as that takes. The table holds live tasks only
+(history is elsewhere), so this is usually a moment; with a deep backlog, run
+``ledgerq migrate`` when producers are quiet.
+
 Revision ID: 0013
 Revises: 0012
 Create Date: 2026-11-24
