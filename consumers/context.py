@@ -137,7 +137,7 @@ class TaskContext(_Context):
 
     _engine: Engine | None = field(default=None, repr=False)
     _session: Session | None = field(default=None, repr=False)
-    #: The batched commit's connection: the session is a savepoint on it.
+    #: A batched window's connection: the session joins its transaction.
     _bind: Connection | None = field(default=None, repr=False)
     #: How the session joins ``_bind``'s transaction (see AsyncTaskContext).
     _join: JoinTransactionMode = field(default="create_savepoint", repr=False)
@@ -182,10 +182,10 @@ class AsyncTaskContext(_Context):
 
     _engine: AsyncEngine | None = field(default=None, repr=False)
     _session: AsyncSession | None = field(default=None, repr=False)
-    #: The batched commit's connection: the session is a savepoint on it.
+    #: A batched window's connection: the session joins its transaction.
     _bind: AsyncConnection | None = field(default=None, repr=False)
-    #: How the session joins ``_bind``'s transaction: "rollback_only" when the
-    #: window began the handler's savepoint itself (the session's rollback undoes it).
+    #: How the session joins ``_bind``'s transaction: "rollback_only" in a window,
+    #: which begins each handler's savepoint itself (consumers/window.py).
     _join: JoinTransactionMode = field(default="create_savepoint", repr=False)
 
     @property

@@ -7,22 +7,25 @@ savepoint each, one COMMIT (:mod:`.batch` decides which tasks and when).
   locked. A task whose row it could not lock (busy at that instant, or its fence
   already lost) is not run in the window: it takes the ordinary path
   (``fallback``), whose own fenced finish settles which it was.
-* Before each handler the window begins a SAVEPOINT (``HandlerMarks``: one
-  name, sent on the driver's connection, so no statement is compiled per task),
-  and the handler's ``ctx.session`` joins the window's transaction
+* Before each handler the window begins a SAVEPOINT (``HandlerMarks``: one name,
+  sent on the driver's connection, so no statement is compiled per task), and
+  the handler's ``ctx.session`` joins the window's transaction
   (``join_transaction_mode="rollback_only"``, see :mod:`.context`: the session's
-  commit only flushes). The handler's writes are undone alone (ROLLBACK TO
-  SAVEPOINT) when it raises, times out, is cancelled or returns a value that
-  cannot be stored, and that task's outcome goes to the finisher like any
-  failure. One handler's failure never undoes another's writes. The handlers'
-  savepoints nest in one opened after the lock and are released all at once
-  before the finish (a round trip saved per task), so the finish runs in the
-  transaction that locked the rows (``open_handlers`` in queries.sql says why
-  that matters); ``max_tasks`` stays below 64, PostgreSQL's per-backend cache of
-  subtransaction ids. A handler that
-  rolls its session back itself rolls back the window's transaction: the window
-  cannot go on, so the whole window is rolled back
-  (:class:`SelfRolledBackError`) and its kind leaves windows for ``cooldown_s``.
+  commit only flushes). One session serves the window's handlers in turn while
+  they succeed, emptied (``expunge_all``) between them: no ORM object of one
+  handler is seen by the next. After a failure the next handler gets a new one.
+  The handler's writes are undone alone (ROLLBACK TO SAVEPOINT) when it raises,
+  times out, is cancelled or returns a value that cannot be stored, and that
+  task's outcome goes to the finisher like any failure. One handler's failure
+  never undoes another's writes. The handlers' savepoints nest in one opened
+  after the lock and are released all at once before the finish (a round trip
+  saved per task), so the finish runs in the transaction that locked the rows
+  (``open_handlers`` in queries.sql says why that matters); ``max_tasks`` stays
+  below 64, PostgreSQL's per-backend cache of subtransaction ids. A handler that
+  rolls its session back itself (or whose ORM flush fails: SQLAlchemy then rolls
+  the session back) rolls back the window's transaction: the window cannot go
+  on, so the whole window is rolled back (:class:`SelfRolledBackError`) and its
+  kind leaves windows for ``cooldown_s``.
 * After the handlers, one ``finish`` statement marks the window's successes
   ``succeeded`` and one COMMIT makes their writes and their statuses durable
   together (one WAL flush for the window). Only then are they handed to the
@@ -59,7 +62,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -124,6 +127,10 @@ class WindowState:
     running: tuple[Item, float] | None = None
     #: The transaction holding the window's row locks (``lock_within``).
     holder: tuple[int, datetime] | None = None
+    #: The handlers' ``ctx.session``, handed from one handler to the next while
+    #: they succeed (emptied between them); a failure drops it, and the next
+    #: handler gets a new one (a failed flush leaves a session unusable).
+    session: Any = None
     abandoned: bool = False
 
     def done(self, result: Ran) -> None:
@@ -157,7 +164,7 @@ class Windows:
                 held = await alock_within(conn, [i.task.fence for i in items])
                 marks = await AsyncHandlerMarks.open(conn)
                 for item in self._admitted(items, held.ids, state):
-                    state.done(await self._run_async(item.task, item.handler, conn, marks))
+                    state.done(await self._run_async(item.task, item.handler, conn, marks, state))
                 await marks.close()
                 ok = _successes(state.taken, state.ran)
                 won = await asucceed_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
@@ -172,7 +179,12 @@ class Windows:
         return len(state.taken)
 
     async def _run_async(
-        self, task: ClaimedTask, handler: Handler, conn: AsyncConnection, marks: AsyncHandlerMarks
+        self,
+        task: ClaimedTask,
+        handler: Handler,
+        conn: AsyncConnection,
+        marks: AsyncHandlerMarks,
+        state: WindowState,
     ) -> Ran:
         """One async handler in the window: its savepoint is begun here and never
         released (a round trip saved; ``max_tasks`` keeps them under 64). The
@@ -180,7 +192,10 @@ class Windows:
         flushes, its rollback ends the window: :class:`SelfRolledBackError`)."""
         timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
         await marks.mark()
-        ctx = AsyncTaskContext(task, self.runner.worker, _bind=conn, _join="rollback_only")
+        ctx = AsyncTaskContext(
+            task, self.runner.worker, _bind=conn, _join="rollback_only", _session=state.session
+        )
+        state.session = None
         started = self._begin(task, ctx)
         try:
             try:
@@ -191,6 +206,9 @@ class Windows:
                 if session is not None and (session.new or session.dirty or session.deleted):
                     await session.flush()  # ORM objects; no COMMIT, no RELEASE
                 _check_own(marks)
+                if session is not None:
+                    session.expunge_all()
+                    state.session = session
                 return result
             except TimeoutError:
                 _check_own(marks)
@@ -203,8 +221,8 @@ class Windows:
                 await marks.undo()
                 return self.runner._failed(task, exc, ctx)
         finally:
-            # No session.close(): "rollback_only" leaves the connection alone, and the
-            # session holds nothing else worth a greenlet round trip per task.
+            # No session.close(): "rollback_only" leaves the connection alone, and a
+            # session that is not handed on holds nothing else worth a greenlet hop.
             self._end(task, started, ctx)
 
     # -- sync handlers, one pool thread per window -------------------------------
@@ -275,7 +293,7 @@ class Windows:
             state.holder = held.holder
             marks = HandlerMarks(conn)
             for item in self._admitted(items, held.ids, state):
-                state.done(self._run_sync(item.task, item.handler, conn, marks))
+                state.done(self._run_sync(item.task, item.handler, conn, marks, state))
             marks.close()
             ok = _successes(state.taken, state.ran)
             won = succeed_many_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
@@ -288,12 +306,20 @@ class Windows:
         return committed
 
     def _run_sync(
-        self, task: ClaimedTask, handler: Handler, conn: Connection, marks: HandlerMarks
+        self,
+        task: ClaimedTask,
+        handler: Handler,
+        conn: Connection,
+        marks: HandlerMarks,
+        state: WindowState,
     ) -> Ran:
         """One sync handler in the window (in its thread), as :meth:`_run_async`."""
         timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
         marks.mark()
-        ctx = TaskContext(task, self.runner.worker, _bind=conn, _join="rollback_only")
+        ctx = TaskContext(
+            task, self.runner.worker, _bind=conn, _join="rollback_only", _session=state.session
+        )
+        state.session = None
         started = self._begin(task, ctx)
         try:
             try:
@@ -305,6 +331,9 @@ class Windows:
                 if timeout is not None and time.perf_counter() - started[0] > timeout:
                     marks.undo()
                     return self.runner._timed_out(task, timeout, ctx)
+                if session is not None:
+                    session.expunge_all()
+                    state.session = session
                 return result
             except SelfRolledBackError:
                 raise
@@ -313,8 +342,8 @@ class Windows:
                 marks.undo()
                 return self.runner._failed(task, exc, ctx)
         finally:
-            # No session.close(): "rollback_only" leaves the connection alone, and the
-            # session holds nothing else worth closing per task.
+            # No session.close(): "rollback_only" leaves the connection alone, and a
+            # session that is not handed on holds nothing else worth closing.
             self._end(task, started, ctx)
 
     # -- shared ------------------------------------------------------------------

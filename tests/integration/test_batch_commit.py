@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from ledgerq import AsyncTaskContext, Registry, TaskContext, TaskSpec
 from ledgerq.consumers.batch import BatchConfig
@@ -18,6 +19,25 @@ from ledgerq.ledger.pg import PgLedger
 from tests.harness import EFFECTS_DDL, Pipeline, db, effects, enqueue_committed
 
 INSERT = text("INSERT INTO test_effects (task_id, attempt) VALUES (:i, txid_current())")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Effect(Base):
+    """``test_effects`` as an ORM class, for handlers whose flush fails."""
+
+    __tablename__ = "test_effects"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_id: Mapped[int]
+    attempt: Mapped[int]
+
+
+def clashing(task_id: int) -> list[Effect]:
+    """Two new rows with one primary key: the session's flush fails, and leaves the
+    session unusable until rolled back (the window must not hand it on)."""
+    return [Effect(id=-task_id, task_id=-task_id, attempt=0) for _ in range(2)]
 
 
 @pytest.fixture
@@ -47,6 +67,9 @@ async def amisbehave(how: str | None, ctx: AsyncTaskContext) -> Any:
             await ctx.session.execute(INSERT, {"i": -ctx.id})
             await own.rollback()
         return {"done": ctx.id}
+    if how == "orm-flush":  # the window's flush fails after the handler returned
+        ctx.session.add_all(clashing(ctx.id))
+        return {"done": ctx.id}
     if how == "open-savepoint":  # fails inside a savepoint of its own, left open
         await ctx.session.begin_nested()
         await ctx.session.execute(INSERT, {"i": -ctx.id})
@@ -68,6 +91,9 @@ def sync_misbehave(how: str | None, ctx: TaskContext) -> Any:
         with ctx.session.begin_nested() as own:
             ctx.session.execute(INSERT, {"i": -ctx.id})
             own.rollback()
+        return {"done": ctx.id}
+    if how == "orm-flush":
+        ctx.session.add_all(clashing(ctx.id))
         return {"done": ctx.id}
     if how == "open-savepoint":
         ctx.session.begin_nested()
@@ -117,7 +143,13 @@ async def test_windows_share_commits_and_one_failure_undoes_only_its_own_writes(
     effects_table: Settings, ledger: PgLedger, kind: str
 ) -> None:
     settings = effects_table
-    failing = {7: "raise", 12: "own-savepoint", 19: "sql", 25: "open-savepoint", 31: "not json"}
+    failing = {
+        7: "raise",
+        12: "own-savepoint",
+        19: "sql",
+        25: "open-savepoint",
+        31: "not json",
+    }
     first, ids = await run_learned(settings, kind, 40, failing)
 
     unstorable = ids[31]  # a result that is not JSON ends the task dead, its write undone
@@ -135,15 +167,18 @@ async def test_windows_share_commits_and_one_failure_undoes_only_its_own_writes(
     assert len(transactions) < len(ids) / 2, len(transactions)  # commits were shared
 
 
+@pytest.mark.parametrize("how", ["self-rollback", "orm-flush"])
 @pytest.mark.parametrize("kind", ["t.async_write", "t.sync_write"])
 async def test_a_handler_that_rolls_back_its_session_sends_its_window_to_the_ordinary_path(
-    effects_table: Settings, ledger: PgLedger, kind: str
+    effects_table: Settings, ledger: PgLedger, kind: str, how: str
 ) -> None:
-    """The window cannot undo that handler alone, so it is rolled back whole; its
-    tasks run again in their own transactions with no attempt counted, and only
-    the handler at fault fails there. Nothing a failed attempt wrote is committed."""
+    """A handler that rolls its session back, or whose ORM flush fails (SQLAlchemy
+    then rolls the session back), ends its window's transaction: the window is
+    rolled back whole; its tasks run again in their own transactions with no
+    attempt counted, and only the handler at fault fails there. Nothing a failed
+    attempt wrote is committed."""
     settings = effects_table
-    first, ids = await run_learned(settings, kind, 20, {5: "self-rollback"})
+    first, ids = await run_learned(settings, kind, 20, {5: how})
 
     assert set((await ledger.whereabouts(ids)).values()) == {"succeeded"}
     attempts = {i: (await ledger.show(i))["attempts"] for i in ids}
