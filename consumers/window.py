@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.orm import Session
 
 from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
 from ledgerq.consumers.execute import TaskRunner, _returned, failure, handler_timeout
@@ -203,11 +204,11 @@ class Windows:
                     value = await handler.fn(task.payload, ctx)
                 result = _returned(value, ctx)
                 session = ctx._session
-                if session is not None and (session.new or session.dirty or session.deleted):
+                if session is not None and _unflushed(session.sync_session):
                     await session.flush()  # ORM objects; no COMMIT, no RELEASE
                 _check_own(marks)
                 if session is not None:
-                    session.expunge_all()
+                    _emptied(session.sync_session)
                     state.session = session
                 return result
             except TimeoutError:
@@ -325,14 +326,14 @@ class Windows:
             try:
                 result = _returned(handler.fn(task.payload, ctx), ctx)
                 session = ctx._session
-                if session is not None and (session.new or session.dirty or session.deleted):
+                if session is not None and _unflushed(session):
                     session.flush()  # ORM objects; no COMMIT, no RELEASE
                 _check_own(marks)
                 if timeout is not None and time.perf_counter() - started[0] > timeout:
                     marks.undo()
                     return self.runner._timed_out(task, timeout, ctx)
                 if session is not None:
-                    session.expunge_all()
+                    _emptied(session)
                     state.session = session
                 return result
             except SelfRolledBackError:
@@ -436,6 +437,20 @@ class SelfRolledBackError(Exception):
     """A handler in a window rolled ``ctx.session`` back itself, and with it the
     window's transaction (the others' writes and the row locks). The whole window
     is rolled back, and its tasks run again on the ordinary path."""
+
+
+def _unflushed(session: Session) -> bool:
+    """Whether the handler left ORM changes to flush (checked without building the
+    dirty set when the session holds no objects: the usual Core-only handler)."""
+    return bool(session.new or session.deleted) or (
+        len(session.identity_map) > 0 and bool(session.dirty)
+    )
+
+
+def _emptied(session: Session) -> None:
+    """Detach what the handler loaded, before the session serves the next one."""
+    if len(session.identity_map) > 0 or session.new:
+        session.expunge_all()
 
 
 def _check_own(marks: HandlerMarks | AsyncHandlerMarks) -> None:

@@ -115,6 +115,27 @@ def batched_registry() -> Registry:
         ctx.session.execute(INSERT, {"i": ctx.id})
         return sync_misbehave(misbehave(payload, ctx.attempt), ctx)
 
+    # The identity map holds objects weakly: these outlive their handlers (as a
+    # cache in a user's module would), so a session handed on unemptied shows them.
+    kept: list[Effect] = []
+
+    @registry.task("t.async_orm")
+    async def async_orm(payload: Any, ctx: AsyncTaskContext) -> Any:
+        if ctx.session.sync_session.identity_map or ctx.session.new:
+            raise RuntimeError("an earlier handler's ORM objects reached this one")
+        kept.append(Effect(task_id=ctx.id, attempt=ctx.attempt))
+        ctx.session.add(kept[-1])
+        await ctx.session.flush()  # now in the identity map, for the window to empty
+        return None
+
+    @registry.task("t.sync_orm")
+    def sync_orm(payload: Any, ctx: TaskContext) -> Any:
+        if ctx.session.identity_map or ctx.session.new:
+            raise RuntimeError("an earlier handler's ORM objects reached this one")
+        kept.append(Effect(task_id=ctx.id, attempt=ctx.attempt))
+        ctx.session.add(kept[-1])
+        return None  # the window flushes it
+
     return registry
 
 
@@ -136,6 +157,19 @@ async def run_learned(
         ids = enqueue_committed(settings, specs)
         await pipe.settle(ids)
     return first, ids
+
+
+@pytest.mark.parametrize("kind", ["t.async_orm", "t.sync_orm"])
+async def test_handlers_in_a_window_never_see_each_others_orm_objects(
+    effects_table: Settings, ledger: PgLedger, kind: str
+) -> None:
+    """The window hands one session from handler to handler, emptied between them."""
+    settings = effects_table
+    first, ids = await run_learned(settings, kind, 40, {})
+    assert set((await ledger.whereabouts(ids)).values()) == {"succeeded"}
+    assert {(await ledger.show(i))["attempts"] for i in ids} == {1}
+    written = [t for t, _ in effects(settings) if t != first]
+    assert sorted(written) == sorted(ids)
 
 
 @pytest.mark.parametrize("kind", ["t.async_write", "t.sync_write"])
