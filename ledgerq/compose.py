@@ -138,14 +138,19 @@ async def open_ledger(
     *,
     check: bool = True,
     shard: int | None = None,
+    planner: tuple[str, ...] = (),
 ) -> AsyncIterator[PgLedger]:
     """The ledger of one database on its own (demo, benchmark, dashboard, tests):
     ledger shard ``shard``, or the only one. With ``check=False`` the schema is not
-    checked first (tools that look at a broken ledger on purpose)."""
+    checked first (tools that look at a broken ledger on purpose); ``planner``: a
+    service's planner settings (ledger/pg/engines.py), for a tool that runs its
+    statements."""
     database = one_shard(settings, shard, f"`{application_name}`")
     if check:
         check_schema(settings)
-    ledger = PgLedger(async_engine(database, application_name, pool_size=pool_size))
+    ledger = PgLedger(
+        async_engine(database, application_name, pool_size=pool_size, planner=planner)
+    )
     try:
         yield ledger
     finally:

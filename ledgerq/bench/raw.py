@@ -20,10 +20,12 @@ from multiprocessing.synchronize import Barrier, Event
 
 import aio_pika
 from aio_pika.abc import DeliveryMode
+from pamqp.commands import Basic
 
 from ledgerq.compose import open_ledger
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Fence, Outcome
+from ledgerq.ledger.pg.engines import RELAY_PLANNER, WORKER_PLANNER
 from ledgerq.relay.broker.aio import connect
 from ledgerq.runtime import run_service
 
@@ -95,7 +97,9 @@ def pipeline_ceiling(
     winners ``succeeded`` in one more, and acks (one ``multiple`` ack per batch),
     claiming the next batch while it finishes the last, as the worker does.
     No handler, no heartbeat, no metrics, no scheduling of its own: what the real
-    relay and worker add to this is their own cost. Both processes start (imports,
+    relay and worker add to this is their own cost. It runs the services' planner
+    settings and publishes as the relay does (on aiormq's channel), so that it
+    is no slower than they are at what they share. Both processes start (imports,
     connections) before the clock does; it stops when the consumer has acked the
     last task."""
     queue = f"ledgerq-bench-pipeline.{uuid.uuid4().hex[:8]}"
@@ -143,7 +147,9 @@ async def _consume(run: _Run) -> None:
     settings, queue_name, tasks, batch = run.settings, run.queue, run.tasks, run.batch
     connection = await connect(settings.amqp_url, name="ledgerq-bench-pipeline-consume")
     try:
-        async with open_ledger(settings, "ledgerq-bench-pipeline", check=False) as ledger:
+        async with open_ledger(
+            settings, "ledgerq-bench-pipeline", check=False, planner=WORKER_PLANNER
+        ) as ledger:
             channel = await connection.channel()
             await channel.set_qos(prefetch_count=run.prefetch)
             queue = await channel.declare_queue(queue_name, durable=True, auto_delete=False)
@@ -189,9 +195,14 @@ async def _publish(run: _Run) -> None:
     settings, queue_name, tasks, batch = run.settings, run.queue, run.tasks, run.batch
     connection = await connect(settings.amqp_url, name="ledgerq-bench-pipeline-publish")
     try:
-        async with open_ledger(settings, "ledgerq-bench-pipeline", check=False) as ledger:
+        async with open_ledger(
+            settings, "ledgerq-bench-pipeline", check=False, planner=RELAY_PLANNER
+        ) as ledger:
             channel = await connection.channel(publisher_confirms=True)
             await channel.declare_queue(queue_name, durable=True, auto_delete=False)
+            # On the confirm-mode channel underneath aio-pika, as the relay publishes.
+            raw = await channel.get_underlay_channel()
+            persistent = Basic.Properties(delivery_mode=int(DeliveryMode.PERSISTENT))
             await asyncio.to_thread(run.ready.wait)
             await asyncio.to_thread(run.go.wait)
             published = 0
@@ -205,13 +216,10 @@ async def _publish(run: _Run) -> None:
                             continue
                         await asyncio.gather(
                             *(
-                                channel.default_exchange.publish(
-                                    aio_pika.Message(
-                                        json.dumps({"id": row.id, "epoch": row.epoch}).encode(),
-                                        delivery_mode=DeliveryMode.PERSISTENT,
-                                        message_id=str(row.id),
-                                    ),
+                                raw.basic_publish(
+                                    json.dumps({"id": row.id, "epoch": row.epoch}).encode(),
                                     routing_key=queue_name,
+                                    properties=persistent,
                                     mandatory=True,
                                 )
                                 for row in due.rows
