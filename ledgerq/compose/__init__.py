@@ -1,0 +1,56 @@
+"""The composition root: every service built from :class:`Settings`, in one place.
+
+The CLI, the demo, the benchmark and the tests all build the relay, the worker
+and the reconciler through these factories, so the tests run the production
+wiring. Each ``open_*`` is an async context manager that checks the services
+it needs are reachable (one line of error if not), connects, builds the parts,
+and on exit closes everything it opened, in order. Each ``serve_*`` is what a
+``ledgerq`` command runs: the service's loop until SIGTERM.
+
+Every ``open_*`` first checks the schema (:func:`check_schema`: PostgreSQL
+reachable within the connect wait, the schema at this ledgerq's head), so a
+service never starts on a ledger it cannot use. A running relay or worker whose
+tables disappear meets :class:`SchemaMissingError` on its next statement; the
+``serve_*`` functions watch for it (:class:`~ledgerq.runtime.SchemaWatch`), stop the service as
+SIGTERM would, and raise it, so the process ends with one line ("run `ledgerq
+migrate`") instead of retrying forever.
+
+This is the one package that sees every other one (pgqueuer's "composition
+root" exception to the layers).
+
+One module per service (``relay``, ``worker``, ``reconciler``), one for the
+ledgers that tools open on their own (``ledgers``), one for alerting and one
+for what watches and stops a service (``monitoring``). The names below are the
+ones the CLI, the demo, the benchmark and the tests use.
+"""
+
+from ledgerq.compose.alerting import alert_hook
+from ledgerq.compose.ledgers import (
+    one_shard,
+    open_ledger,
+    open_operator_ledger,
+    topology,
+    warn_if_no_autovacuum,
+)
+from ledgerq.compose.monitoring import monitoring
+from ledgerq.compose.reconciler import open_reconciler, retention_config, serve_reconciler
+from ledgerq.compose.relay import open_relay, serve_relay
+from ledgerq.compose.worker import open_worker, scheduling, serve_worker
+
+__all__ = [
+    "alert_hook",
+    "monitoring",
+    "one_shard",
+    "open_ledger",
+    "open_operator_ledger",
+    "open_reconciler",
+    "open_relay",
+    "open_worker",
+    "retention_config",
+    "scheduling",
+    "serve_reconciler",
+    "serve_relay",
+    "serve_worker",
+    "topology",
+    "warn_if_no_autovacuum",
+]

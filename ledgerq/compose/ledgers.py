@@ -1,0 +1,110 @@
+"""Ledgers opened on their own, for what is not a service: the demo, the benchmark,
+the dashboard, the operator's commands and the tests; and the pieces every
+service's ledger shares (the one-database rule, the schema watch, the autovacuum
+warning, the broker topology of a deployment).
+
+:func:`open_ledger` opens one database of the ledger; with ledger shards a tool
+that works on one database names it, or gets a one-line :class:`ConfigError`.
+:func:`open_operator_ledger` opens every shard behind one
+:class:`ShardedLedger`, so an operator finds and acts on any task wherever its
+id put it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.errors import ConfigError
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import async_engine
+from ledgerq.ledger.pg.migrate import check_schema
+from ledgerq.ledger.protocol import InspectionLedger
+from ledgerq.ledger.sharded import OperatorLedger, ShardedLedger
+from ledgerq.relay.broker.topology import Topology
+from ledgerq.runtime import SchemaWatch, WatchedLedger
+
+log = logging.getLogger("ledgerq")
+
+
+def one_shard(settings: Settings, shard: int | None, what: str) -> Settings:
+    """The settings of ledger shard ``shard``; with None, of the only database, or a
+    one-line :class:`ConfigError` naming ``what`` when the ledger is split."""
+    if shard is None:
+        if settings.ledger_shard_count > 1:
+            raise ConfigError(
+                f"{what} works on one ledger database, and LEDGERQ_DATABASE_URL lists "
+                f"{settings.ledger_shard_count} (ledger shards): not supported yet with a "
+                "split ledger (docs/howto.md, 'Split the ledger across databases')"
+            )
+        shard = 0
+    return settings.ledger_shard(shard)
+
+
+@asynccontextmanager
+async def open_ledger(
+    settings: Settings,
+    application_name: str = "ledgerq",
+    pool_size: int = 2,
+    *,
+    check: bool = True,
+    shard: int | None = None,
+    planner: tuple[str, ...] = (),
+) -> AsyncIterator[PgLedger]:
+    """The ledger of one database on its own (demo, benchmark, dashboard, tests):
+    ledger shard ``shard``, or the only one. With ``check=False`` the schema is not
+    checked first (tools that look at a broken ledger on purpose); ``planner``: a
+    service's planner settings (ledger/pg/engines.py), for a tool that runs its
+    statements."""
+    database = one_shard(settings, shard, f"`{application_name}`")
+    if check:
+        check_schema(settings)
+    ledger = PgLedger(
+        async_engine(database, application_name, pool_size=pool_size, planner=planner)
+    )
+    try:
+        yield ledger
+    finally:
+        await ledger.dispose()
+
+
+@asynccontextmanager
+async def open_operator_ledger(
+    settings: Settings, application_name: str = "ledgerq", pool_size: int = 1
+) -> AsyncIterator[OperatorLedger]:
+    """What the operator's commands (``tasks``, ``stats``, ``show``, ``pause``, ``kinds``)
+    act on: the ledger, every shard of it when it is split (:class:`ShardedLedger`)."""
+    check_schema(settings)
+    shards = [
+        PgLedger(async_engine(database, application_name, pool_size=pool_size))
+        for database in settings.ledger_shards()
+    ]
+    ledger: OperatorLedger = shards[0] if len(shards) == 1 else ShardedLedger(shards)
+    try:
+        yield ledger
+    finally:
+        await ledger.dispose()
+
+
+async def warn_if_no_autovacuum(ledger: InspectionLedger) -> None:
+    """Every service says, once it has started (so a start that fails prints only
+    its one line), when autovacuum will not clean the hot table:
+    without it each claim and finish leaves a dead tuple, and the table bloats
+    (docs/performance.md § The hot table under churn)."""
+    for reason in await ledger.autovacuum_off():
+        log.warning(
+            "%s: the hot table will bloat under churn; turn autovacuum on "
+            "(see docs/performance.md, 'The hot table under churn')",
+            reason,
+        )
+
+
+def schema_watched(ledger: PgLedger, watch: SchemaWatch | None) -> PgLedger | WatchedLedger:
+    """A service's ledger that reports a lost schema to ``watch`` (None: as it is)."""
+    return ledger if watch is None else WatchedLedger(ledger, watch)
+
+
+def topology(settings: Settings) -> Topology:
+    """The broker objects and messages of this deployment (its prefix, its queue type)."""
+    return Topology(settings.amqp_prefix, settings.queue_type)

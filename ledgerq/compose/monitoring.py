@@ -1,0 +1,85 @@
+"""What every long-running service is watched and stopped by: its metrics and
+health endpoints (:func:`monitoring`), its readiness (PostgreSQL reachable and
+migrated, RabbitMQ connected, and the service's own word), and the stop event
+that SIGTERM and SIGINT set.
+
+The checks themselves, and how often they run, are :mod:`ledgerq.health`'s;
+this module only says what "ready" means for a relay and for a worker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+
+from ledgerq.health import Health
+from ledgerq.ledger.observer import NO_OBSERVER, Observer
+from ledgerq.ledger.pg.base import first_line
+from ledgerq.ledger.protocol import InspectionLedger
+from ledgerq.relay.broker.aio import AmqpConnection, is_connected
+from ledgerq.runtime import on_stop_signal
+
+log = logging.getLogger("ledgerq")
+
+
+async def _readiness(
+    ledger: InspectionLedger, connection: AmqpConnection | None, service: Callable[[], str | None]
+) -> str | None:
+    """Why a relay or worker is not ready (None: it is): see :mod:`ledgerq.health`.
+    A direct worker (``connection`` None) needs only the ledger."""
+    if connection is not None and not is_connected(connection):
+        return "RabbitMQ: not connected (reconnecting)"
+    try:
+        if not await ledger.ping():
+            return "PostgreSQL: the ledger's tables are missing (run `ledgerq migrate`)"
+    except Exception as exc:
+        return f"PostgreSQL: {first_line(exc)}"
+    return service()
+
+
+def watch_readiness(
+    health: Health | None,
+    ledger: InspectionLedger,
+    connection: AmqpConnection | None,
+    service: Callable[[], str | None],
+) -> None:
+    if health is not None:
+        health.watch(partial(_readiness, ledger, connection, service))
+
+
+def stop_event(*also: Callable[[], None]) -> asyncio.Event:
+    stop = asyncio.Event()
+
+    def request_stop() -> None:
+        stop.set()
+        for callback in also:
+            callback()
+
+    on_stop_signal(request_stop)
+    return stop
+
+
+@asynccontextmanager
+async def monitoring(port: int, service: str) -> AsyncIterator[tuple[Observer, Health | None]]:
+    """With a port: the service's metrics and its health, served on it (before the
+    service connects: /readyz says "starting" meanwhile). Without: no-ops."""
+    if not port:
+        yield NO_OBSERVER, None
+        return
+    from ledgerq import metrics  # only now: prometheus_client loads with a metrics port only
+
+    registry = metrics.new_registry()
+    observer: Observer = (
+        metrics.RelayMetrics(registry) if service == "relay" else metrics.WorkerMetrics(registry)
+    )
+    health = Health()
+    server = metrics.MetricsServer(port, health, registry)
+    health.start_ticking()
+    log.info("%s: /metrics, /healthz and /readyz on port %d", service, server.port)
+    try:
+        yield observer, health
+    finally:
+        await health.close()
+        server.close()

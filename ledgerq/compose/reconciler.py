@@ -1,0 +1,107 @@
+"""The reconciler, composed: :func:`open_reconciler` builds one for one database
+of the ledger (its ledger with the reconciler's planner settings and a session
+connection for its advisory lock, a blocking publisher with confirms, retention
+from the settings, the dashboard's rollup); :func:`serve_reconciler` is
+``ledgerq reconcile``: one pass over every shard, or one every N seconds until
+SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from ledgerq.compose.alerting import alert_hook
+from ledgerq.compose.ledgers import one_shard, topology, warn_if_no_autovacuum
+from ledgerq.compose.monitoring import stop_event
+from ledgerq.ledger.alerts import AlertHook
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import RECONCILER_PLANNER, async_engine, session_engine
+from ledgerq.ledger.pg.migrate import check_schema
+from ledgerq.relay.broker.blocking import ThreadedPublisher
+from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
+from ledgerq.relay.retention import Retention, RetentionConfig
+from ledgerq.relay.rollup import Rollup
+
+
+def retention_config(settings: Settings) -> RetentionConfig:
+    """Retention per terminal status, from ``LEDGERQ_RETENTION_<STATUS>_DAYS``."""
+    return RetentionConfig.from_days(
+        {
+            "succeeded": settings.retention_succeeded_days,
+            "dead": settings.retention_dead_days,
+            "cancelled": settings.retention_cancelled_days,
+        }
+    )
+
+
+@asynccontextmanager
+async def open_reconciler(
+    settings: Settings,
+    config: ReconcilerConfig | None = None,
+    *,
+    alert: AlertHook | None = None,
+    shard: int | None = None,
+    checked: bool = False,
+) -> AsyncIterator[Reconciler]:
+    """The reconciler of ledger shard ``shard`` (or of the only database); each
+    shard's holds that database's advisory lock."""
+    config = config or ReconcilerConfig()
+    alert = alert or alert_hook(settings)
+    database = one_shard(settings, shard, "a reconciler (pass its ledger shard)")
+    if not checked:
+        check_schema(settings)
+    ledger = PgLedger(
+        async_engine(database, "ledgerq-reconciler", pool_size=2, planner=RECONCILER_PLANNER),
+        sessions=session_engine(database, "ledgerq-reconciler-lock"),
+    )
+    try:
+        publisher = await ThreadedPublisher.open(
+            settings.amqp_url,
+            topology(settings),
+            config.confirm_timeout,
+            settings.connect_wait_s,
+            settings.amqp_ssl_context(),
+        )
+    except BaseException:
+        await ledger.dispose()
+        raise
+    try:
+        retention = Retention(ledger, retention_config(settings))
+        reconciler = Reconciler(ledger, publisher, config, alert, retention, Rollup(ledger))
+        await warn_if_no_autovacuum(ledger)
+        yield reconciler
+    finally:
+        await publisher.close()
+        await ledger.dispose()
+
+
+async def serve_reconciler(
+    settings: Settings,
+    config: ReconcilerConfig,
+    every: float | None,
+    report: Callable[[ReconcileCounts], None],
+) -> None:
+    """``ledgerq reconcile``: one pass, or one every ``every`` seconds until SIGTERM.
+    With ledger shards, each pass covers every shard in turn (one report each)."""
+    count = settings.ledger_shard_count
+    check_schema(settings)
+    async with contextlib.AsyncExitStack() as stack:
+        reconcilers = [
+            await stack.enter_async_context(
+                open_reconciler(settings, config, shard=shard if count > 1 else None, checked=True)
+            )
+            for shard in range(count)
+        ]
+        stop = stop_event()
+        while True:
+            for reconciler in reconcilers:
+                report(await reconciler.run_once())
+            if every is None:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every)
+            if stop.is_set():
+                return

@@ -1,0 +1,128 @@
+"""The relay, composed: :func:`open_relay` builds one for one database of the
+ledger (its broker connection, its ledger with the relay's planner settings, its
+publisher with confirms); :func:`serve_relay` is ``ledgerq relay``: one relay
+loop per ledger shard in one process, each woken by LISTEN on its database,
+until SIGTERM or until the schema is lost (then :class:`SchemaMissingError`
+after the loops have stopped)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from ledgerq.compose.ledgers import one_shard, schema_watched, topology, warn_if_no_autovacuum
+from ledgerq.compose.monitoring import monitoring, stop_event, watch_readiness
+from ledgerq.faults import probe_from_env
+from ledgerq.health import Health
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.observer import NO_OBSERVER, Observer
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import RELAY_PLANNER, async_engine
+from ledgerq.ledger.pg.migrate import check_schema
+from ledgerq.ledger.pg.notify import Wakeup
+from ledgerq.ledger.protocol import RelayLedger
+from ledgerq.relay.broker.aio import AioPublisher, connect
+from ledgerq.relay.probes import Probe
+from ledgerq.relay.service import Relay, RelayConfig
+from ledgerq.runtime import SchemaWatch
+
+
+@asynccontextmanager
+async def open_relay(
+    settings: Settings,
+    config: RelayConfig | None = None,
+    *,
+    probe: Probe | None = None,
+    watch: SchemaWatch | None = None,
+    observer: Observer = NO_OBSERVER,
+    health: Health | None = None,
+    shard: int | None = None,
+    checked: bool = False,
+) -> AsyncIterator[Relay]:
+    """A relay of ledger shard ``shard`` (or of the only database) ready to run; with
+    ``health``, its readiness is watched from now on. ``checked``: the caller has
+    checked the schema already."""
+    database = one_shard(settings, shard, "a relay (pass its ledger shard)")
+    if not checked:
+        check_schema(settings)
+    connection = await connect(
+        settings.amqp_url,
+        wait_s=settings.connect_wait_s,
+        name="ledgerq-relay" if shard is None else f"ledgerq-relay-{shard}",
+        ssl_context=settings.amqp_ssl_context(),
+    )
+    ledger = PgLedger(async_engine(database, "ledgerq-relay", pool_size=2, planner=RELAY_PLANNER))
+    publisher = AioPublisher(connection, topology(settings))
+    relay_ledger: RelayLedger = schema_watched(ledger, watch)
+    try:
+        relay = Relay(
+            relay_ledger,
+            publisher,
+            config or RelayConfig(),
+            probe or probe_from_env(),
+            observer=observer,
+        )
+        await warn_if_no_autovacuum(ledger)
+        watch_readiness(
+            health,
+            ledger,
+            connection,
+            lambda: "the last publish batch failed" if relay.failing else None,
+        )
+        yield relay
+    finally:
+        await publisher.close()
+        await connection.close()
+        await ledger.dispose()
+
+
+async def serve_relay(
+    settings: Settings,
+    config: RelayConfig,
+    metrics_port: int = 0,
+    shards: Sequence[int] | None = None,
+) -> None:
+    """``ledgerq relay``: publish due rows until SIGTERM (or until the schema is lost:
+    then :class:`SchemaMissingError`). With a metrics port (else the setting's),
+    metrics and health are served on it. ``shards``: the ledger shards to serve, one
+    relay loop each in this process (default: every shard)."""
+    count = settings.ledger_shard_count
+    served = list(range(count)) if shards is None else list(shards)
+    for shard in served:
+        settings.ledger_shard(shard)  # a ConfigError for a shard the list lacks
+    check_schema(settings)
+    watch = SchemaWatch()
+    async with (
+        monitoring(metrics_port or settings.metrics_port, "relay") as (observer, health),
+        contextlib.AsyncExitStack() as stack,
+    ):
+        relays = [
+            await stack.enter_async_context(
+                open_relay(
+                    settings,
+                    config,
+                    watch=watch,
+                    observer=observer,
+                    health=health,
+                    shard=shard if count > 1 else None,
+                    checked=True,
+                )
+            )
+            for shard in served
+        ]
+        wakeups = [Wakeup(settings.ledger_shard(shard)) for shard in served]
+        stop = stop_event(*(w.event.set for w in wakeups), *([health.stopping] if health else []))
+        watch.on_loss(stop.set)
+        for wakeup in wakeups:
+            watch.on_loss(wakeup.event.set)
+            wakeup.start()
+        try:
+            await asyncio.gather(
+                *(relay.run(stop, wakeup) for relay, wakeup in zip(relays, wakeups, strict=True))
+            )
+        finally:
+            for wakeup in wakeups:
+                await wakeup.stop()
+    watch.raise_if_lost()

@@ -1,0 +1,248 @@
+"""The worker, composed: :func:`open_worker` connects it (a broker connection,
+or none with direct claims), gives it a pool of its own for its claims, finishes
+and heartbeats (so they never queue behind handlers) and the handlers' engines,
+per ledger shard; :func:`scheduling` writes the registry's rate limits, ordering
+and fan-out callbacks into the ledger and runs the periodic enqueuer beside it;
+:func:`serve_worker` is ``ledgerq worker``: one or more lanes until SIGTERM,
+then a drain.
+
+The stop signals are caught before the lanes start, so a SIGTERM during start-up
+registrations stops the worker once it is up (it drains and exits 0) instead of
+killing it mid-registration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import cast
+
+from ledgerq.compose.alerting import alert_hook
+from ledgerq.compose.ledgers import schema_watched, topology, warn_if_no_autovacuum
+from ledgerq.compose.monitoring import monitoring, stop_event, watch_readiness
+from ledgerq.consumers.direct import DirectConfig, FallbackConfig
+from ledgerq.consumers.periodic import CatchUp, PeriodicConfig, PeriodicEnqueuer
+from ledgerq.consumers.registry import Registry
+from ledgerq.consumers.worker import DirectSource, Worker, WorkerConfig
+from ledgerq.faults import probe_from_env
+from ledgerq.health import Health
+from ledgerq.ledger.alerts import AlertHook
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.observer import NO_OBSERVER, Observer
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import DIRECT_PLANNER, WORKER_PLANNER, async_engine, sync_engine
+from ledgerq.ledger.pg.migrate import check_schema
+from ledgerq.ledger.pg.notify import Wakeup
+from ledgerq.ledger.protocol import DirectLedger, RoutingLedger, SchedulingLedger, WorkerLedger
+from ledgerq.ledger.sharded import (
+    ShardedDirectLedger,
+    ShardedLedger,
+    ShardedRouting,
+    ShardedWorkerLedger,
+)
+from ledgerq.relay.broker.aio import AioConsumption, connect, is_connected
+from ledgerq.relay.probes import Probe
+from ledgerq.runtime import SchemaWatch
+
+log = logging.getLogger("ledgerq")
+
+
+@asynccontextmanager
+async def scheduling(
+    settings: Settings, ledger: SchedulingLedger, registry: Registry
+) -> AsyncIterator[PeriodicEnqueuer | None]:
+    """What a worker does for the other processes' scheduling: write its kinds' rate
+    limits and ordering settings into the ledger (the relays meter and hold keys by
+    them), and, if it has periodic kinds,
+    run a :class:`PeriodicEnqueuer` beside it (every worker does; the ledger lets one
+    task per period through) until the block ends."""
+    changed = await ledger.register_limits(registry.rate_limits())
+    changed += await ledger.register_ordering(registry.orderings())
+    changed += await ledger.register_children_done(registry.children_done())
+    if changed:
+        log.info("scheduling settings written for %s", ", ".join(sorted(set(changed))))
+    schedules = registry.schedules()
+    if not schedules:
+        yield None
+        return
+    catch_up = cast(CatchUp, settings.periodic_catch_up)  # validated by Settings
+    enqueuer = PeriodicEnqueuer(ledger, schedules, PeriodicConfig(catch_up=catch_up))
+    stop = asyncio.Event()
+    loop = asyncio.create_task(enqueuer.run(stop), name="ledgerq-periodic")
+    try:
+        yield enqueuer
+    finally:
+        stop.set()
+        await loop
+
+
+@asynccontextmanager
+async def open_worker(
+    settings: Settings,
+    registry: Registry,
+    config: WorkerConfig | None = None,
+    *,
+    alert: AlertHook | None = None,
+    probe: Probe | None = None,
+    watch: SchemaWatch | None = None,
+    observer: Observer = NO_OBSERVER,
+    health: Health | None = None,
+    direct: DirectConfig | None = None,
+    fallback: FallbackConfig | None = FallbackConfig(),
+) -> AsyncIterator[Worker]:
+    """A started worker; on exit it drains (see :meth:`Worker.stop`) and disconnects.
+    With ``direct`` it takes no broker connection and claims straight from the
+    ledger, woken by LISTEN (consumers/direct.py); without, ``fallback`` (None: never)
+    says when it claims from the ledger while the broker is away (broker-down mode)."""
+    config = config or WorkerConfig()
+    alert = alert or alert_hook(settings)
+    check_schema(settings)
+    connection = (
+        None
+        if direct is not None
+        else await connect(
+            settings.amqp_url,
+            wait_s=settings.connect_wait_s,
+            name=f"ledgerq-{config.worker_id}",
+            ssl_context=settings.amqp_ssl_context(),
+        )
+    )
+    # The worker's own statements (claim, finish, heartbeat) never queue behind
+    # handlers: they have a pool of their own. Handlers' sessions share db_pool
+    # connections (per kind of handler), so a worker's footprint is bounded. With
+    # ledger shards, all of that once per shard: a task is claimed, run and
+    # finished on the database its id names.
+    databases = settings.ledger_shards()
+    shards = [
+        PgLedger(async_engine(db, "ledgerq-worker", pool_size=4, planner=WORKER_PLANNER))
+        for db in databases
+    ]
+    engines = [
+        (
+            sync_engine(db, "ledgerq-worker-sync", pool_size=config.db_pool),
+            async_engine(db, "ledgerq-worker-handlers", pool_size=config.db_pool),
+        )
+        for db in databases
+    ]
+    handlers_sync, handlers_async = engines[0]
+    ledger: PgLedger | ShardedLedger = shards[0] if len(shards) == 1 else ShardedLedger(shards)
+    watched = [schema_watched(shard, watch) for shard in shards]
+    worker_ledger: WorkerLedger = watched[0] if len(shards) == 1 else ShardedWorkerLedger(watched)
+    # What the worker serves is registered on every shard: each shard's relays
+    # route by their own database's subscriptions.
+    routing: RoutingLedger = watched[0] if len(shards) == 1 else ShardedRouting(watched)
+    # Direct claims run select_due's selection: they need the relay's planner
+    # settings and more (DIRECT_PLANNER, ledger/pg/engines.py), on a connection of
+    # their own per shard (with several shards, each claim starts at the next one),
+    # woken by LISTEN on every shard.
+    woken = asyncio.Event()
+    wakeups = [Wakeup(db, woken) for db in databases]
+    claimers = [
+        PgLedger(async_engine(db, "ledgerq-worker-direct", pool_size=1, planner=DIRECT_PLANNER))
+        for db in databases
+    ]
+    claims: DirectLedger = claimers[0] if len(claimers) == 1 else ShardedDirectLedger(claimers)
+    if connection is None:
+        source: DirectSource | None = DirectSource(claims, woken, direct or DirectConfig())
+    elif fallback is not None and not (config.kinds or config.shards):
+        # (A worker that serves some kinds or shards only would claim the others
+        # directly: it gets no fallback. docs/guarantees.md, broker-down mode.)
+        source = DirectSource(
+            claims,
+            woken,
+            DirectConfig(aging_s=settings.priority_aging_s),
+            broker_up=partial(is_connected, connection),
+            fallback=fallback,
+        )
+    else:
+        source = None
+    worker = Worker(
+        worker_ledger,
+        registry,
+        config,
+        consume=None
+        if connection is None
+        else partial(AioConsumption.consume, connection, topology(settings)),
+        direct=source,
+        sync_engine=handlers_sync,
+        async_engine=handlers_async,
+        alert=alert,
+        probe=probe or probe_from_env(),
+        observer=observer,
+        shard_engines=engines if len(engines) > 1 else (),
+        routing=routing,
+    )
+    try:
+        if source is not None:
+            for wakeup in wakeups:
+                wakeup.start()
+        await worker.start()
+        await warn_if_no_autovacuum(ledger)
+        watch_readiness(
+            health, ledger, connection, lambda: None if worker.consuming else "not consuming"
+        )
+        async with scheduling(settings, ledger, registry):
+            yield worker
+    finally:
+        if health is not None:
+            health.stopping()
+        await worker.stop()
+        for wakeup in wakeups:
+            await wakeup.stop()
+        if connection is not None:
+            await connection.close()
+        for claimer in claimers:
+            await claimer.dispose()
+        for handlers_sync, handlers_async in engines:
+            await handlers_async.dispose()
+            handlers_sync.dispose()
+        await ledger.dispose()
+
+
+async def serve_worker(
+    settings: Settings,
+    registry: Registry,
+    config: WorkerConfig | Sequence[WorkerConfig],
+    metrics_port: int = 0,
+    direct: DirectConfig | None = None,
+    fallback: FallbackConfig | None = FallbackConfig(),
+) -> int:
+    """``ledgerq worker``: run handlers until SIGTERM, then drain. Returns how many
+    sync handlers' threads are still running (past their timeout or the grace).
+    Raises :class:`SchemaMissingError` after draining if the schema was lost.
+    With a metrics port (else the setting's), metrics and health are served on it.
+    Several configs (``--queues fast=50,slow=2``) run as lanes of one process, each
+    a worker of its own (claims, slots, prefetch, broker channel), sharing the
+    metrics; readiness follows the first lane."""
+    configs = [config] if isinstance(config, WorkerConfig) else list(config)
+    watch = SchemaWatch()
+    async with (
+        monitoring(metrics_port or settings.metrics_port, "worker") as (observer, health),
+        contextlib.AsyncExitStack() as lanes,
+    ):
+        # The stop signals are caught before the lanes start: a SIGTERM while they
+        # register (subscriptions, limits, callbacks) stops the worker once it is up.
+        stop = stop_event(*([health.stopping] if health else []))
+        watch.on_loss(stop.set)
+        workers = [
+            await lanes.enter_async_context(
+                open_worker(
+                    settings,
+                    registry,
+                    lane,
+                    watch=watch,
+                    observer=observer,
+                    health=health if index == 0 else None,
+                    direct=direct,
+                    fallback=fallback,
+                )
+            )
+            for index, lane in enumerate(configs)
+        ]
+        await stop.wait()
+        log.info("stop requested; draining")
+    watch.raise_if_lost()
+    return sum(worker.threads_running for worker in workers)
