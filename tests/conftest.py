@@ -23,10 +23,11 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from ledgerq.compose import open_ledger
-from ledgerq.ledger.config import DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL, Settings
+from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import upgrade
+from ledgerq.ledger.settings_table import DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL
 from ledgerq.relay.broker.topology import Topology
 
 # The suite's own database: LEDGERQ_TEST_DATABASE_URL, else the configured server

@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy.exc import OperationalError
 
-from ledgerq.ledger.config import BY_FIELD, Settings
+from ledgerq.ledger.config import Settings
 from ledgerq.ledger.errors import (
     ConfigError,
     LedgerqError,
@@ -50,6 +50,7 @@ from ledgerq.ledger.errors import (
 from ledgerq.ledger.logs import JsonFormatter, TaskFields
 from ledgerq.ledger.masking import SecretFilter, mask_text, secrets_of
 from ledgerq.ledger.pg.base import first_line
+from ledgerq.ledger.settings_table import BY_FIELD
 from ledgerq.relay.broker.base import BrokerConnectionError
 
 EX_OK = 0

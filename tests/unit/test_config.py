@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ledgerq.ledger.config import SETTINGS, ConfigError, Settings
+from ledgerq.ledger.config import ConfigError, Settings
 from ledgerq.ledger.errors import LedgerqError
+from ledgerq.ledger.settings_table import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 

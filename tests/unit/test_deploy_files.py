@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from ledgerq.cli import cli
-from ledgerq.ledger.config import SETTINGS, Settings
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.settings_table import SETTINGS
 from ledgerq.metrics import RelayMetrics, WorkerMetrics, new_registry
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
