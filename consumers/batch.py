@@ -38,7 +38,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ledgerq.consumers.execute import TaskRunner
 from ledgerq.consumers.handoff import Result
 from ledgerq.consumers.registry import Handler
-from ledgerq.consumers.window import Item, Windows, report_failed
+from ledgerq.consumers.window import Windows
+from ledgerq.consumers.window_items import Item, report_failed
 from ledgerq.ledger.model import ClaimedTask
 
 log = logging.getLogger("ledgerq.worker")

@@ -57,23 +57,32 @@ import asyncio
 import contextvars
 import logging
 import math
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.orm import Session
 
 from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
 from ledgerq.consumers.execute import TaskRunner, _returned, failure, handler_timeout
-from ledgerq.consumers.handoff import Committed, Result
 from ledgerq.consumers.registry import Handler
+from ledgerq.consumers.window_items import (
+    NOT_LOCKED,
+    Item,
+    NotLocked,
+    Ran,
+    SelfRolledBackError,
+    WindowState,
+    check_own,
+    emptied,
+    report_all,
+    successes,
+    unflushed,
+)
 from ledgerq.ledger.logs import current_task
-from ledgerq.ledger.model import ClaimedTask, Outcome
+from ledgerq.ledger.model import ClaimedTask
 from ledgerq.ledger.within import (
     AsyncHandlerMarks,
     HandlerMarks,
@@ -88,56 +97,7 @@ if TYPE_CHECKING:
     from ledgerq.consumers.batch import BatchConfig
 
 log = logging.getLogger("ledgerq.worker")
-
-
-class _NotLocked:
-    """The window could not lock the task's row: it was not run there."""
-
-
-NOT_LOCKED = _NotLocked()
-#: How a handler in a window ended: its JSON result (succeeded), or an outcome,
-#: or NOT_LOCKED (it takes the ordinary path).
-Ran = str | None | Outcome | _NotLocked
 _Started = tuple[float, contextvars.Token[tuple[int, str, int] | None]]
-
-
-@dataclass(eq=False)
-class Item:
-    """A task waiting for a window; ``report`` is called once, with how it ended."""
-
-    task: ClaimedTask
-    handler: Handler
-    report: Callable[[Result | None], None]
-    #: Run it on the ordinary path instead (which reports it itself).
-    fallback: Callable[[], None]
-    #: Its claimed batch stopped waiting (shutdown): no window takes it.
-    dropped: bool = False
-
-
-@dataclass
-class WindowState:
-    """One window's record, shared by a sync window's thread and the loop. Under
-    ``lock`` the thread takes each task (``taken``) and notes the one it is
-    running (``running``); under the same lock the loop abandons the window, so
-    the two agree on which tasks it took. ``ran`` holds how each ended, in order."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    taken: list[Item] = field(default_factory=list)
-    ran: list[Ran] = field(default_factory=list)
-    #: The task whose handler runs now, and since when (``time.monotonic()``).
-    running: tuple[Item, float] | None = None
-    #: The transaction holding the window's row locks (``lock_within``).
-    holder: tuple[int, datetime] | None = None
-    #: The handlers' ``ctx.session``, handed from one handler to the next while
-    #: they succeed (emptied between them); a failure drops it, and the next
-    #: handler gets a new one (a failed flush leaves a session unusable).
-    session: Any = None
-    abandoned: bool = False
-
-    def done(self, result: Ran) -> None:
-        with self.lock:
-            self.ran.append(result)
-            self.running = None
 
 
 @dataclass
@@ -167,7 +127,7 @@ class Windows:
                 for item in self._admitted(items, held.ids, state):
                     state.done(await self._run_async(item.task, item.handler, conn, marks, state))
                 await marks.close()
-                ok = _successes(state.taken, state.ran)
+                ok = successes(state.taken, state.ran)
                 won = await asucceed_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
                 committed = len(won) == len(ok)
                 if committed:
@@ -204,21 +164,21 @@ class Windows:
                     value = await handler.fn(task.payload, ctx)
                 result = _returned(value, ctx)
                 session = ctx._session
-                if session is not None and _unflushed(session.sync_session):
+                if session is not None and unflushed(session.sync_session):
                     await session.flush()  # ORM objects; no COMMIT, no RELEASE
-                _check_own(marks)
+                check_own(marks)
                 if session is not None:
-                    _emptied(session.sync_session)
+                    emptied(session.sync_session)
                     state.session = session
                 return result
             except TimeoutError:
-                _check_own(marks)
+                check_own(marks)
                 await marks.undo()
                 return self.runner._timed_out(task, timeout, ctx)
             except SelfRolledBackError:
                 raise
             except Exception as exc:
-                _check_own(marks)
+                check_own(marks)
                 await marks.undo()
                 return self.runner._failed(task, exc, ctx)
         finally:
@@ -296,7 +256,7 @@ class Windows:
             for item in self._admitted(items, held.ids, state):
                 state.done(self._run_sync(item.task, item.handler, conn, marks, state))
             marks.close()
-            ok = _successes(state.taken, state.ran)
+            ok = successes(state.taken, state.ran)
             won = succeed_many_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
             with state.lock:
                 committed = len(won) == len(ok) and not state.abandoned
@@ -326,20 +286,20 @@ class Windows:
             try:
                 result = _returned(handler.fn(task.payload, ctx), ctx)
                 session = ctx._session
-                if session is not None and _unflushed(session):
+                if session is not None and unflushed(session):
                     session.flush()  # ORM objects; no COMMIT, no RELEASE
-                _check_own(marks)
+                check_own(marks)
                 if timeout is not None and time.perf_counter() - started[0] > timeout:
                     marks.undo()
                     return self.runner._timed_out(task, timeout, ctx)
                 if session is not None:
-                    _emptied(session)
+                    emptied(session)
                     state.session = session
                 return result
             except SelfRolledBackError:
                 raise
             except Exception as exc:
-                _check_own(marks)
+                check_own(marks)
                 marks.undo()
                 return self.runner._failed(task, exc, ctx)
         finally:
@@ -369,9 +329,9 @@ class Windows:
     def _count(self, state: WindowState, committed: bool) -> None:
         """Report the window's tasks, and count it."""
         self.windows += 1
-        self.fell_back += sum(isinstance(r, _NotLocked) for r in state.ran)
+        self.fell_back += sum(isinstance(r, NotLocked) for r in state.ran)
         self.batched += len(state.taken)
-        _report(state.taken, state.ran, committed)
+        report_all(state.taken, state.ran, committed)
 
     def _window_failed(self, items: list[Item], state: WindowState, exc: Exception) -> int:
         """A window failed before or at its COMMIT: nothing of it was committed, and
@@ -404,55 +364,3 @@ class Windows:
         if took > self.config.slow_s:
             log.info("kind %s took %.0f ms in a batched window", task.kind, took * 1000)
             self.demote(task.kind)
-
-
-def _successes(taken: list[Item], ran: list[Ran]) -> list[tuple[ClaimedTask, str | None]]:
-    return [
-        (item.task, r)
-        for item, r in zip(taken, ran, strict=True)
-        if not isinstance(r, Outcome | _NotLocked)
-    ]
-
-
-def _report(taken: list[Item], ran: list[Ran], committed: bool) -> None:
-    for item, r in zip(taken, ran, strict=True):
-        if isinstance(r, _NotLocked):
-            item.fallback()
-        elif isinstance(r, Outcome):
-            item.report(r)
-        elif committed:
-            item.report(Committed(True))
-        else:  # cannot happen (the rows were locked): nothing of the window was committed
-            log.error("task %s: a locked fence was lost in a batched window", item.task.id)
-            item.report(failure(item.task, "the batched commit lost a fence; retried"))
-
-
-def report_failed(items: Sequence[Item], error: str) -> None:
-    log.warning("batched window of %d failed: %s", len(items), error)
-    for item in items:
-        item.report(failure(item.task, error))
-
-
-class SelfRolledBackError(Exception):
-    """A handler in a window rolled ``ctx.session`` back itself, and with it the
-    window's transaction (the others' writes and the row locks). The whole window
-    is rolled back, and its tasks run again on the ordinary path."""
-
-
-def _unflushed(session: Session) -> bool:
-    """Whether the handler left ORM changes to flush (checked without building the
-    dirty set when the session holds no objects: the usual Core-only handler)."""
-    return bool(session.new or session.deleted) or (
-        len(session.identity_map) > 0 and bool(session.dirty)
-    )
-
-
-def _emptied(session: Session) -> None:
-    """Detach what the handler loaded, before the session serves the next one."""
-    if len(session.identity_map) > 0 or session.new:
-        session.expunge_all()
-
-
-def _check_own(marks: HandlerMarks | AsyncHandlerMarks) -> None:
-    if not marks.intact:
-        raise SelfRolledBackError("a handler rolled back ctx.session itself in a batched window")
