@@ -7,7 +7,7 @@ Create Date: 2026-11-23
 
 from __future__ import annotations
 
-from alembic import op
+from ledgerq.ledger.migrations.steps import execute_all
 
 revision = "0001"
 down_revision = None
@@ -106,10 +106,8 @@ _DOWNGRADE = [
 
 
 def upgrade() -> None:
-    for statement in _UPGRADE:
-        op.execute(statement)
+    execute_all(_UPGRADE)
 
 
 def downgrade() -> None:
-    for statement in _DOWNGRADE:
-        op.execute(statement)
+    execute_all(_DOWNGRADE)

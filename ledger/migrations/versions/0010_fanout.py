@@ -43,7 +43,7 @@ Create Date: 2026-11-23
 
 from __future__ import annotations
 
-from alembic import op
+from ledgerq.ledger.migrations.steps import execute_all
 
 revision = "0010"
 down_revision = "0009"
@@ -160,10 +160,8 @@ _DOWNGRADE = [
 
 
 def upgrade() -> None:
-    for statement in _UPGRADE:
-        op.execute(statement)
+    execute_all(_UPGRADE)
 
 
 def downgrade() -> None:
-    for statement in _DOWNGRADE:
-        op.execute(statement)
+    execute_all(_DOWNGRADE)
