@@ -146,6 +146,16 @@ class Pipeline:
                 raise AssertionError(f"not settled after {timeout}s: {now}")
             await asyncio.sleep(0.05)
 
+    async def learned(self, kind: str, *, timeout: float = 10.0) -> None:
+        """Wait until the worker has learned that ``kind`` writes through
+        ``ctx.session`` (it learns once the handler's run is over on the loop, which
+        for a sync handler can be a moment after its commit made the task terminal)."""
+        deadline = time.monotonic() + timeout
+        while kind not in self.worker.runner.session_kinds:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the worker did not learn {kind} within {timeout}s")
+            await asyncio.sleep(0.01)
+
 
 async def stop_worker_during_alert(
     settings: Settings, alert_started: Callable[[], bool], grace_s: float = 2.0

@@ -54,6 +54,12 @@ WORKER_ARGS = (
     "2",
     "--grace",
     "5",
+    # The fault suite runs beside two other groups of tests on one PostgreSQL
+    # server (scripts/test.sh), and in a combined run over two ledger shards each
+    # worker holds handler pools on both: small pools keep the three groups' peak
+    # well under the default max_connections of 100.
+    "--db-pool",
+    "4",
 )
 
 #: The summary of every combined run in this session, for the closing totals.

@@ -149,7 +149,7 @@ async def run_learned(
     async with Pipeline(settings, batched_registry(), worker=config) as pipe:
         [first] = enqueue_committed(settings, [TaskSpec(kind, {})])
         await pipe.settle([first])
-        assert kind in pipe.worker.runner.session_kinds
+        await pipe.learned(kind)
         specs = [
             TaskSpec(kind, {"fail": failing[i]} if i in failing else {"n": i}, retry=[0.05])
             for i in range(n)

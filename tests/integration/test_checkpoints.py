@@ -137,7 +137,7 @@ async def test_a_batched_kind_that_checkpoints_stores_it_and_leaves_the_batch(
     config = WorkerConfig(concurrency=20, lease_s=30, heartbeat_s=5, grace_s=5)
     async with Pipeline(settings, registry, worker=config) as pipe:
         await pipe.settle(learn)
-        assert "t.rows" in pipe.worker.runner.session_kinds  # batched from here on
+        await pipe.learned("t.rows")  # batched from here on
         batched = pipe.worker.batcher.batched
         marked = [TaskSpec("t.rows", {"n": n, "checkpoint": True}) for n in range(5, 25)]
         ids = enqueue_committed(settings, marked)
