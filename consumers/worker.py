@@ -182,6 +182,7 @@ class Worker:
         self.config = config
         self._consume = consume
         self._consumption: Consumption | None = None
+        self._stopping: asyncio.Task[None] | None = None
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="ledgerq-handler")
         self.acker = Acker(max_waiting=max(8, config.effective_prefetch // 4))
         self.leases = Leases(ledger, config.lease_s, config.heartbeat_s)
@@ -320,7 +321,14 @@ class Worker:
     async def stop(self) -> None:
         """Stop consuming and claiming; let in-flight handlers finish within the grace;
         write their outcomes; ack. Unclaimed deliveries stay unacked (the broker
-        requeues them when the channel closes)."""
+        requeues them when the channel closes). A second call waits for the first
+        (the lanes of one process are stopped together, then each closes), and a
+        caller cancelled while it waits does not cancel the stop."""
+        if self._stopping is None:
+            self._stopping = asyncio.create_task(self._stop(), name="ledgerq-worker-stop")
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> None:
         self.finisher.stopping()
         if self._consumption is not None:
             await self._consumption.cancel()

@@ -244,5 +244,7 @@ async def serve_worker(
         ]
         await stop.wait()
         log.info("stop requested; draining")
+        # Every lane drains at once: a stop takes one grace, not one per lane.
+        await asyncio.gather(*(worker.stop() for worker in workers))
     watch.raise_if_lost()
     return sum(worker.threads_running for worker in workers)

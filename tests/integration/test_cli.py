@@ -122,6 +122,48 @@ async def test_sigterm_drains_in_flight_tasks_then_exits_zero(
     assert sorted(effects(settings)) == sorted((i, 1) for i in ids)
 
 
+async def test_sigterm_drains_every_lane_at_once(settings: Settings, ledger: PgLedger) -> None:
+    """``--queues a=1,b=1`` runs two lanes (a worker each) in one process. On SIGTERM
+    they drain together: handlers that outlive the grace hold the stop for one
+    grace, not one per lane (lanes drained one after another took 2 x grace)."""
+    with db(settings) as conn:
+        conn.execute(EFFECTS_DDL)
+    grace = 4.0
+    ids = enqueue_committed(
+        settings, [TaskSpec("test.slow", {"seconds": 60}, queue=q) for q in ("a", "b")]
+    )
+    worker = spawn(
+        settings,
+        "-v",
+        "worker",
+        "--app",
+        "tests.apps.slow_app",
+        "--queues",
+        "a=1,b=1",
+        "--grace",
+        str(grace),
+    )
+    try:
+        async with Pipeline(settings, Registry(), start_worker=False) as pipe:
+            await pipe.settle(ids, until=("published", "running"))
+
+        async def both_running() -> bool:
+            return set((await ledger.whereabouts(ids)).values()) == {"running"}
+
+        await _wait_for(both_running, 30, "a task running in each lane")
+        worker.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        output, _ = await asyncio.to_thread(worker.communicate, timeout=60)
+        took = time.monotonic() - stopped
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, output
+    assert output.count("draining 1 in-flight tasks") == 2, output
+    assert grace <= took < 2 * grace, (took, output)
+    assert effects(settings) == []  # both handlers were cut at the grace, nothing committed
+
+
 @pytest.mark.parametrize("kind", ["test.sync_write"])
 async def test_worker_process_runs_sync_handlers_end_to_end(settings: Settings, kind: str) -> None:
     with db(settings) as conn:
