@@ -231,6 +231,11 @@ class InspectionLedger(Protocol):
         by queue, kind and shard, with the oldest's due time: backlog, not failure."""
         ...
 
+    async def subscriptions(self) -> list[dict[str, Any]]:
+        """Every worker's subscription (worker, queue, kinds, shards, route, started_at,
+        expires_at, live), live first: which workers serve what, and which left."""
+        ...
+
     async def show(self, task_id: int) -> dict[str, Any]:
         """Every column of one task, plus ``location`` (live or history)."""
         ...

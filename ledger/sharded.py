@@ -210,6 +210,20 @@ class ShardedLedger(ShardedWorkerLedger[ShardLedger]):
         parts = await self._each(lambda shard: shard.unserved())
         return [{**row, "ledger_shard": k} for k, part in enumerate(parts) for row in part]
 
+    async def subscriptions(self) -> list[dict[str, Any]]:
+        """Every shard's subscriptions as one list: a worker registers on every shard,
+        so each (worker, queue) appears once, with its latest expiry."""
+        parts = await self._each(lambda shard: shard.subscriptions())
+        latest: dict[tuple[str, str], dict[str, Any]] = {}
+        for row in (row for part in parts for row in part):
+            key = (row["worker"], row["queue"])
+            if key not in latest or row["expires_at"] > latest[key]["expires_at"]:
+                latest[key] = row
+        return sorted(
+            latest.values(),
+            key=lambda r: (not r["live"], r["queue"], r["route"] or "", r["worker"]),
+        )
+
     async def show(self, task_id: int) -> dict[str, Any]:
         return await self._shard(shard_of_id(task_id)).show(task_id)
 

@@ -87,6 +87,18 @@ async def _stats(settings: Settings) -> dict[str, Any]:
         data["unserved"] = [
             {**row, "oldest": row["oldest"].isoformat()} for row in await ledger.unserved()
         ]
+        # The live workers, each with what it serves (its subscriptions).
+        data["workers"] = [
+            {
+                "worker": row["worker"],
+                "queue": row["queue"],
+                "kinds": row["kinds"],
+                "shards": row["shards"],
+                "since": row["started_at"].isoformat(),
+            }
+            for row in await ledger.subscriptions()
+            if row["live"]
+        ]
         return data
 
 
@@ -99,7 +111,8 @@ async def _show(settings: Settings, task_id: int | None, key: str | None) -> dic
 @json_option
 @pass_settings
 def stats(settings: Settings, as_json: bool) -> None:
-    """Counts by status and by kind, and the due tasks no live worker serves."""
+    """Counts by status and by kind, the due tasks no live worker serves, and the
+    live workers with what each serves."""
     data = asyncio.run(_stats(settings))
 
     def render(console: Console) -> None:
@@ -121,6 +134,21 @@ def stats(settings: Settings, as_json: bool) -> None:
                     *(str(row[c]) for c in ("queue", "kind", "shard", "tasks", "oldest"))
                 )
             console.print(waiting)
+        if data["workers"]:
+            workers = Table(title="live workers")
+            for column in ("worker", "queue", "kinds", "shards", "since"):
+                workers.add_column(column)
+            for row in data["workers"]:
+                workers.add_row(
+                    row["worker"],
+                    row["queue"],
+                    ", ".join(row["kinds"]) if row["kinds"] is not None else "every kind",
+                    ", ".join(map(str, row["shards"]))
+                    if row["shards"] is not None
+                    else "every shard",
+                    row["since"],
+                )
+            console.print(workers)
 
     emit(data, as_json, render)
 

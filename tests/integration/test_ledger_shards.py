@@ -127,10 +127,13 @@ async def test_pipeline_drains_every_shard_exactly_once(sharded: Settings) -> No
             )
             for k in range(SHARDS)
         ]
-        await stack.enter_async_context(
+        worker = await stack.enter_async_context(
             open_worker(sharded, registry, WorkerConfig(concurrency=8, lease_s=30, grace_s=5))
         )
         ledger = await stack.enter_async_context(open_operator_ledger(sharded))
+        # The worker registered on every shard; the operator sees it once.
+        live = [s for s in await ledger.subscriptions() if s["live"]]
+        assert [(s["worker"], s["queue"]) for s in live] == [(worker.config.worker_id, "default")]
         deadline = time.monotonic() + 30
         while True:
             for relay in relays:

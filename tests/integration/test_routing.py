@@ -91,6 +91,12 @@ async def test_a_worker_with_kinds_serves_only_them_and_the_rest_waits_in_the_le
         ]
         stats = json.loads(ledgerq(settings, "stats", "--json").stdout)
         assert [(u["kind"], u["tasks"]) for u in stats["unserved"]] == [("r.b", 4)]
+        serving = {
+            (w["worker"], tuple(w["kinds"])) for w in stats["workers"] if w["queue"] == "default"
+        }
+        assert serving == {(pipe.worker.config.worker_id, ("r.a",))}
+        text = ledgerq(settings, "stats").stdout
+        assert "live workers" in text and pipe.worker.config.worker_id in text
         # A second worker, serving r.b, drains them; nothing changed for the producer.
         async with open_worker(settings, registry, lane(kinds=frozenset({"r.b"}))):
             assert set((await pipe.settle(waiting)).values()) == {"succeeded"}
