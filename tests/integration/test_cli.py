@@ -86,23 +86,12 @@ async def _wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float, wh
         await asyncio.sleep(0.05)
 
 
-async def test_sigterm_drains_in_flight_tasks_then_exits_zero(
-    settings: Settings, ledger: PgLedger
-) -> None:
-    with db(settings) as conn:
-        conn.execute(EFFECTS_DDL)
-    ids = enqueue_committed(settings, [TaskSpec("test.slow", {"seconds": 1.5}) for _ in range(4)])
-    worker = spawn(
-        settings,
-        "-v",
-        "worker",
-        "--app",
-        "tests.apps.slow_app",
-        "--concurrency",
-        "4",
-        "--grace",
-        "20",
-    )
+async def _sigterm_once_running(
+    settings: Settings, ledger: PgLedger, ids: list[int], *worker_args: str
+) -> tuple[int, str, float]:
+    """A worker process (slow_app) runs until every one of ``ids`` is running, then
+    gets SIGTERM: its exit code, its output, and the seconds from SIGTERM to exit."""
+    worker = spawn(settings, "-v", "worker", "--app", "tests.apps.slow_app", *worker_args)
     try:
         async with Pipeline(settings, Registry(), start_worker=False) as pipe:
             await pipe.settle(ids, until=("published", "running"))
@@ -110,13 +99,26 @@ async def test_sigterm_drains_in_flight_tasks_then_exits_zero(
         async def all_running() -> bool:
             return set((await ledger.whereabouts(ids)).values()) == {"running"}
 
-        await _wait_for(all_running, 30, "all four tasks running")
+        await _wait_for(all_running, 30, f"all {len(ids)} tasks running")
         worker.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
         output, _ = await asyncio.to_thread(worker.communicate, timeout=60)
+        return worker.returncode, output, time.monotonic() - stopped
     finally:
         if worker.poll() is None:
             worker.kill()
-    assert worker.returncode == 0, output
+
+
+async def test_sigterm_drains_in_flight_tasks_then_exits_zero(
+    settings: Settings, ledger: PgLedger
+) -> None:
+    with db(settings) as conn:
+        conn.execute(EFFECTS_DDL)
+    ids = enqueue_committed(settings, [TaskSpec("test.slow", {"seconds": 1.5}) for _ in range(4)])
+    code, output, _ = await _sigterm_once_running(
+        settings, ledger, ids, "--concurrency", "4", "--grace", "20"
+    )
+    assert code == 0, output
     assert "draining 4 in-flight tasks" in output
     assert await ledger.whereabouts(ids) == dict.fromkeys(ids, "succeeded")
     assert sorted(effects(settings)) == sorted((i, 1) for i in ids)
@@ -132,33 +134,10 @@ async def test_sigterm_drains_every_lane_at_once(settings: Settings, ledger: PgL
     ids = enqueue_committed(
         settings, [TaskSpec("test.slow", {"seconds": 60}, queue=q) for q in ("a", "b")]
     )
-    worker = spawn(
-        settings,
-        "-v",
-        "worker",
-        "--app",
-        "tests.apps.slow_app",
-        "--queues",
-        "a=1,b=1",
-        "--grace",
-        str(grace),
+    code, output, took = await _sigterm_once_running(
+        settings, ledger, ids, "--queues", "a=1,b=1", "--grace", str(grace)
     )
-    try:
-        async with Pipeline(settings, Registry(), start_worker=False) as pipe:
-            await pipe.settle(ids, until=("published", "running"))
-
-        async def both_running() -> bool:
-            return set((await ledger.whereabouts(ids)).values()) == {"running"}
-
-        await _wait_for(both_running, 30, "a task running in each lane")
-        worker.send_signal(signal.SIGTERM)
-        stopped = time.monotonic()
-        output, _ = await asyncio.to_thread(worker.communicate, timeout=60)
-        took = time.monotonic() - stopped
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-    assert worker.returncode == 0, output
+    assert code == 0, output
     assert output.count("draining 1 in-flight tasks") == 2, output
     assert grace <= took < 2 * grace, (took, output)
     assert effects(settings) == []  # both handlers were cut at the grace, nothing committed
