@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -125,32 +126,49 @@ def stats(settings: Settings, as_json: bool) -> None:
             table.add_row(kind, *(str(counts.get(s, 0)) for s in statuses))
         table.add_row("[b]all[/b]", *(f"[b]{data['by_status'][s]}[/b]" for s in statuses))
         console.print(table)
-        if data["unserved"]:
-            waiting = Table(title="pending, served by no live worker (--kinds, --shards)")
-            for column in ("queue", "kind", "shard", "tasks", "oldest"):
-                waiting.add_column(column)
-            for row in data["unserved"]:
-                waiting.add_row(
-                    *(str(row[c]) for c in ("queue", "kind", "shard", "tasks", "oldest"))
-                )
-            console.print(waiting)
-        if data["workers"]:
-            workers = Table(title="live workers")
-            for column in ("worker", "queue", "kinds", "shards", "since"):
-                workers.add_column(column)
-            for row in data["workers"]:
-                workers.add_row(
+        columns = ("queue", "kind", "shard", "tasks", "oldest")
+        _print_rows(
+            console,
+            "pending, served by no live worker (--kinds, --shards)",
+            columns,
+            [[str(row[c]) for c in columns] for row in data["unserved"]],
+        )
+        _print_rows(
+            console,
+            "live workers",
+            ("worker", "queue", "kinds", "shards", "since"),
+            [
+                [
                     row["worker"],
                     row["queue"],
-                    ", ".join(row["kinds"]) if row["kinds"] is not None else "every kind",
-                    ", ".join(map(str, row["shards"]))
-                    if row["shards"] is not None
-                    else "every shard",
+                    _listed(row["kinds"], "every kind"),
+                    _listed(row["shards"], "every shard"),
                     row["since"],
-                )
-            console.print(workers)
+                ]
+                for row in data["workers"]
+            ],
+        )
 
     emit(data, as_json, render)
+
+
+def _print_rows(
+    console: Console, title: str, columns: Sequence[str], rows: list[list[str]]
+) -> None:
+    """A titled table of text cells, printed only when it has rows."""
+    if not rows:
+        return
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def _listed(values: Sequence[Any] | None, every: str) -> str:
+    """A subscription's kinds or shards; None means all of them."""
+    return every if values is None else ", ".join(map(str, values))
 
 
 @click.command()
