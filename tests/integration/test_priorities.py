@@ -97,8 +97,10 @@ async def test_aging_bounds_the_wait_of_a_low_priority_task_under_a_stream_of_hi
     round) with aging on, and never with aging off."""
 
     async def rounds_until_low_is_published(aging_s: float, rounds: int) -> float | None:
-        [low] = enqueue_committed(settings, [TaskSpec("t.low", priority=0)])
+        # The clock starts before the enqueue: the task ages from its run_at, which
+        # its transaction sets before the commit returns.
         started = asyncio.get_running_loop().time()
+        [low] = enqueue_committed(settings, [TaskSpec("t.low", priority=0)])
         for _ in range(rounds):
             enqueue_committed(settings, [TaskSpec("t.high", priority=9) for _ in range(5)])
             async with ledger.publish_batch(5, aging_s) as batch:
