@@ -100,6 +100,7 @@ class DirectClaimer:
         lease_s: float,
         config: DirectConfig,
         observer: Observer = NO_OBSERVER,
+        kinds: frozenset[str] | None = None,
     ) -> None:
         self.ledger = ledger
         self.slots = slots
@@ -107,6 +108,8 @@ class DirectClaimer:
         #: Set on every enqueue notification (and by :meth:`stop`).
         self.wake = wake
         self.queues = tuple(queues)
+        #: The kinds it has handlers for (None: every kind; unit tests).
+        self.kinds = kinds
         self.worker_id = worker_id
         self.lease_s = lease_s
         self.config = config
@@ -126,7 +129,7 @@ class DirectClaimer:
         self.slots.take(asked)
         try:
             won = await self.ledger.claim_due(
-                self.queues, asked, self.worker_id, self.lease_s, self.config.aging_s
+                self.queues, asked, self.worker_id, self.lease_s, self.config.aging_s, self.kinds
             )
         except Exception:
             self.slots.give(asked)

@@ -34,26 +34,33 @@ class Subscriber:
         *,
         ttl_s: float,
         every_s: float,
+        direct: bool = False,
     ) -> None:
         self._ledger = ledger
         self._worker_id = worker_id
         self.subscriptions = tuple(subscriptions)
         self._ttl_s = ttl_s
         self._every_s = every_s
+        #: The worker claims from the ledger itself: no relay publishes its queues.
+        self.direct = direct
         self._task: asyncio.Task[None] | None = None
         #: Refreshes that failed (logged), for tests and health.
         self.failures = 0
 
     async def start(self) -> None:
         """Register now (raising if the ledger refuses), then refresh in the background."""
-        await self._ledger.subscribe(self._worker_id, self.subscriptions, self._ttl_s)
+        await self._ledger.subscribe(
+            self._worker_id, self.subscriptions, self._ttl_s, direct=self.direct
+        )
         self._task = asyncio.create_task(self._loop(), name="ledgerq-subscriber")
 
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self._every_s)
             try:
-                await self._ledger.subscribe(self._worker_id, self.subscriptions, self._ttl_s)
+                await self._ledger.subscribe(
+                    self._worker_id, self.subscriptions, self._ttl_s, direct=self.direct
+                )
             except Exception:  # the database away: the next beat tries again
                 self.failures += 1
                 log.warning("refreshing the worker's subscriptions failed", exc_info=True)

@@ -37,7 +37,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -73,8 +73,9 @@ Consume = Callable[[Sequence[str], int, OnDelivery], Awaitable[Consumption]]
 @dataclass(frozen=True)
 class WorkerConfig:
     queues: tuple[str, ...] = ("default",)
-    #: The kinds of those queues this worker serves (``--kinds``); None: all. Routed
-    #: by RabbitMQ, not filtered here: see :mod:`ledgerq.ledger.routing`.
+    #: The kinds of those queues this worker serves (``--kinds``), of those its
+    #: registry has handlers for; None: all of those. Routed by RabbitMQ, not
+    #: filtered here: see :mod:`ledgerq.ledger.routing`.
     kinds: frozenset[str] | None = None
     #: The shards it serves (``--shards``); None: all.
     shards: frozenset[int] | None = None
@@ -120,10 +121,20 @@ class WorkerConfig:
         if frozenset() in (self.kinds, self.shards):
             raise ValueError("kinds and shards, when given, must name at least one each")
 
-    @property
-    def subscriptions(self) -> tuple[Subscription, ...]:
-        """What this worker serves, one per queue."""
-        return tuple(Subscription(q, self.kinds, self.shards) for q in self.queues)
+    def serves(self, registered: Iterable[str]) -> frozenset[str]:
+        """The kinds served: those registered (handlers), narrowed by ``kinds``."""
+        kinds = frozenset(registered)
+        return kinds if self.kinds is None else kinds & self.kinds
+
+    def subscriptions(self, registered: Iterable[str]) -> tuple[Subscription, ...]:
+        """What this worker serves, one per queue: exactly the kinds it has handlers
+        for (narrowed by ``kinds``), its shards, and its prefetch as its share of
+        the route's window (a task of a kind no live worker registers waits in
+        the ledger, unattempted)."""
+        kinds = self.serves(registered)
+        return tuple(
+            Subscription(q, kinds, self.shards, self.effective_prefetch) for q in self.queues
+        )
 
     @property
     def effective_prefetch(self) -> int:
@@ -253,6 +264,7 @@ class Worker:
                 lease_s=config.lease_s,
                 config=direct.config,
                 observer=observer,
+                kinds=config.serves(registry.kinds()),
             )
         )
         self.fallback = (
@@ -260,15 +272,17 @@ class Worker:
             if self.direct is None or direct is None or direct.fallback is None
             else Fallback(self.direct, direct.broker_up or (lambda: True), direct.fallback)
         )
+        self.subscriptions = config.subscriptions(registry.kinds())
         self.subscriber = (
             None
             if routing is None
             else Subscriber(
                 routing,
                 config.worker_id,
-                config.subscriptions,
+                self.subscriptions,
                 ttl_s=config.lease_s,
                 every_s=config.heartbeat_s,
+                direct=consume is None,
             )
         )
 
@@ -300,11 +314,13 @@ class Worker:
         self.finisher.start()
         self.leases.start()
         if self.direct is not None and self.fallback is None:
+            if self.subscriber is not None:  # first: no relay publishes these queues now
+                await self.subscriber.start()
             self.direct.start_loop()
             return
         self.claimer.start_loop()
         assert self._consume is not None
-        names = [s.broker_name for s in self.config.subscriptions]
+        names = [s.broker_name for s in self.subscriptions]
         self._consumption = await self._consume(names, self.config.effective_prefetch, self.intake)
         if self.subscriber is not None:
             await self.subscriber.start()  # after the declaration: never routed to nothing

@@ -3,10 +3,10 @@
 -- them as DirectQueries.
 
 -- name: claim_due
--- select_due (queries.sql) and claim in one statement: one round trip per
--- batch, autocommit. The scheduling CTEs (buckets, aged, fresh, metered,
--- taken) are select_due's, word for word, with one more predicate: the
--- worker's :queues. tests/unit/test_direct_sql.py checks they stay in step.
+-- The due tasks of the worker's :queues and :kinds (NULL: every kind), picked
+-- by ledgerq_pick (migration 0014), the relay's rule exactly, each queue a
+-- window of :limit, and claimed in the same statement: one round trip per
+-- batch, autocommit.
 -- SKIP LOCKED: direct workers and relays never wait for each other; a row a
 -- relay holds (selected, being published) is skipped, and a row this
 -- statement holds is skipped by the relay. Only 'pending' rows are taken: a
@@ -15,104 +15,13 @@
 -- epoch + 1, running, attempts + 1, lease, worker; the message the relay may
 -- have published for the old epoch claims nothing afterwards.
 -- transitions: pending -> running
-WITH buckets AS (
-    SELECT kind, clock_timestamp() AS at,
-           LEAST(burst, tokens + rate_per_s * GREATEST(
-               EXTRACT(EPOCH FROM clock_timestamp() - refilled_at), 0)) AS avail
-    FROM ledgerq_kinds
-    WHERE rate_per_s IS NOT NULL
-    ORDER BY kind
-    FOR UPDATE SKIP LOCKED
-), aged AS (
-    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
-           t.shard
-    FROM ledgerq_tasks t
-    WHERE t.status = 'pending' AND t.run_at <= now() - make_interval(secs => :aging_s)
-      AND t.queue = ANY(CAST(:queues AS text[]))
-      AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
-      AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
-      AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
-      AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
-        OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
-                               WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
-        OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
-      AND (t.ordering_key IS NULL OR (NOT EXISTS (
-          SELECT 1 FROM ledgerq_tasks e
-          WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
-            AND (e.status <> 'pending' OR e.id < t.id))
-        AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
-          AND EXISTS (
-            SELECT 1 FROM ledgerq_history h
-            WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
-              AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
-    ORDER BY t.run_at, t.id
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-), fresh AS (
-    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
-           t.shard
-    FROM ledgerq_tasks t
-    WHERE t.status = 'pending' AND t.run_at <= now()
-      AND t.id <> ALL(ARRAY(SELECT id FROM aged))
-      AND t.queue = ANY(CAST(:queues AS text[]))
-      AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
-      AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
-      AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
-      AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
-        OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
-                               WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
-        OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
-      AND (t.ordering_key IS NULL OR (NOT EXISTS (
-          SELECT 1 FROM ledgerq_tasks e
-          WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
-            AND (e.status <> 'pending' OR e.id < t.id))
-        AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
-          AND EXISTS (
-            SELECT 1 FROM ledgerq_history h
-            WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
-              AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
-    ORDER BY t.priority DESC, t.attempts > 0, t.run_at, t.id
-    LIMIT GREATEST(:limit - (SELECT count(*) FROM aged), 0)
-    FOR UPDATE SKIP LOCKED
-), metered AS (
-    SELECT l.*
-    FROM buckets b
-    CROSS JOIN LATERAL (
-        SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
-           t.shard
-        FROM ledgerq_tasks t
-        WHERE t.status = 'pending' AND t.run_at <= now() AND t.kind = b.kind
-          AND t.queue = ANY(CAST(:queues AS text[]))
-          AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
-            OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
-                                   WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
-            OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
-          AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
-          AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
-          AND (t.ordering_key IS NULL OR (NOT EXISTS (
-              SELECT 1 FROM ledgerq_tasks e
-              WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
-                AND (e.status <> 'pending' OR e.id < t.id))
-            AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
-              AND EXISTS (
-                SELECT 1 FROM ledgerq_history h
-                WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
-                  AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
-        ORDER BY t.priority DESC, t.attempts > 0, t.run_at, t.id
-        LIMIT CAST(floor(LEAST(b.avail, :limit)) AS bigint)
-        FOR UPDATE SKIP LOCKED
-    ) l
-), taken AS (
-    UPDATE ledgerq_kinds k
-    SET tokens = b.avail - (SELECT count(*) FROM metered m WHERE m.kind = b.kind),
-        refilled_at = b.at
-    FROM buckets b
-    WHERE k.kind = b.kind AND EXISTS (SELECT 1 FROM metered m WHERE m.kind = b.kind)
-    RETURNING k.kind
-), picked AS (
-    SELECT id, epoch FROM aged
-    UNION ALL SELECT id, epoch FROM fresh
-    UNION ALL SELECT id, epoch FROM metered
+WITH picked AS (
+    SELECT id, epoch
+    FROM ledgerq_pick(
+        (SELECT jsonb_agg(jsonb_build_object('queue', q, 'route', '',
+                                             'kinds', CAST(:kinds AS text[]), 'credit', :limit))
+         FROM unnest(CAST(:queues AS text[])) AS q),
+        :limit, :aging_s)
 ), claimed AS (
     UPDATE ledgerq_tasks t
     SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,

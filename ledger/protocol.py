@@ -76,11 +76,14 @@ class RelayLedger(Protocol):
     def publish_batch(
         self, limit: int, aging_s: float = DEFAULT_AGING_S
     ) -> AbstractAsyncContextManager[PublishBatch]:
-        """Lock up to ``limit`` due pending rows (SKIP LOCKED) for the block, in the
-        scheduling order (:mod:`ledgerq.ledger.scheduling`): nothing paused, no
-        ordered task with a live task of its key ahead, rate-limited kinds within
-        their buckets (charged when the block commits), rows due ``aging_s`` or
-        longer first (0: no aging), then by priority with retries behind."""
+        """Lock up to ``limit`` due pending rows (SKIP LOCKED) for the block: for
+        each live broker route at most its window's credit (its live subscribers'
+        capacity minus its published rows), each row's ``route`` that window's;
+        in the scheduling order (:mod:`ledgerq.ledger.scheduling`): nothing
+        paused, no ordered task with a live task of its key ahead, rate-limited
+        kinds within their buckets (charged when the block commits), rows due
+        ``aging_s`` or longer first (0: no aging), then by priority with retries
+        behind. A route with no live subscriber gets nothing."""
         ...
 
 
@@ -117,8 +120,10 @@ class DirectLedger(WorkerLedger, Protocol):
         worker: str,
         lease_s: float,
         aging_s: float = DEFAULT_AGING_S,
+        kinds: Iterable[str] | None = None,
     ) -> list[ClaimedTask]:
-        """Claim up to ``limit`` due pending tasks of ``queues``, chosen as
+        """Claim up to ``limit`` due pending tasks of ``queues`` and ``kinds`` (None:
+        every kind), chosen as
         :meth:`RelayLedger.publish_batch` chooses them (pauses, ordering keys,
         rate limits, aging, priority), pending -> running in the same statement;
         the won (consumers/direct.py)."""
@@ -129,10 +134,16 @@ class RoutingLedger(Protocol):
     """What a worker serves (:mod:`ledgerq.ledger.routing`): its subscriptions."""
 
     async def subscribe(
-        self, worker: str, subscriptions: Sequence[Subscription], ttl_s: float
+        self,
+        worker: str,
+        subscriptions: Sequence[Subscription],
+        ttl_s: float,
+        *,
+        direct: bool = False,
     ) -> None:
         """Register (or refresh) what ``worker`` serves, live for ``ttl_s`` seconds
-        (:mod:`ledgerq.ledger.routing`)."""
+        (:mod:`ledgerq.ledger.routing`); ``direct``: it claims from the ledger
+        itself, and no relay publishes its queues."""
         ...
 
     async def unsubscribe(self, worker: str) -> None:
@@ -152,9 +163,15 @@ class ReconcilerLedger(Protocol):
         ...
 
     def overdue_batch(
-        self, after: int, limit: int, stall_s: float
+        self, limit: int, stall_s: float, aging_s: float = DEFAULT_AGING_S
     ) -> AbstractAsyncContextManager[PublishBatch]:
-        """Lock a page (ids > ``after``) of pending rows due for longer than ``stall_s``."""
+        """Lock what :meth:`RelayLedger.publish_batch` would, of the rows due for
+        longer than ``stall_s`` (the reconciler standing in for a relay)."""
+        ...
+
+    async def unpublish_unserved(self, limit: int) -> list[int]:
+        """published -> pending (epoch + 1, audited) for up to ``limit`` rows whose
+        route no live subscriber serves; the ids that moved."""
         ...
 
     async def silent_workers(self) -> dict[str, int]:

@@ -114,137 +114,19 @@ RETURNING id
 SELECT task_id FROM ledgerq_unique_keys WHERE kind = :kind AND key = :business_key
 
 -- name: select_due
--- The relay's claim. SKIP LOCKED: relays never wait for or collide with each
--- other; the lock is held until the confirmed rows are marked published.
+-- The relay's claim: the due tasks each broker route's window has room for,
+-- picked by ledgerq_pick (migration 0014, the one rule the direct path's
+-- claim_due shares), locked until the confirmed rows are marked published.
+-- ledgerq_windows has one row per live broker route and its credit (the live
+-- subscribers' capacity minus the route's published rows); a route with no
+-- live subscriber has none, so nothing is published for it and its work waits
+-- here, in the ledger, where priorities, aging, pauses, rate limits and
+-- operators still reach it. SKIP LOCKED: relays never wait for or collide with
+-- each other. route: the window's route ('' for the queue's own broker queue).
 -- trace_context: the producer's trace, which the publish span continues.
---
--- Scheduling (docs/design.md, "Scheduling"), each rule a predicate or a CTE:
--- * paused queues and kinds (ledgerq_pauses) are not published: each list is
---   read once per statement (an InitPlan), not once per row;
--- * an ordered task (ordering_key) is published only when no other live task
---   of its key is ahead of it: one already published or running, or one
---   pending with a smaller id (a retry waiting out its backoff is one); nor
---   while an earlier task of its key of a kind registered with
---   ordering="block" (ledgerq_kinds.ordering) lies dead in history (that probe
---   runs only when some kind blocks: the cardinality test comes first);
--- * a rate-limited kind (ledgerq_kinds.rate_per_s) comes only through
---   metered: its token bucket is locked (SKIP LOCKED: a bucket another relay
---   holds is skipped this batch), refilled for the time since it was last
---   touched (at most burst), at most that many whole tokens' worth of its
---   tasks are taken, and taken charges the bucket for them, all in this
---   statement. A bucket nothing was taken from is not written: its refill is
---   computed from the same refilled_at next time, capped at burst. The bucket stays locked until this batch commits, so relays
---   never meter one kind at once and never take the same tokens.
--- Order: first the aged tasks (due for :aging_s or longer), oldest first and
--- published at priority 9, so a task waits at most about :aging_s plus the
--- drain of the tasks that aged before it; then the rest by priority, a retried
--- task (attempts > 0) behind the never-run tasks of its priority, then by due
--- time and id. fresh skips what aged took and fills the batch up to :limit.
--- Each CTE returns the columns the relay needs, so nothing joins back to the
--- hot table.
-WITH buckets AS (
-    SELECT kind, clock_timestamp() AS at,
-           LEAST(burst, tokens + rate_per_s * GREATEST(
-               EXTRACT(EPOCH FROM clock_timestamp() - refilled_at), 0)) AS avail
-    FROM ledgerq_kinds
-    WHERE rate_per_s IS NOT NULL
-    ORDER BY kind
-    FOR UPDATE SKIP LOCKED
-), aged AS (
-    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
-           t.shard
-    FROM ledgerq_tasks t
-    WHERE t.status = 'pending' AND t.run_at <= now() - make_interval(secs => :aging_s)
-      AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
-      AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
-      AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
-      AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
-        OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
-                               WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
-        OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
-      AND (t.ordering_key IS NULL OR (NOT EXISTS (
-          SELECT 1 FROM ledgerq_tasks e
-          WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
-            AND (e.status <> 'pending' OR e.id < t.id))
-        AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
-          AND EXISTS (
-            SELECT 1 FROM ledgerq_history h
-            WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
-              AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
-    ORDER BY t.run_at, t.id
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-), fresh AS (
-    SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
-           t.shard
-    FROM ledgerq_tasks t
-    WHERE t.status = 'pending' AND t.run_at <= now()
-      AND t.id <> ALL(ARRAY(SELECT id FROM aged))
-      AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
-      AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
-      AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
-      AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
-        OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
-                               WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
-        OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
-      AND (t.ordering_key IS NULL OR (NOT EXISTS (
-          SELECT 1 FROM ledgerq_tasks e
-          WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
-            AND (e.status <> 'pending' OR e.id < t.id))
-        AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
-          AND EXISTS (
-            SELECT 1 FROM ledgerq_history h
-            WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
-              AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
-    ORDER BY t.priority DESC, t.attempts > 0, t.run_at, t.id
-    LIMIT GREATEST(:limit - (SELECT count(*) FROM aged), 0)
-    FOR UPDATE SKIP LOCKED
-), metered AS (
-    SELECT l.*
-    FROM buckets b
-    CROSS JOIN LATERAL (
-        SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts, t.run_at,
-           t.shard
-        FROM ledgerq_tasks t
-        WHERE t.status = 'pending' AND t.run_at <= now() AND t.kind = b.kind
-          AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
-            OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
-                                   WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
-            OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
-          AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
-          AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
-          AND (t.ordering_key IS NULL OR (NOT EXISTS (
-              SELECT 1 FROM ledgerq_tasks e
-              WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
-                AND (e.status <> 'pending' OR e.id < t.id))
-            AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
-              AND EXISTS (
-                SELECT 1 FROM ledgerq_history h
-                WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
-                  AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
-        ORDER BY t.priority DESC, t.attempts > 0, t.run_at, t.id
-        LIMIT CAST(floor(LEAST(b.avail, :limit)) AS bigint)
-        FOR UPDATE SKIP LOCKED
-    ) l
-), taken AS (
-    UPDATE ledgerq_kinds k
-    SET tokens = b.avail - (SELECT count(*) FROM metered m WHERE m.kind = b.kind),
-        refilled_at = b.at
-    FROM buckets b
-    WHERE k.kind = b.kind AND EXISTS (SELECT 1 FROM metered m WHERE m.kind = b.kind)
-    RETURNING k.kind
-), picked AS (
-    SELECT aged.*, true AS aged, 0 AS part FROM aged
-    UNION ALL SELECT fresh.*, false, 1 FROM fresh
-    UNION ALL SELECT metered.*, false, 2 FROM metered
-)
-SELECT id, kind, queue, CASE WHEN aged THEN 9 ELSE priority END AS priority,
-       epoch, suspect, trace_context,
-       CASE WHEN queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
-                            WHERE route IS NOT NULL AND expires_at > now()))
-            THEN NULLIF(ledgerq_route(queue, kind, shard), '') END AS route
-FROM picked
-ORDER BY part, 4 DESC, attempts > 0, run_at, id
+SELECT id, kind, queue, priority, epoch, suspect, trace_context, route
+FROM ledgerq_pick((SELECT COALESCE(jsonb_agg(w), '[]'::jsonb) FROM ledgerq_windows w),
+                  :limit, :aging_s)
 
 -- name: register_limits
 -- The rate limits of a worker's @task(rate_limit=...) kinds, at its start. A
@@ -307,11 +189,13 @@ SELECT kind FROM named UNION ALL SELECT kind FROM cleared
 -- name: mark_published
 -- After a confirmed publish, by the relay (the row is pending and locked since
 -- select_due) or the reconciler (a stalled published row, or an overdue pending
--- one): published_at restarts the stall clock.
+-- one): published_at restarts the stall clock; route is where it went (its
+-- window's outstanding count).
 -- transitions: pending -> published, published -> published
 UPDATE ledgerq_tasks t
-SET status = 'published', published_at = now(), publishes = t.publishes + 1
-FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+SET status = 'published', published_at = now(), publishes = t.publishes + 1, route = m.route
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]), CAST(:routes AS text[]))
+     AS m(id, epoch, route)
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
 RETURNING t.id
 
@@ -330,7 +214,9 @@ RETURNING t.id
 -- and the worker ends the task dead without running it. waited_s is how long
 -- the task waited, on the database's clock, from when it became due (its
 -- enqueue, or its run_at if later: a scheduled task, a retry) to this claim
--- (the metric ledgerq_start_latency_seconds).
+-- (the metric ledgerq_start_latency_seconds). A claim that won rows frees room
+-- in its route's window, so it wakes the relays (NOTIFY ledgerq_enqueued, sent
+-- on commit; they poll as well).
 -- transitions: pending -> running, published -> running
 WITH claimed AS (
     UPDATE ledgerq_tasks t
@@ -344,6 +230,8 @@ WITH claimed AS (
               t.attempts, t.max_attempts, t.retry, t.timeout_s, t.checkpoint, t.business_key,
               t.parent_id, t.trace_context,
               EXTRACT(EPOCH FROM now() - GREATEST(t.created_at, t.run_at))::float8 AS waited_s
+), woke AS (
+    SELECT pg_notify('ledgerq_enqueued', '') FROM (SELECT 1 FROM claimed LIMIT 1) AS one
 )
 SELECT id, epoch, kind, queue,
        CASE WHEN octet_length(payload_text) <= :max_payload_bytes THEN payload_text END
@@ -351,7 +239,7 @@ SELECT id, epoch, kind, queue,
        octet_length(payload_text) AS payload_bytes,
        attempts, max_attempts, retry, timeout_s, checkpoint, business_key, parent_id, waited_s,
        trace_context
-FROM claimed
+FROM claimed LEFT JOIN woke ON true
 
 
 
@@ -524,13 +412,13 @@ SELECT pg_advisory_unlock(hashtext('ledgerq.reconciler'))
 -- name: select_stalled
 -- Published but unclaimed for longer than the row's queue's stall window, which
 -- doubles with each publication since the last claim (up to 64x), so a queue
--- with a deep backlog or no consumer is not flooded with copies. Keyset
--- pagination by id so a huge ledger is read a page at a time; the plain
--- :min_stall_s bound lets the partial index on published_at narrow the scan.
-SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect,
-       CASE WHEN t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
-                            WHERE route IS NOT NULL AND expires_at > now()))
-            THEN NULLIF(ledgerq_route(t.queue, t.kind, t.shard), '') END AS route
+-- with a deep backlog or no consumer is not flooded with copies. Only rows whose
+-- route a live subscriber still serves: it is published there again (a row
+-- whose route lost its subscribers goes back to pending instead,
+-- unpublish_unserved). Keyset pagination by id so a huge ledger is read a page
+-- at a time; the plain :min_stall_s bound lets the partial index on
+-- published_at narrow the scan.
+SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, COALESCE(t.route, '') AS route
 FROM ledgerq_tasks t
 LEFT JOIN unnest(CAST(:queues AS text[]), CAST(:stalls AS float8[])) AS w(queue, stall_s)
        ON w.queue = t.queue
@@ -538,47 +426,41 @@ WHERE t.status = 'published' AND t.id > :after
   AND t.published_at < now() - make_interval(secs => :min_stall_s)
   AND t.published_at < now() - make_interval(
         secs => COALESCE(w.stall_s, :default_stall_s) * power(2, LEAST(GREATEST(t.publishes - 1, 0), 6)))
-  AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
-    OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
-                           WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
-    OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
+  AND EXISTS (SELECT 1 FROM ledgerq_windows v
+              WHERE v.queue = t.queue AND v.route = COALESCE(t.route, ''))
 ORDER BY t.id
 LIMIT :limit
 FOR UPDATE OF t SKIP LOCKED
 
 -- name: select_overdue
--- Pending rows due for longer than the default stall window: the relay should
--- have published them; the reconciler stands in for a relay that is down. It
--- keeps the relay's scheduling rules that decide whether a row may go at all
--- (select_due): nothing paused, nothing rate-limited (only relays meter), and
--- no ordered task with a live (or blocking dead) task of its key ahead of it.
-SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect,
-       CASE WHEN t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
-                            WHERE route IS NOT NULL AND expires_at > now()))
-            THEN NULLIF(ledgerq_route(t.queue, t.kind, t.shard), '') END AS route
-FROM ledgerq_tasks t
-WHERE t.status = 'pending' AND t.id > :after
-  AND t.run_at < now() - make_interval(secs => :default_stall_s)
-  AND t.queue <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'queue'))
-  AND t.kind <> ALL(ARRAY(SELECT name FROM ledgerq_pauses WHERE scope = 'kind'))
-  AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
-  AND (t.queue <> ALL(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
-    OR t.queue = ANY(ARRAY(SELECT queue FROM ledgerq_subscriptions
-                           WHERE kinds IS NULL AND shards IS NULL AND expires_at > now()))
-    OR ledgerq_route(t.queue, t.kind, t.shard) IS NOT NULL)
-  AND (t.ordering_key IS NULL OR (NOT EXISTS (
-      SELECT 1 FROM ledgerq_tasks e
-      WHERE e.ordering_key = t.ordering_key AND e.id <> t.id
-        AND (e.status <> 'pending' OR e.id < t.id))
-    AND NOT (cardinality(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block')) > 0
-      AND EXISTS (
-        SELECT 1 FROM ledgerq_history h
-        WHERE h.ordering_key = t.ordering_key AND h.status = 'dead' AND h.id < t.id
-          AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))))))
-ORDER BY t.id
-LIMIT :limit
-FOR UPDATE OF t SKIP LOCKED
+-- Pending rows due for longer than the default stall window that a live
+-- route's window has room for: the relay should have published them; the
+-- reconciler stands in for a relay that is down. The relay's rule exactly
+-- (ledgerq_pick), only for rows due :default_stall_s or longer; each call picks
+-- anew (the window shrinks as the rows are marked).
+SELECT id, kind, queue, priority, epoch, suspect, trace_context, route
+FROM ledgerq_pick((SELECT COALESCE(jsonb_agg(w), '[]'::jsonb) FROM ledgerq_windows w),
+                  :limit, :aging_s, :default_stall_s)
 
+-- name: unpublish_unserved
+-- Published rows whose route no live subscriber serves any more (its workers
+-- stopped, or died and their subscriptions lapsed within one lease; or the
+-- queue is now served --direct) go back to pending, their epoch bumped so the
+-- messages stranded in that broker queue claim nothing; the relay then gives
+-- them to any live window that covers them. Fenced like every write: a row a
+-- worker claims meanwhile has moved on and is left alone.
+-- transitions: published -> pending
+UPDATE ledgerq_tasks t
+SET status = 'pending', epoch = t.epoch + 1, published_at = NULL, publishes = 0, route = NULL
+FROM (SELECT p.id, p.epoch FROM ledgerq_tasks p
+      WHERE p.status = 'published'
+        AND NOT EXISTS (SELECT 1 FROM ledgerq_windows v
+                        WHERE v.queue = p.queue AND v.route = COALESCE(p.route, ''))
+      ORDER BY p.id
+      LIMIT :limit
+      FOR UPDATE SKIP LOCKED) m
+WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'published'
+RETURNING t.id, t.kind, t.queue
 
 -- name: silent_workers
 -- Workers every one of whose running rows has an expired lease, and how many

@@ -50,6 +50,9 @@ class Subscription:
     kinds: frozenset[str] | None = None
     #: The shards served, or None for all.
     shards: frozenset[int] | None = None
+    #: How many delivered but unstarted tasks the subscriber can hold (its lane's
+    #: prefetch): its share of its route's window. 0 holds nothing.
+    capacity: int = 0
 
     @property
     def route(self) -> str | None:

@@ -1,21 +1,27 @@
--- Routing (ledger/routing.py, migration 0011): the workers' subscriptions. The
--- relay reads them through ledgerq_route() inside select_due (queries.sql).
+-- Routing (ledger/routing.py, migrations 0011 and 0014): the workers'
+-- subscriptions. The relay reads them as windows (the view ledgerq_windows)
+-- inside select_due (queries.sql); ledgerq_route() says whether a live
+-- subscription covers a task at all (unserved).
 
 -- name: subscribe
 -- A worker's subscriptions, at its start and on every refresh: (re)written
--- with a new expiry. Its other rows (a queue it no longer consumes) go.
+-- with a new expiry, its capacity per queue (the window's share it brings) and
+-- whether it claims from the ledger itself (direct). Its other rows (a queue
+-- it no longer consumes) go.
 WITH gone AS (
     DELETE FROM ledgerq_subscriptions
     WHERE worker = :worker AND queue <> ALL(CAST(:queues AS text[]))
 )
-INSERT INTO ledgerq_subscriptions AS s (worker, queue, kinds, shards, route, expires_at)
+INSERT INTO ledgerq_subscriptions AS s (worker, queue, kinds, shards, route, expires_at,
+                                         capacity, direct)
 SELECT :worker, r.queue, CAST(NULLIF(r.kinds, '') AS text[]), CAST(NULLIF(r.shards, '') AS integer[]),
-       NULLIF(r.route, ''), now() + make_interval(secs => :ttl_s)
+       NULLIF(r.route, ''), now() + make_interval(secs => :ttl_s), r.capacity, :direct
 FROM unnest(CAST(:queues AS text[]), CAST(:kinds AS text[]), CAST(:shards AS text[]),
-            CAST(:routes AS text[])) AS r(queue, kinds, shards, route)
+            CAST(:routes AS text[]), CAST(:capacities AS integer[]))
+     AS r(queue, kinds, shards, route, capacity)
 ON CONFLICT (worker, queue) DO UPDATE
 SET kinds = excluded.kinds, shards = excluded.shards, route = excluded.route,
-    expires_at = excluded.expires_at
+    expires_at = excluded.expires_at, capacity = excluded.capacity, direct = excluded.direct
 RETURNING s.queue
 
 -- name: unsubscribe
@@ -31,18 +37,19 @@ RETURNING queue
 
 -- name: list_subscriptions
 -- Every subscription (live first), for `ledgerq stats` and the dashboard.
-SELECT worker, queue, kinds, shards, route, started_at, expires_at,
+SELECT worker, queue, kinds, shards, route, capacity, direct, started_at, expires_at,
        expires_at > now() AS live
 FROM ledgerq_subscriptions
 ORDER BY expires_at > now() DESC, queue, route NULLS FIRST, worker
 
 -- name: unserved
--- Due pending tasks of routed queues that no live subscription covers, by
--- queue, kind and shard: the backlog that waits for a worker to serve it.
+-- Due pending tasks that no live subscription covers, by queue, kind and
+-- shard: the backlog that waits for a worker to serve it (a kind no live
+-- worker registers, a shard no live worker serves, a queue nobody consumes).
+-- None of it was attempted; it runs once a worker that covers it starts.
 SELECT t.queue, t.kind, t.shard, count(*) AS tasks, min(t.run_at) AS oldest
 FROM ledgerq_tasks t
 WHERE t.status = 'pending' AND t.run_at <= now()
-  AND t.queue = ANY(ARRAY(SELECT DISTINCT queue FROM ledgerq_subscriptions))
   AND ledgerq_route(t.queue, t.kind, t.shard) IS NULL
 GROUP BY t.queue, t.kind, t.shard
 ORDER BY t.queue, t.kind, t.shard

@@ -151,9 +151,16 @@ class ShardedRouting:
         self.shards = list(shards)
 
     async def subscribe(
-        self, worker: str, subscriptions: Sequence[Subscription], ttl_s: float
+        self,
+        worker: str,
+        subscriptions: Sequence[Subscription],
+        ttl_s: float,
+        *,
+        direct: bool = False,
     ) -> None:
-        await asyncio.gather(*(s.subscribe(worker, subscriptions, ttl_s) for s in self.shards))
+        await asyncio.gather(
+            *(s.subscribe(worker, subscriptions, ttl_s, direct=direct) for s in self.shards)
+        )
 
     async def unsubscribe(self, worker: str) -> None:
         await asyncio.gather(*(s.unsubscribe(worker) for s in self.shards))
@@ -176,7 +183,9 @@ class ShardedDirectLedger(ShardedWorkerLedger[DirectLedger]):
         worker: str,
         lease_s: float,
         aging_s: float = DEFAULT_AGING_S,
+        kinds: Iterable[str] | None = None,
     ) -> list[ClaimedTask]:
+        wanted = None if kinds is None else frozenset(kinds)
         first, count = self._next, len(self.shards)
         self._next = (first + 1) % count
         won: list[ClaimedTask] = []
@@ -184,7 +193,7 @@ class ShardedDirectLedger(ShardedWorkerLedger[DirectLedger]):
             if len(won) >= limit:
                 break
             shard = self.shards[(first + step) % count]
-            won += await shard.claim_due(queues, limit - len(won), worker, lease_s, aging_s)
+            won += await shard.claim_due(queues, limit - len(won), worker, lease_s, aging_s, wanted)
         return won
 
 

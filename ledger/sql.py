@@ -72,6 +72,7 @@ class LedgerQueries:
     release_reconciler_lock: TextClause
     select_stalled: TextClause
     select_overdue: TextClause
+    unpublish_unserved: TextClause
     silent_workers: TextClause
     select_expired: TextClause
 

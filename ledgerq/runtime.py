@@ -118,10 +118,15 @@ class WatchedLedger:
             return await self._ledger.heartbeat(fences, lease_s, progress)
 
     async def subscribe(
-        self, worker: str, subscriptions: Sequence[Subscription], ttl_s: float
+        self,
+        worker: str,
+        subscriptions: Sequence[Subscription],
+        ttl_s: float,
+        *,
+        direct: bool = False,
     ) -> None:
         with self._watch.watching():
-            await self._ledger.subscribe(worker, subscriptions, ttl_s)
+            await self._ledger.subscribe(worker, subscriptions, ttl_s, direct=direct)
 
     async def unsubscribe(self, worker: str) -> None:
         with self._watch.watching():

@@ -27,31 +27,40 @@ One pass, under a PostgreSQL advisory lock so only one reconciler acts at a time
    worker running a suspect alone charges the suspect: the one case where a
    task pays for a death it did not cause, and only while it is a suspect.
    The relay publishes the retry like any other due row.
-2. **Stalled deliveries.** A ``published`` row nobody claimed within its queue's
-   stall window may have lost its message (a broker that lost it, a queue that
-   was purged). It is published again under the same epoch; if the first
-   message was only slow, one of the two claims wins and the other is skipped.
-3. **Overdue pending rows.** Due rows the relay has not published within the
-   stall window (the relay is down) are published here instead.
+2. **Unserved deliveries.** A ``published`` row whose route no live worker
+   serves any more (its workers stopped, or died and their subscriptions lapsed
+   within one lease; or its queue is now served ``--direct``) goes back to
+   ``pending``, its epoch bumped so the message stranded in that broker queue
+   claims nothing, with an audit record (actor ``ledgerq``). The relay then
+   gives it to any live window that covers it (docs/design.md, "The window").
+3. **Stalled deliveries.** A ``published`` row nobody claimed within its queue's
+   stall window, on a route that is still served, may have lost its message (a
+   broker that lost it, a queue that was purged). It is published again to the
+   same route under the same epoch; if the first message was only slow, one of
+   the two claims wins and the other is skipped.
+4. **Overdue pending rows.** Due rows the relay has not published within the
+   stall window (the relay is down) are published here instead, exactly as a
+   relay would (the same rule, within the same windows).
 
 Tasks that end ``dead`` in step 1 are alerted after the pass, once the lock is
 released, so a slow alert hook never holds the lock; ``run_once`` returns when
 the alerts are sent or have met their deadlines (``elapsed_s`` is the locked pass).
 
-4. **Retention** (when the reconciler has a :class:`~ledgerq.relay.retention.Retention`),
+5. **Retention** (when the reconciler has a :class:`~ledgerq.relay.retention.Retention`),
    also after the lock is released, and only by the reconciler that held it:
    history's upcoming day partitions are created and expired ones dropped
    (:meth:`Retention.run_once <ledgerq.relay.retention.Retention.run_once>`; it
    is safe to run twice at once). A drop that waited too long for its lock, or
    a lost connection, is logged and tried again next pass.
 
-5. **Rollup** (when the reconciler has a :class:`~ledgerq.relay.rollup.Rollup`),
+6. **Rollup** (when the reconciler has a :class:`~ledgerq.relay.rollup.Rollup`),
    after the lock is released too, before retention: the tasks finished since
    the last pass are counted per minute for the dashboard
    (:meth:`Rollup.run_once <ledgerq.relay.rollup.Rollup.run_once>`; safe to run
    twice at once). A lost connection is logged and the pass tried again next time.
 
-Each step pages through rows by id (keyset pagination) and holds each page's
+Steps 1 and 3 page through rows by id (keyset pagination); step 4 asks for a
+page at a time until one comes back short or wins no confirm. Each holds its page's
 rows locked (``FOR UPDATE SKIP LOCKED``) while it acts on them: expired leases
 are finished in the page's transaction, stalled and overdue rows are published
 (with pika, through :class:`~ledgerq.relay.broker.blocking.ThreadedPublisher`)
@@ -115,6 +124,7 @@ class ReconcileCounts:
     acted: bool = True
     republished: int = 0
     overdue_published: int = 0
+    unpublished: int = 0
     expired: int = 0
     dead: int = 0
     released: int = 0
@@ -135,7 +145,8 @@ class ReconcileCounts:
         if not self.acted:
             return "reconcile: another reconciler holds the lock; this one did nothing"
         return (
-            f"reconcile: re-published {self.republished} stalled, published "
+            f"reconcile: took back {self.unpublished} from unserved routes, "
+            f"re-published {self.republished} stalled, published "
             f"{self.overdue_published} overdue, expired {self.expired} leases "
             f"({self.dead} dead, {self.released} released as suspects), "
             f"{self.unconfirmed} unconfirmed, {self.pages} pages "
@@ -178,6 +189,7 @@ class Reconciler:
             dead: list[Finished] = []
             await self._expire(counts, dead)
             cfg = self.config
+            counts.unpublished = await self._unpublish()
             counts.republished = await self._republish(
                 counts,
                 lambda after: self.ledger.stalled_batch(
@@ -185,7 +197,7 @@ class Reconciler:
                 ),
             )
             counts.overdue_published = await self._republish(
-                counts, lambda after: self.ledger.overdue_batch(after, cfg.page_size, cfg.stall_s)
+                counts, lambda _after: self.ledger.overdue_batch(cfg.page_size, cfg.stall_s)
             )
         counts.elapsed_s = time.perf_counter() - started
         await self._send_alerts(dead)
@@ -228,6 +240,17 @@ class Reconciler:
                     counts.dead += 1
                     dead.append(row)
 
+    async def _unpublish(self) -> int:
+        """Published rows of routes no live worker serves go back to pending."""
+        total = 0
+        while True:
+            moved = await self.ledger.unpublish_unserved(self.config.page_size)
+            total += len(moved)
+            if len(moved) < self.config.page_size:
+                if total:
+                    log.info("took back %d tasks published to routes nobody serves", total)
+                return total
+
     async def _republish(self, counts: ReconcileCounts, pages: PageSource) -> int:
         after, published = 0, 0
         while True:
@@ -246,5 +269,5 @@ class Reconciler:
                 counts.unconfirmed += len(batch.rows) - len(confirmed)
                 published += len(await batch.mark_published(confirmed))
                 after = batch.rows[-1].id
-                if len(batch.rows) < self.config.page_size:
+                if len(batch.rows) < self.config.page_size or not confirmed:
                     return published

@@ -10,57 +10,15 @@ force, or lifting one that is not, writes nothing and is not audited.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from ledgerq.ledger.actions import jsonable
+from ledgerq.ledger.pg.audit import record_audit
 from ledgerq.ledger.pg.base import PgBase, translated
 from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope
-from ledgerq.ledger.sql import OQ, SQ, Q
+from ledgerq.ledger.sql import SQ, Q
 from ledgerq.ledger.validation import check_name
-
-
-async def _audit(
-    conn: AsyncConnection,
-    action: str,
-    selection: dict[str, str],
-    *,
-    actor: str,
-    reason: str | None = None,
-    options: dict[str, Any] | None = None,
-    task_ids: list[int] | None = None,
-) -> int:
-    """One audit record (and its tasks, outcome ``changed``) in ``conn``'s transaction."""
-    audit_id = int(
-        (
-            await conn.execute(
-                OQ.insert_audit,
-                {
-                    "actor": actor,
-                    "action": action,
-                    "selection": json.dumps(selection),
-                    "options": json.dumps(options or {}),
-                    "reason": reason,
-                },
-            )
-        ).scalar_one()
-    )
-    ids = task_ids or []
-    await conn.execute(
-        OQ.record_audit_batch,
-        {
-            "audit_id": audit_id,
-            "matched": len(ids),
-            "changed": len(ids),
-            "skipped": 0,
-            "task_ids": ids,
-            "outcomes": ["changed"] * len(ids),
-        },
-    )
-    return audit_id
 
 
 class PgScheduling(PgBase):
@@ -75,7 +33,7 @@ class PgScheduling(PgBase):
                 if taken.first() is None:
                     return PauseReport("pause", scope, name, changed=False)
                 ids = [int(r[0]) for r in await conn.execute(SQ.unpublish_paused, where)]
-                audit_id = await _audit(
+                audit_id = await record_audit(
                     conn, "pause", {scope: name}, actor=actor, reason=reason, task_ids=ids
                 )
         return PauseReport("pause", scope, name, True, len(ids), audit_id)
@@ -87,7 +45,7 @@ class PgScheduling(PgBase):
                 lifted = await conn.execute(SQ.resume, {"scope": scope, "name": name})
                 if lifted.first() is None:
                     return PauseReport("resume", scope, name, changed=False)
-                audit_id = await _audit(conn, "resume", {scope: name}, actor=actor)
+                audit_id = await record_audit(conn, "resume", {scope: name}, actor=actor)
         return PauseReport("resume", scope, name, True, 0, audit_id)
 
     async def pauses(self) -> list[dict[str, Any]]:
@@ -101,7 +59,7 @@ class PgScheduling(PgBase):
         with translated():
             async with self.engine.begin() as conn:
                 await conn.execute(SQ.set_limit, {"kind": kind, "rate": rate, "burst": burst})
-                await _audit(
+                await record_audit(
                     conn,
                     "set-limit",
                     {"kind": kind},

@@ -26,6 +26,7 @@ from ledgerq.ledger.model import (
     Outcome,
 )
 from ledgerq.ledger.params import fence_params, outcome_params
+from ledgerq.ledger.pg.audit import SYSTEM_ACTOR, record_audit
 from ledgerq.ledger.pg.base import PgBase, translated
 from ledgerq.ledger.producer import TaskSpec, aenqueue_many
 from ledgerq.ledger.routing import Subscription
@@ -44,10 +45,14 @@ class PgPublishBatch:
     async def mark_published(self, rows: Sequence[DueTask]) -> set[int]:
         if not rows:
             return set()
+        ordered = sorted(rows, key=lambda r: r.id)
+        params = {
+            "ids": [r.id for r in ordered],
+            "epochs": [r.epoch for r in ordered],
+            "routes": [r.route or "" for r in ordered],
+        }
         with translated():
-            result = await self._conn.execute(
-                Q.mark_published, fence_params((r.id, r.epoch) for r in rows)
-            )
+            result = await self._conn.execute(Q.mark_published, params)
         return {int(r[0]) for r in result}
 
 
@@ -107,7 +112,7 @@ class PgServices(PgBase):
                         r.epoch,
                         r.suspect,
                         r._mapping.get("trace_context"),
-                        r._mapping.get("route"),
+                        r._mapping.get("route") or None,
                     )
                     for r in await conn.execute(statement, params)
                 ]
@@ -134,11 +139,27 @@ class PgServices(PgBase):
         )
 
     def overdue_batch(
-        self, after: int, limit: int, stall_s: float
+        self, limit: int, stall_s: float, aging_s: float = DEFAULT_AGING_S
     ) -> AbstractAsyncContextManager[PgPublishBatch]:
         return self._locked(
-            Q.select_overdue, {"after": after, "limit": limit, "default_stall_s": stall_s}
+            Q.select_overdue,
+            {"limit": limit, "default_stall_s": stall_s, "aging_s": aging_param(aging_s)},
         )
+
+    async def unpublish_unserved(self, limit: int) -> list[int]:
+        with translated():
+            async with self.engine.begin() as conn:
+                rows = list(await conn.execute(Q.unpublish_unserved, {"limit": limit}))
+                if rows:
+                    await record_audit(
+                        conn,
+                        "unpublish_unserved",
+                        {"queue": sorted({str(r.queue) for r in rows})},
+                        actor=SYSTEM_ACTOR,
+                        reason="published to a route that no live worker serves any more",
+                        task_ids=[int(r.id) for r in rows],
+                    )
+        return [int(r.id) for r in rows]
 
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[bool]:
@@ -170,9 +191,11 @@ class PgServices(PgBase):
         worker: str,
         lease_s: float,
         aging_s: float = DEFAULT_AGING_S,
+        kinds: Iterable[str] | None = None,
     ) -> list[ClaimedTask]:
         params = {
             "queues": list(queues),
+            "kinds": None if kinds is None else sorted(kinds),
             "limit": limit,
             "aging_s": aging_param(aging_s),
             "worker": worker,
@@ -202,7 +225,12 @@ class PgServices(PgBase):
         return Held((int(r.id) for r in rows), (int(r.id) for r in rows if r.cancel_requested))
 
     async def subscribe(
-        self, worker: str, subscriptions: Sequence[Subscription], ttl_s: float
+        self,
+        worker: str,
+        subscriptions: Sequence[Subscription],
+        ttl_s: float,
+        *,
+        direct: bool = False,
     ) -> None:
         params = {
             "worker": worker,
@@ -216,6 +244,8 @@ class PgServices(PgBase):
                 for s in subscriptions
             ],
             "routes": [s.route or "" for s in subscriptions],
+            "capacities": [s.capacity for s in subscriptions],
+            "direct": direct,
         }
         await self._rows(UQ.subscribe, params)
 

@@ -35,7 +35,7 @@ def test_every_live_state_can_reach_a_terminal_state() -> None:
 
 
 def test_named_queries_parse_and_refuse_duplicates() -> None:
-    assert "FOR UPDATE SKIP LOCKED" in str(Q.select_due)
+    assert "ledgerq_pick(" in str(Q.select_due)
     assert parse("-- name: a\nSELECT 1\n-- a comment\n-- name: b\nSELECT 2") == {
         "a": "SELECT 1",
         "b": "SELECT 2",

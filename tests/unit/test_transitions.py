@@ -453,6 +453,7 @@ def test_the_statements_that_change_status_are_the_ones_expected() -> None:
         "reschedule",
         "retry_history",
         "unpublish_paused",
+        "unpublish_unserved",
     ]
     creating = sorted(name for name, d in DERIVED.items() if d.creates)
     assert creating == ["insert_task", "insert_task_once", "insert_tasks", "insert_tasks_once"]
