@@ -31,6 +31,7 @@ from ledgerq.ledger.alerts import AlertHook
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url, sync_engine
+from ledgerq.ledger.routing import Subscription
 from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.service import Relay, RelayConfig
 from tests.support import spawn
@@ -64,6 +65,23 @@ def enqueue_committed(settings: Settings, specs: Sequence[TaskSpec]) -> list[int
             return enqueue_many(session, specs)
     finally:
         engine.dispose()
+
+
+async def subscribe_queues(
+    ledger: PgLedger,
+    *queues: str,
+    capacity: int = 10_000,
+    worker: str = "test-subscriber",
+    ttl_s: float = 600.0,
+) -> None:
+    """Register a live whole-queue subscriber (every kind and shard, the queue's own
+    broker queue) with room for ``capacity`` tasks, so a relay publishes to
+    ``queues`` while no ledgerq worker runs: for tests that consume from the broker
+    themselves or look at what the relay did. Without a live subscriber the relay
+    publishes nothing (the window: docs/design.md)."""
+    await ledger.subscribe(
+        worker, [Subscription(q, capacity=capacity) for q in queues or ("default",)], ttl_s
+    )
 
 
 class Poll:
@@ -163,7 +181,7 @@ async def stop_worker_during_alert(
     """Run a ``ledgerq worker`` process until one task has ended dead and its alert
     is under way (``alert_started``), then SIGTERM it: its exit code, its output,
     and the seconds it took to exit. The alert settings come from the environment."""
-    [task_id] = enqueue_committed(settings, [TaskSpec("t.nobody", {}, max_attempts=1)])
+    [task_id] = enqueue_committed(settings, [TaskSpec("test.fail", {}, max_attempts=1)])
     worker = spawn(
         settings, "-v", "worker", "--app", "tests.apps.slow_app", "--grace", str(grace_s)
     )

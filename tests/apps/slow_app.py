@@ -25,3 +25,8 @@ def sync_write(payload: Any, ctx: TaskContext) -> None:
         text("INSERT INTO test_effects (task_id, attempt) VALUES (:id, :attempt)"),
         {"id": ctx.id, "attempt": ctx.attempt},
     )
+
+
+@task("test.fail")
+def fail(payload: Any, ctx: TaskContext) -> None:
+    raise RuntimeError(str(payload.get("why", "this handler always fails")))

@@ -211,20 +211,44 @@ async def test_two_relays_do_not_publish_the_same_row(settings: Settings, ledger
     assert set((await ledger.whereabouts(ids)).values()) == {"published"}
 
 
-async def test_unknown_kind_is_recorded_and_retried_not_crashed(
+async def test_a_kind_no_worker_registers_waits_unattempted_then_runs_once_one_does(
     settings: Settings, ledger: PgLedger
 ) -> None:
-    registry = Registry()
-    [task_id] = enqueue_committed(
-        settings, [TaskSpec("t.nobody", {}, max_attempts=2, retry=[0.05])]
+    old, new = Registry(), Registry()
+
+    @old.task("t.known")
+    async def known(payload: Any, ctx: AsyncTaskContext) -> None:
+        pass
+
+    ran: list[int] = []
+
+    @new.task("t.known")
+    async def known_too(payload: Any, ctx: AsyncTaskContext) -> None:
+        pass
+
+    @new.task("t.newkind")
+    async def newkind(payload: Any, ctx: AsyncTaskContext) -> None:
+        ran.append(ctx.id)
+
+    [known_id, new_id] = enqueue_committed(
+        settings, [TaskSpec("t.known", {}), TaskSpec("t.newkind", {}, max_attempts=1)]
     )
+    async with Pipeline(settings, old) as pipe:
+        assert await pipe.settle([known_id]) == {known_id: "succeeded"}
+        for _ in range(3):  # the relay passes over it: no live worker registers its kind
+            await pipe.relay.run_once()
+        waiting = await ledger.show(new_id)
+        assert (waiting["status"], waiting["attempts"]) == ("pending", 0)
+        unserved = await ledger.unserved()
+        assert [(u["kind"], u["tasks"]) for u in unserved] == [("t.newkind", 1)]
 
-    async with Pipeline(settings, registry) as pipe:
-        await pipe.settle([task_id])
-
-    dead = await ledger.show(task_id)
-    assert dead["status"] == "dead" and dead["attempts"] == 2
-    assert "no handler registered for kind 't.nobody'" in dead["last_error"]
+    # a rolling deploy: the old worker still runs beside the new one
+    async with Pipeline(settings, old) as keep, Pipeline(settings, new) as pipe:
+        assert keep.worker.subscriptions != pipe.worker.subscriptions
+        assert await pipe.settle([new_id]) == {new_id: "succeeded"}
+    assert ran == [new_id]
+    assert (await ledger.show(new_id))["attempts"] == 1
+    assert await ledger.unserved() == []
 
 
 async def test_message_naming_no_task_is_dead_lettered_or_acked(settings: Settings) -> None:
