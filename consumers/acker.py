@@ -11,6 +11,13 @@ back the acks of the deliveries behind it. A rejected delivery is settled on its
 own and leaves the prefix at once, whether or not its reject could be sent. A
 delivery from a channel that has closed is never acked: its tag means nothing
 on the new one.
+
+An envelope (one delivery carrying several tasks, relay/envelopes.py) is
+settled once, when the last of its tasks is: acked when every one is finished;
+requeued instead if the claim of any of them asked for a requeue (a failed
+claim), because a tag can be settled only once and its redelivery claims only
+what did not finish (the others' fences moved on). Until then it holds its
+place in the prefix like any unfinished delivery.
 """
 
 from __future__ import annotations
@@ -42,10 +49,32 @@ class Acker:
         self._late: set[asyncio.Task[None]] = set()
         self._channels: dict[int, _Channel] = {}
         self._channel_of: dict[int, int] = {}  # id(delivery) -> id(its channel)
+        #: id(envelope) -> [tasks not yet settled, whether one asked for a requeue]
+        self._parts: dict[int, list[int | bool]] = {}
         self._lock = asyncio.Lock()
         self.acks_sent = 0
 
-    def received(self, message: Delivery) -> None:
+    def received(self, message: Delivery, parts: int = 1) -> None:
+        """``message`` came in carrying ``parts`` tasks (an envelope: several); it is
+        settled when all of them are."""
+        self._received(message)
+        if parts > 1:
+            self._parts[id(message)] = [parts, False]
+
+    def _last_part(self, message: Delivery, requeue: bool) -> tuple[bool, bool]:
+        """Count one of ``message``'s tasks settled: whether that was its last, and
+        whether the delivery is to be requeued rather than acked."""
+        left = self._parts.get(id(message))
+        if left is None:
+            return True, requeue
+        left[0] = int(left[0]) - 1
+        left[1] = bool(left[1]) or requeue
+        if left[0] > 0:
+            return False, False
+        del self._parts[id(message)]
+        return True, bool(left[1])
+
+    def _received(self, message: Delivery) -> None:
         # message.channel is valid now (it raises once the channel has closed). The
         # state keeps the channel object alive, so its id() is never reused for a
         # new channel while the state exists.
@@ -63,30 +92,40 @@ class Acker:
 
     async def reject(self, messages: list[Delivery], requeue: bool) -> None:
         """Reject (to the dead-letter exchange) or requeue, under the same lock as
-        acks, and mark the tags settled only once the reject is sent."""
+        acks, and mark the tags settled only once the reject is sent. An envelope
+        is rejected when its last task is settled (see the module docstring)."""
         async with self._lock:
-            touched: dict[int, _Channel] = {}
+            whole = []
             for message in messages:
-                touched[self._key(message)] = self._state(message)
-                try:
-                    await message.reject(requeue=requeue)
-                except BrokerConnectionError:
-                    log.info(
-                        "could not reject %s: its channel is gone (the broker redelivers it)",
-                        message.message_id,
-                    )
-                except Exception:
-                    # Settled anyway: a tag nothing will settle must not hold the
-                    # prefix (a later multiple ack then acks it instead).
-                    log.exception("rejecting %s failed", message.message_id)
-                self._state(message).settled.add(_tag(message))
-                self._channel_of.pop(id(message), None)
-            for key, state in touched.items():  # what waited behind a rejected tag goes now
-                if state.finished and self._channels.get(key) is state:
-                    await self._flush(key, state)
+                last, again = self._last_part(message, requeue)
+                if last:
+                    whole.append((message, again))
+            await self._reject_each(whole)
+
+    async def _reject_each(self, messages: list[tuple[Delivery, bool]]) -> None:
+        touched: dict[int, _Channel] = {}
+        for message, requeue in messages:
+            touched[self._key(message)] = self._state(message)
+            try:
+                await message.reject(requeue=requeue)
+            except BrokerConnectionError:
+                log.info(
+                    "could not reject %s: its channel is gone (the broker redelivers it)",
+                    message.message_id,
+                )
+            except Exception:
+                # Settled anyway: a tag nothing will settle must not hold the
+                # prefix (a later multiple ack then acks it instead).
+                log.exception("rejecting %s failed", message.message_id)
+            self._state(message).settled.add(_tag(message))
+            self._channel_of.pop(id(message), None)
+        for key, state in touched.items():  # what waited behind a rejected tag goes now
+            if state.finished and self._channels.get(key) is state:
+                await self._flush(key, state)
 
     async def finished(self, messages: list[Delivery]) -> None:
         """These deliveries' outcomes are committed: ack them (coalescing when safe).
+        An envelope is acked when its last task is (see the module docstring).
 
         Serialised: the state is read and the acks sent under one lock, so two
         callers can neither pick the same tag nor send a ``multiple`` ack for a
@@ -94,10 +133,19 @@ class Acker:
         make the broker close the channel)."""
         async with self._lock:
             touched: dict[int, _Channel] = {}
+            requeued: list[tuple[Delivery, bool]] = []
             for message in messages:
+                last, requeue = self._last_part(message, False)
+                if not last:
+                    continue
+                if requeue:
+                    requeued.append((message, True))
+                    continue
                 state = self._state(message)
                 state.finished[_tag(message)] = message
                 touched[self._key(message)] = state
+            if requeued:
+                await self._reject_each(requeued)
             for key, state in touched.items():
                 await self._flush(key, state)
 

@@ -43,6 +43,8 @@ class DueTask:
     #: The route of the live subscription the task goes to (a worker's ``--kinds``
     #: and ``--shards``: :mod:`ledgerq.ledger.routing`); None: the queue's own.
     route: str | None = None
+    #: How many live workers share that route (envelopes are cut per worker).
+    subscribers: int = 1
 
 
 @dataclass(frozen=True, slots=True)

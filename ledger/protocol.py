@@ -86,6 +86,12 @@ class RelayLedger(Protocol):
         behind. A route with no live subscriber gets nothing."""
         ...
 
+    async def kind_durations(self) -> dict[str, float]:
+        """Each recently run kind's typical attempt, in seconds (the mean of the
+        last minutes' attempts, or the age of one running now if longer): the
+        relay sends a long kind's tasks one per message."""
+        ...
+
 
 class WorkerLedger(FinishingLedger, Protocol):
     async def claim(
@@ -244,8 +250,14 @@ class InspectionLedger(Protocol):
         ...
 
     async def unserved(self) -> list[dict[str, Any]]:
-        """Due tasks of routed queues no live worker serves (``--kinds``, ``--shards``),
-        by queue, kind and shard, with the oldest's due time: backlog, not failure."""
+        """Due tasks no live worker serves (a kind no live worker registers, a shard
+        or queue nobody serves), by queue, kind and shard, with the oldest's due
+        time: backlog, never attempted, not failure."""
+        ...
+
+    async def windows(self) -> list[dict[str, Any]]:
+        """Each live broker route's window (queue, route, capacity, published,
+        room): what the relay may still publish to it."""
         ...
 
     async def subscriptions(self) -> list[dict[str, Any]]:
@@ -276,9 +288,11 @@ class InspectionLedger(Protocol):
 
     async def timings(self, ids: Iterable[int]) -> list[TaskTiming]: ...
 
-    async def truncate(self) -> None:
+    async def truncate(self, *, keep_subscriptions: bool = False) -> None:
         """Delete every task, live and finished, every permanent key, the audit trail
-        and the dashboard's rollup (tests, demo and benchmark only)."""
+        and the dashboard's rollup (tests, demo and benchmark only); and the
+        workers' subscriptions unless ``keep_subscriptions`` (the benchmark's
+        workers run on between its drains)."""
         ...
 
     async def seed_history(self, rows: int) -> None:

@@ -124,9 +124,31 @@ SELECT task_id FROM ledgerq_unique_keys WHERE kind = :kind AND key = :business_k
 -- operators still reach it. SKIP LOCKED: relays never wait for or collide with
 -- each other. route: the window's route ('' for the queue's own broker queue).
 -- trace_context: the producer's trace, which the publish span continues.
-SELECT id, kind, queue, priority, epoch, suspect, trace_context, route
+SELECT id, kind, queue, priority, epoch, suspect, trace_context, route, subscribers
 FROM ledgerq_pick((SELECT COALESCE(jsonb_agg(w), '[]'::jsonb) FROM ledgerq_windows w),
                   :limit, :aging_s)
+
+-- name: kind_durations
+-- How long each kind's attempts run, for the relay's envelopes (a long kind's
+-- tasks travel one per message): the mean run time of its attempts that ended
+-- in the last five minutes (at most the newest 5,000), and, for a kind with an
+-- attempt running now, at least the oldest such attempt's age.
+WITH recent AS (
+    SELECT kind, EXTRACT(EPOCH FROM finished_at - started_at) AS s
+    FROM ledgerq_history
+    WHERE finished_at > now() - interval '5 minutes' AND started_at IS NOT NULL
+    ORDER BY finished_at DESC
+    LIMIT 5000
+), running AS (
+    SELECT kind, max(EXTRACT(EPOCH FROM now() - started_at)) AS s
+    FROM ledgerq_tasks
+    WHERE status = 'running' AND lease_until IS NOT NULL
+    GROUP BY kind
+)
+SELECT kind, CAST(max(s) AS float8) AS seconds
+FROM (SELECT kind, avg(s) AS s FROM recent GROUP BY kind
+      UNION ALL SELECT kind, s FROM running) AS k
+GROUP BY kind
 
 -- name: register_limits
 -- The rate limits of a worker's @task(rate_limit=...) kinds, at its start. A
@@ -438,7 +460,7 @@ FOR UPDATE OF t SKIP LOCKED
 -- reconciler stands in for a relay that is down. The relay's rule exactly
 -- (ledgerq_pick), only for rows due :default_stall_s or longer; each call picks
 -- anew (the window shrinks as the rows are marked).
-SELECT id, kind, queue, priority, epoch, suspect, trace_context, route
+SELECT id, kind, queue, priority, epoch, suspect, trace_context, route, subscribers
 FROM ledgerq_pick((SELECT COALESCE(jsonb_agg(w), '[]'::jsonb) FROM ledgerq_windows w),
                   :limit, :aging_s, :default_stall_s)
 

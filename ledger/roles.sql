@@ -51,7 +51,7 @@ GRANT INSERT (kind, key, task_id), SELECT (kind, key, task_id)
 GRANT SELECT, DELETE ON ledgerq_tasks TO ledgerq_service;
 GRANT UPDATE (status, epoch, attempts, publishes, run_at, published_at, started_at,
               heartbeat_at, lease_until, worker, checkpoint, last_error, suspect, attempt_log,
-              progress)
+              progress, route)
     ON ledgerq_tasks TO ledgerq_service;
 GRANT INSERT ON ledgerq_history TO ledgerq_service;
 GRANT SELECT (id, kind, attempts, status, last_error, ordering_key)
@@ -69,6 +69,16 @@ GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens, ordering, on_children_don
 -- Routing: a worker registers what it serves (subscribe, unsubscribe); the
 -- relay and the reconciler read it (ledgerq_route, in select_due and the rest).
 GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_subscriptions TO ledgerq_service;
+-- The window (migration 0014): ledgerq_pick reads the due rule's view and locks
+-- the rows it picks through it (FOR UPDATE on a view needs UPDATE on one of its
+-- columns), and the live routes' windows; the reconciler takes back what was
+-- published to a route nobody serves and audits it (unpublish_unserved).
+GRANT SELECT, UPDATE (epoch) ON ledgerq_ready TO ledgerq_service;
+GRANT SELECT ON ledgerq_windows TO ledgerq_service, ledgerq_operator;
+GRANT SELECT (id), INSERT, UPDATE (matched, changed, skipped, finished_at)
+    ON ledgerq_audit TO ledgerq_service;
+GRANT INSERT ON ledgerq_audit_tasks TO ledgerq_service;
+GRANT USAGE ON SEQUENCE ledgerq_audit_id_seq TO ledgerq_service;
 -- Operator: `ledgerq stats`, `show`, `tasks list` and `tasks audit` read the
 -- tables whole.
 GRANT SELECT ON ledgerq_tasks, ledgerq_history, ledgerq_audit, ledgerq_audit_tasks,

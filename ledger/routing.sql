@@ -53,3 +53,11 @@ WHERE t.status = 'pending' AND t.run_at <= now()
   AND ledgerq_route(t.queue, t.kind, t.shard) IS NULL
 GROUP BY t.queue, t.kind, t.shard
 ORDER BY t.queue, t.kind, t.shard
+
+-- name: list_windows
+-- Each live broker route's window: its subscribers' capacity, what is
+-- published to it and not yet claimed, and the room left (ledgerq stats, the
+-- benchmark's occupancy samples).
+SELECT queue, route, capacity, capacity - credit AS published, GREATEST(credit, 0) AS room
+FROM ledgerq_windows
+ORDER BY queue, route

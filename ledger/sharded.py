@@ -219,6 +219,12 @@ class ShardedLedger(ShardedWorkerLedger[ShardLedger]):
         parts = await self._each(lambda shard: shard.unserved())
         return [{**row, "ledger_shard": k} for k, part in enumerate(parts) for row in part]
 
+    async def windows(self) -> list[dict[str, Any]]:
+        """Every shard's windows, each row naming its shard (each shard's relays
+        fill their own database's windows)."""
+        parts = await self._each(lambda shard: shard.windows())
+        return [{**row, "ledger_shard": k} for k, part in enumerate(parts) for row in part]
+
     async def subscriptions(self) -> list[dict[str, Any]]:
         """Every shard's subscriptions as one list: a worker registers on every shard,
         so each (worker, queue) appears once, with its latest expiry."""
@@ -260,8 +266,8 @@ class ShardedLedger(ShardedWorkerLedger[ShardLedger]):
         found = await self._by_id(ids, int, lambda shard, part: shard.timings(part))
         return [row for part in found for row in part]
 
-    async def truncate(self) -> None:
-        await self._each(lambda shard: shard.truncate())
+    async def truncate(self, *, keep_subscriptions: bool = False) -> None:
+        await self._each(lambda shard: shard.truncate(keep_subscriptions=keep_subscriptions))
 
     async def seed_history(self, rows: int) -> None:
         await self.shards[0].seed_history(rows)

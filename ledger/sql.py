@@ -53,6 +53,7 @@ class LedgerQueries:
     insert_tasks_once: TextClause
     once_task_id: TextClause
     select_due: TextClause
+    kind_durations: TextClause
     register_limits: TextClause
     register_ordering: TextClause
     register_children_done: TextClause
@@ -91,6 +92,7 @@ class InspectionQueries:
     drain_span: TextClause
     timings: TextClause
     truncate: TextClause
+    truncate_subscriptions: TextClause
     reset_rollup: TextClause
     clear_finished: TextClause
     seed_history: TextClause
@@ -151,6 +153,7 @@ class RoutingQueries:
     unsubscribe: TextClause
     list_subscriptions: TextClause
     unserved: TextClause
+    list_windows: TextClause
 
 
 @dataclass(frozen=True)

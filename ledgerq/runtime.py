@@ -101,6 +101,10 @@ class WatchedLedger:
             async with self._ledger.publish_batch(limit, aging_s) as batch:
                 yield batch
 
+    async def kind_durations(self) -> dict[str, float]:
+        with self._watch.watching():
+            return await self._ledger.kind_durations()
+
     async def claim(
         self, fences: Iterable[Fence], worker: str, lease_s: float
     ) -> list[ClaimedTask]:

@@ -259,7 +259,7 @@ class Reconciler:
                     return published
                 counts.pages += 1
                 outcomes = await self.publisher.publish_many(
-                    batch.rows, self.config.confirm_timeout
+                    [(row,) for row in batch.rows], self.config.confirm_timeout
                 )
                 confirmed = [
                     r

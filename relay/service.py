@@ -32,6 +32,8 @@ from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.protocol import RelayLedger
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, aging_param
 from ledgerq.relay.broker.base import Publisher, PublishOutcome
+from ledgerq.relay.broker.topology import MAX_ENVELOPE
+from ledgerq.relay.envelopes import KindDurations, pack
 from ledgerq.relay.probes import Probe, no_probe
 
 log = logging.getLogger("ledgerq.relay")
@@ -53,6 +55,10 @@ class RelayConfig:
     #: A task due this long is published first, at priority 9 (0: no aging); the
     #: setting LEDGERQ_PRIORITY_AGING_S (see ledgerq.ledger.scheduling).
     aging_s: float = DEFAULT_AGING_S
+    #: Most tasks one message carries (relay/envelopes.py); 1: one per message.
+    envelope_max: int = 16
+    #: A kind whose attempts run this long on average travels one per message.
+    envelope_long_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size <= 10_000:
@@ -64,6 +70,10 @@ class RelayConfig:
         if not 0.1 <= self.confirm_timeout <= 60:
             raise ValueError(f"confirm_timeout must be 0.1..60 s, got {self.confirm_timeout}")
         aging_param(self.aging_s)  # ValueError if negative
+        if not 1 <= self.envelope_max <= MAX_ENVELOPE:
+            raise ValueError(f"envelope_max must be 1..{MAX_ENVELOPE}, got {self.envelope_max}")
+        if self.envelope_long_s <= 0:
+            raise ValueError(f"envelope_long_s must be positive, got {self.envelope_long_s}")
 
 
 @dataclass
@@ -73,10 +83,20 @@ class RelayCounts:
     returned: int = 0
     nacked: int = 0
     failed: int = 0
+    #: AMQP messages sent (an envelope carries several tasks).
+    messages: int = 0
     elapsed_s: float = 0.0
 
     def add(self, other: RelayCounts) -> None:
-        for name in ("claimed", "published", "returned", "nacked", "failed", "elapsed_s"):
+        for name in (
+            "claimed",
+            "published",
+            "returned",
+            "nacked",
+            "failed",
+            "messages",
+            "elapsed_s",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
@@ -90,6 +110,11 @@ class Relay:
     observer: Observer = NO_OBSERVER
     #: Whether the last batch failed (the readiness probe reports it).
     failing: bool = False
+    durations: KindDurations | None = None
+
+    def __post_init__(self) -> None:
+        if self.durations is None:
+            self.durations = KindDurations(self.ledger.kind_durations, self.config.envelope_long_s)
 
     async def run_once(self) -> RelayCounts:
         """Publish one batch of due rows; return what happened to them."""
@@ -99,9 +124,12 @@ class Relay:
             if batch.rows:
                 traced = any(r.trace_context is not None for r in batch.rows)
                 spans = tracing.PublishSpans(batch.rows) if traced else None
-                outcomes = await self.publisher.publish_many(
-                    batch.rows, self.config.confirm_timeout
-                )
+                assert self.durations is not None
+                long = await self.durations.refresh() if self.config.envelope_max > 1 else None
+                envelopes = pack(batch.rows, self.config.envelope_max, long or frozenset())
+                sent = await self.publisher.publish_many(envelopes, self.config.confirm_timeout)
+                by_id = {row.id: o for e, o in zip(envelopes, sent, strict=True) for row in e}
+                outcomes = [by_id[row.id] for row in batch.rows]
                 if spans is not None:
                     spans.end([o.value for o in outcomes])
                 self.probe("relay.after_publish")
@@ -118,6 +146,7 @@ class Relay:
                     returned=tally[PublishOutcome.RETURNED],
                     nacked=tally[PublishOutcome.NACKED],
                     failed=tally[PublishOutcome.FAILED],
+                    messages=len(envelopes),
                 )
                 self.observer.published(
                     counts.published, counts.returned, counts.nacked, counts.failed

@@ -59,8 +59,10 @@ class PgInspection(PgBase):
         rows = await self._rows(IQ.timings, {"ids": sorted(set(ids))})
         return [TaskTiming(r.id, r.created, r.published, r.started, r.finished) for r in rows]
 
-    async def truncate(self) -> None:
+    async def truncate(self, *, keep_subscriptions: bool = False) -> None:
         await self._rows(IQ.truncate, {})
+        if not keep_subscriptions:
+            await self._rows(IQ.truncate_subscriptions, {})
         await self._rows(IQ.reset_rollup, {})
 
     async def seed_history(self, rows: int) -> None:

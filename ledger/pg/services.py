@@ -113,6 +113,7 @@ class PgServices(PgBase):
                         r.suspect,
                         r._mapping.get("trace_context"),
                         r._mapping.get("route") or None,
+                        r._mapping.get("subscribers") or 1,
                     )
                     for r in await conn.execute(statement, params)
                 ]
@@ -122,6 +123,10 @@ class PgServices(PgBase):
         self, limit: int, aging_s: float = DEFAULT_AGING_S
     ) -> AbstractAsyncContextManager[PgPublishBatch]:
         return self._locked(Q.select_due, {"limit": limit, "aging_s": aging_param(aging_s)})
+
+    async def kind_durations(self) -> dict[str, float]:
+        rows = await self._rows(Q.kind_durations, {})
+        return {str(r.kind): float(r.seconds) for r in rows if r.seconds is not None}
 
     def stalled_batch(
         self, after: int, limit: int, default_stall_s: float, stalls: Mapping[str, float]
@@ -255,6 +260,10 @@ class PgServices(PgBase):
     async def subscriptions(self) -> list[dict[str, Any]]:
         """Every worker's subscription, live first (``ledgerq stats``)."""
         return [dict(r._mapping) for r in await self._rows(UQ.list_subscriptions, {})]
+
+    async def windows(self) -> list[dict[str, Any]]:
+        """Each live broker route's window: capacity, published, room."""
+        return [dict(r._mapping) for r in await self._rows(UQ.list_windows, {})]
 
     async def unserved(self) -> list[dict[str, Any]]:
         """Due tasks of routed queues no live subscription covers, by queue, kind, shard."""

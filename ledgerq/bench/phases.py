@@ -87,7 +87,7 @@ class Bench:
         self.direct_rss_mb = 0.0
 
     def reset(self) -> None:
-        self.run(self.ledger.truncate())
+        self.run(self.ledger.truncate(keep_subscriptions=True))  # its workers run on
 
     def history_count(self) -> int:
         return self.run(self.ledger.count_finished())

@@ -26,6 +26,7 @@ from ledgerq.compose import open_ledger
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Fence, Outcome
 from ledgerq.ledger.pg.engines import RELAY_PLANNER, WORKER_PLANNER
+from ledgerq.ledger.routing import Subscription
 from ledgerq.relay.broker.aio import connect
 from ledgerq.runtime import run_service
 
@@ -203,6 +204,11 @@ async def _publish(run: _Run) -> None:
             # On the confirm-mode channel underneath aio-pika, as the relay publishes.
             raw = await channel.get_underlay_channel()
             persistent = Basic.Properties(delivery_mode=int(DeliveryMode.PERSISTENT))
+            # The consuming side's window, as a worker registers its prefetch: the
+            # relay's selection publishes nothing to a route nobody subscribed.
+            await ledger.subscribe(
+                "bench-pipeline", [Subscription("default", capacity=2 * run.prefetch)], 600.0
+            )
             await asyncio.to_thread(run.ready.wait)
             await asyncio.to_thread(run.go.wait)
             published = 0
@@ -227,6 +233,9 @@ async def _publish(run: _Run) -> None:
                         )
                         published += len(await due.mark_published(due.rows))
 
-            await asyncio.gather(publish(), publish())
+            try:
+                await asyncio.gather(publish(), publish())
+            finally:
+                await ledger.unsubscribe("bench-pipeline")
     finally:
         await connection.close()

@@ -84,7 +84,8 @@ def migrate(settings: Settings, revision: str) -> None:
 async def _stats(settings: Settings) -> dict[str, Any]:
     async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
         data = await ledger.stats()
-        # Routed queues' due tasks no live worker serves (--kinds, --shards): backlog.
+        # Due tasks no live worker serves (a kind none registers, a shard or queue
+        # none serves): backlog, never attempted.
         data["unserved"] = [
             {**row, "oldest": row["oldest"].isoformat()} for row in await ledger.unserved()
         ]
@@ -100,6 +101,8 @@ async def _stats(settings: Settings) -> dict[str, Any]:
             for row in await ledger.subscriptions()
             if row["live"]
         ]
+        # Each live broker route's window: what the relay may still publish to it.
+        data["windows"] = await ledger.windows()
         return data
 
 
@@ -112,8 +115,8 @@ async def _show(settings: Settings, task_id: int | None, key: str | None) -> dic
 @json_option
 @pass_settings
 def stats(settings: Settings, as_json: bool) -> None:
-    """Counts by status and by kind, the due tasks no live worker serves, and the
-    live workers with what each serves."""
+    """Counts by status and by kind, the due tasks no live worker serves, the
+    live workers with what each serves, and each broker route's window."""
     data = asyncio.run(_stats(settings))
 
     def render(console: Console) -> None:
@@ -129,7 +132,7 @@ def stats(settings: Settings, as_json: bool) -> None:
         columns = ("queue", "kind", "shard", "tasks", "oldest")
         _print_rows(
             console,
-            "pending, served by no live worker (--kinds, --shards)",
+            "pending, served by no live worker (never attempted; waits for one)",
             columns,
             [[str(row[c]) for c in columns] for row in data["unserved"]],
         )
@@ -147,6 +150,13 @@ def stats(settings: Settings, as_json: bool) -> None:
                 ]
                 for row in data["workers"]
             ],
+        )
+        columns = ("queue", "route", "capacity", "published", "room")
+        _print_rows(
+            console,
+            "broker windows (the rest waits in the ledger)",
+            columns,
+            [[str(row[c]) or "(own queue)" for c in columns] for row in data["windows"]],
         )
 
     emit(data, as_json, render)

@@ -49,10 +49,10 @@ from tenacity import (
 
 from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceUnavailableError
 from ledgerq.ledger.masking import mask_text, mask_url, secrets_of, split_urls
-from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.tls import amqp_certificate_problem
 from ledgerq.relay.broker.base import (
     BrokerConnectionError,
+    Envelope,
     OnDelivery,
     PublishOutcome,
     QueueMismatchError,
@@ -220,22 +220,27 @@ class AioPublisher:
         # relay talks to the confirm-mode channel underneath it (aiormq) directly.
         return await self._channel.get_underlay_channel()
 
-    async def publish_many(self, tasks: Sequence[DueTask], timeout: float) -> list[PublishOutcome]:
+    async def publish_many(
+        self, envelopes: Sequence[Envelope], timeout: float
+    ) -> list[PublishOutcome]:
         try:
-            channel = await self._ready({t.queue for t in tasks})
+            channel = await self._ready({e[0].queue for e in envelopes})
         except QueueMismatchError:  # a configuration error: the relay stops on it
             self._channel = None
             raise
         except _CONNECTION_ERRORS as exc:
             log.warning("cannot open a publishing channel: %s", exc)
             self._channel = None
-            return [PublishOutcome.FAILED] * len(tasks)
-        return list(await asyncio.gather(*(self._publish_one(channel, t, timeout) for t in tasks)))
+            return [PublishOutcome.FAILED] * len(envelopes)
+        return list(
+            await asyncio.gather(*(self._publish_one(channel, e, timeout) for e in envelopes))
+        )
 
     async def _publish_one(
-        self, channel: aiormq.abc.AbstractChannel, task: DueTask, timeout: float
+        self, channel: aiormq.abc.AbstractChannel, envelope: Envelope, timeout: float
     ) -> PublishOutcome:
-        message = self._topology.message(task)
+        message = self._topology.message(envelope)
+        task = envelope[0]
         try:
             result = await channel.basic_publish(
                 message.body,
@@ -246,19 +251,21 @@ class AioPublisher:
                 timeout=timeout,
             )
         except aiormq.exceptions.DeliveryError:
-            log.warning("broker nacked task %s; it stays pending", task.id)
+            log.warning("broker nacked message %s; it stays pending", message.message_id)
             return PublishOutcome.NACKED
         except _CONNECTION_ERRORS as exc:
             # The channel is reopened by _ready() only if it really closed; a
             # confirm that timed out on a healthy channel keeps it.
-            log.warning("publish of task %s unconfirmed (%s); it stays pending", task.id, exc)
+            log.warning(
+                "publish of message %s unconfirmed (%s); it stays pending", message.message_id, exc
+            )
             return PublishOutcome.FAILED
         if isinstance(result, Basic.Ack):
             return PublishOutcome.CONFIRMED
         # A returned message (basic.return) is confirmed too; it was not delivered.
         log.warning(
-            "task %s to queue %r was unroutable (basic.return); it stays pending",
-            task.id,
+            "message %s to queue %r was unroutable (basic.return); it stays pending",
+            message.message_id,
             task.queue,
         )
         self._declared.discard(task.queue)  # re-declare its queue before the next try

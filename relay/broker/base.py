@@ -36,12 +36,19 @@ class PublishOutcome(Enum):
     FAILED = "failed"  # timeout, closed channel, connection loss: unknown, so not delivered
 
 
+#: The tasks one message carries: one, or several of one route and kind
+#: (relay/envelopes.py).
+Envelope = tuple[DueTask, ...]
+
+
 class Publisher(Protocol):
-    async def publish_many(self, tasks: Sequence[DueTask], timeout: float) -> list[PublishOutcome]:
-        """Publish each task (``mandatory``, persistent) and wait up to ``timeout``
-        seconds for each confirm. One outcome per task, in order; only
-        ``CONFIRMED`` means the broker has it. Never raises for a broker failure:
-        those tasks are ``FAILED``."""
+    async def publish_many(
+        self, envelopes: Sequence[Envelope], timeout: float
+    ) -> list[PublishOutcome]:
+        """Publish each envelope as one message (``mandatory``, persistent) and wait
+        up to ``timeout`` seconds for each confirm. One outcome per envelope, in
+        order, for every task in it; only ``CONFIRMED`` means the broker has it.
+        Never raises for a broker failure: those envelopes are ``FAILED``."""
         ...
 
     async def close(self) -> None: ...

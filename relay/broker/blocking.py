@@ -34,9 +34,8 @@ import pika.exceptions
 
 from ledgerq.ledger.errors import ConfigError, CredentialsRefusedError, ServiceUnavailableError
 from ledgerq.ledger.masking import mask_text, mask_url, secrets_of, split_urls
-from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.tls import amqp_certificate_problem
-from ledgerq.relay.broker.base import PublishOutcome, QueueMismatchError
+from ledgerq.relay.broker.base import Envelope, PublishOutcome, QueueMismatchError
 from ledgerq.relay.broker.topology import MessageSpec, QueueSpec, Topology, mismatch
 
 log = logging.getLogger("ledgerq.broker")
@@ -154,21 +153,22 @@ class BlockingPublisher:
             raise QueueMismatchError(mismatch(spec, exc.reply_text)) from exc
         self._channel.queue_bind(spec.name, spec.exchange, routing_key=spec.routing_key)
 
-    def publish_many(self, tasks: Sequence[DueTask]) -> list[PublishOutcome]:
+    def publish_many(self, envelopes: Sequence[Envelope]) -> list[PublishOutcome]:
         self._ensure()
         outcomes: list[PublishOutcome] = []
-        for task in tasks:
+        for envelope in envelopes:
             try:
-                outcomes.append(self._publish_one(task))
+                outcomes.append(self._publish_one(envelope))
             except _CONNECTION_ERRORS as exc:
                 log.warning("connection lost while re-publishing (%s); the rest waits", exc)
                 self._channel = None
-                outcomes.extend([PublishOutcome.FAILED] * (len(tasks) - len(outcomes)))
+                outcomes.extend([PublishOutcome.FAILED] * (len(envelopes) - len(outcomes)))
                 break
         return outcomes
 
-    def _publish_one(self, task: DueTask) -> PublishOutcome:
-        message = self._topology.message(task)
+    def _publish_one(self, envelope: Envelope) -> PublishOutcome:
+        message = self._topology.message(envelope)
+        task = envelope[0]
         try:
             if task.queue not in self._declared:
                 self._declare(self._topology.task_queue(task.queue))
@@ -181,11 +181,13 @@ class BlockingPublisher:
                 mandatory=message.mandatory,
             )
         except pika.exceptions.UnroutableError:
-            log.warning("re-publish of task %s was unroutable; it stays as it was", task.id)
+            log.warning(
+                "re-publish of message %s was unroutable; it stays as it was", message.message_id
+            )
             self._declared.discard(task.queue)
             return PublishOutcome.RETURNED
         except pika.exceptions.NackError:
-            log.warning("broker nacked the re-publish of task %s", task.id)
+            log.warning("broker nacked the re-publish of message %s", message.message_id)
             return PublishOutcome.NACKED
         return PublishOutcome.CONFIRMED
 
@@ -236,11 +238,13 @@ class ThreadedPublisher:
             raise
         return cls(thread, publisher)
 
-    async def publish_many(self, tasks: Sequence[DueTask], timeout: float) -> list[PublishOutcome]:
+    async def publish_many(
+        self, envelopes: Sequence[Envelope], timeout: float
+    ) -> list[PublishOutcome]:
         """Publish one by one, each waiting for its confirm. The wait is bounded by the
         timeout given to :meth:`open` (pika sets it per connection, not per publish)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, self._publisher.publish_many, tasks)
+        return await loop.run_in_executor(self._thread, self._publisher.publish_many, envelopes)
 
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._thread, self._publisher.close)

@@ -4,6 +4,9 @@ One durable direct exchange carries every task; each ledger queue has a durable
 broker queue bound to it by the queue's name. Messages a consumer rejects as
 malformed go to a dead-letter exchange and its queue, where an operator can look
 at them. The broker never holds a delayed task: only due rows are published.
+A message names one task (``{"id":…,"epoch":…}``) or, as an envelope, several
+tasks of one route and kind (``{"tasks":[[id,epoch],…]}``, relay/envelopes.py);
+the payloads stay in the ledger.
 
 Both adapters (:mod:`.aio` for the relay and the worker, :mod:`.blocking` for
 the reconciler) declare exactly these objects and send exactly these messages,
@@ -19,7 +22,7 @@ cluster; a delivery limit; see :attr:`Topology._type_arguments` on priorities).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -27,6 +30,8 @@ from typing import Any, Literal
 from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.routing import ROUTE_SEPARATOR, routing_key
 
+#: The most tasks one envelope (one message) may carry.
+MAX_ENVELOPE = 256
 #: Classic queues get this many priority levels (task priority 0-9).
 MAX_PRIORITY = 9
 #: ``LEDGERQ_QUEUE_TYPE``: classic queues (one node; priorities in the broker), or
@@ -133,14 +138,24 @@ class Topology:
             },
         )
 
-    def message(self, task: DueTask) -> MessageSpec:
+    def message(self, envelope: Sequence[DueTask]) -> MessageSpec:
+        """The message of one envelope: one task, or several of one route and kind
+        (relay/envelopes.py). ``message_id`` is the first task's id, and ``+n`` for
+        the n more an envelope carries; its priority is its highest task's."""
+        first = envelope[0]
+        if len(envelope) == 1:
+            body = message_body(first.id, first.epoch, alone=first.suspect)
+            message_id = str(first.id)
+        else:
+            body = envelope_body([(t.id, t.epoch) for t in envelope])
+            message_id = f"{first.id}+{len(envelope) - 1}"
         return MessageSpec(
             exchange=self.exchange.name,
-            routing_key=routing_key(task.queue, task.route),
-            body=message_body(task.id, task.epoch, alone=task.suspect),
-            message_id=str(task.id),
-            type=task.kind,
-            priority=min(max(task.priority, 0), MAX_PRIORITY),
+            routing_key=routing_key(first.queue, first.route),
+            body=body,
+            message_id=message_id,
+            type=first.kind,
+            priority=min(max(max(t.priority for t in envelope), 0), MAX_PRIORITY),
         )
 
 
@@ -156,6 +171,11 @@ def mismatch(spec: QueueSpec, detail: str) -> str:
         f"(rabbitmqctl delete_queue {spec.name}) and start again: the ledger re-publishes "
         "what it held (docs/howto.md, 'Upgrade a broker queue')"
     )
+
+
+def envelope_body(fences: Sequence[tuple[int, int]]) -> bytes:
+    """``{"tasks":[[id,epoch],…]}``: an envelope of several tasks."""
+    return json.dumps({"tasks": [list(f) for f in fences]}, separators=(",", ":")).encode()
 
 
 def message_body(task_id: int, epoch: int, *, alone: bool = False) -> bytes:

@@ -26,7 +26,8 @@ from tests.strategies import as_stored, kinds, options, payloads
 
 @pytest.fixture(scope="module")
 def engine(base_settings: Settings) -> Iterator[Engine]:
-    engine = sync_engine(base_settings, "test-properties", pool_size=1)
+    # two: a refused parent is counted from a second connection (max_overflow is 0)
+    engine = sync_engine(base_settings, "test-properties", pool_size=2)
     yield engine
     engine.dispose()
 

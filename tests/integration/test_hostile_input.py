@@ -151,8 +151,9 @@ async def test_a_forged_message_does_not_run_a_delayed_task_before_it_is_due(
 
     async with Pipeline(settings, registry) as pipe:
         # Anyone who can publish to the exchange sends {"id": X, "epoch": 0}.
-        forged = DueTask(task_id, "t.later", "default", 0, epoch=0)
-        assert await pipe.relay.publisher.publish_many([forged], 5) == [PublishOutcome.CONFIRMED]
+        route = pipe.worker.subscriptions[0].route  # the broker queue the worker reads
+        forged = DueTask(task_id, "t.later", "default", 0, epoch=0, route=route)
+        assert await pipe.relay.publisher.publish_many([(forged,)], 5) == [PublishOutcome.CONFIRMED]
         await wait_for(lambda: pipe.worker.counts.skipped >= 1)
         row = await ledger.show(task_id)
         assert (row["status"], row["attempts"], row["epoch"]) == ("pending", 0, 0)

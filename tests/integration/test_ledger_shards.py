@@ -17,7 +17,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from ledgerq import AsyncTaskContext, Registry, Shards, WrongShardError, enqueue
-from ledgerq.compose import open_operator_ledger, open_reconciler, open_relay, open_worker
+from ledgerq.compose import (
+    open_ledger,
+    open_operator_ledger,
+    open_reconciler,
+    open_relay,
+    open_worker,
+)
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.errors import ConfigError, TaskNotFoundError
@@ -27,7 +33,7 @@ from ledgerq.ledger.sharded import ShardedLedger
 from ledgerq.relay.reconciler import ReconcilerConfig
 from ledgerq.relay.service import RelayConfig
 from tests.conftest import delete_broker_objects, drop_database, recreate_database
-from tests.harness import EFFECTS_DDL, db
+from tests.harness import EFFECTS_DDL, db, subscribe_queues
 from tests.shard_dbs import create_shards, empty
 from tests.support import ledgerq
 
@@ -155,6 +161,8 @@ async def test_reconciler_covers_every_shard(sharded: Settings) -> None:
     for shard in sharded.ledger_shards():  # as if the relay had died long ago
         with db(shard) as conn:
             conn.execute("UPDATE ledgerq_tasks SET run_at = now() - interval '1 hour'")
+        async with open_ledger(shard, "ledgerq-test", pool_size=1) as one:
+            await subscribe_queues(one)  # a live worker's window on every shard
     config = ReconcilerConfig(stall_s=60)
     published = 0
     for k in range(SHARDS):

@@ -22,6 +22,7 @@ from ledgerq.consumers.acker import Acker
 from ledgerq.consumers.handoff import Arrival
 from ledgerq.consumers.intake import MAX_BODY_BYTES, Intake, decode_fence
 from ledgerq.relay.broker.base import Delivery as BrokerDelivery
+from ledgerq.relay.broker.topology import MAX_ENVELOPE, envelope_body
 
 
 class Channel:
@@ -111,11 +112,12 @@ async def test_intake_rejects_each_poison_body_with_one_error_line(
     assert len(line.getMessage()) < 600  # the body is cut, not logged whole
 
 
-async def test_the_default_bound_refuses_a_body_over_1_kib_before_parsing_it() -> None:
-    assert MAX_BODY_BYTES == 1024
+async def test_the_default_bound_refuses_a_body_over_16_kib_before_parsing_it() -> None:
+    # the largest envelope (MAX_ENVELOPE tasks of the largest ids and epochs) fits
+    assert len(envelope_body([(2**63 - 1, 2**63 - 1)] * MAX_ENVELOPE)) < MAX_BODY_BYTES == 16384
     channel, acker, arrivals = Channel(), Acker(), list[Arrival]()
     intake = Intake(acker, arrivals.append)
-    padded = json.dumps({"id": 5, "epoch": 0, "pad": "x" * 1100}).encode()
+    padded = json.dumps({"id": 5, "epoch": 0, "pad": "x" * 16_400}).encode()
 
     await intake(channel.deliver(padded))
     await intake(channel.deliver(good(6)))

@@ -387,9 +387,9 @@ async def test_claimer_runs_a_suspect_alone_once_every_slot_is_free(
 
 
 def test_a_suspects_message_asks_to_run_alone_and_others_do_not() -> None:
-    assert decode_message(message_body(5, 2, alone=True)) == TaskMessage((5, 2), alone=True)
-    assert decode_message(message_body(5, 2)) == TaskMessage((5, 2), alone=False)
-    assert decode_message(b'{"id": 5, "epoch": 2, "alone": "yes"}') == TaskMessage((5, 2))
+    assert decode_message(message_body(5, 2, alone=True)) == TaskMessage(((5, 2),), alone=True)
+    assert decode_message(message_body(5, 2)) == TaskMessage(((5, 2),), alone=False)
+    assert decode_message(b'{"id": 5, "epoch": 2, "alone": "yes"}') == TaskMessage(((5, 2),))
     assert len(message_body(2**62, 2**62, alone=True)) < 80  # see intake.MAX_BODY_BYTES
 
 

@@ -23,7 +23,8 @@ relay and the direct path alike.
   no live task of its key ahead of it and no blocking dead one behind it.
 - View ``ledgerq_windows``: one row per live broker route (queue, route, kinds,
   shards) and its credit: the live subscribers' capacity minus its published
-  rows. Queues with a live direct subscriber have none.
+  rows, and how many subscribers share it (the relay cuts envelopes per
+  subscriber). Queues with a live direct subscriber have none.
 - Function ``ledgerq_pick(windows, limit, aging_s, min_wait_s)``: the due tasks
   to start next, per window at most its credit and at most ``limit`` in all:
   first the aged tasks (due ``aging_s`` or longer, oldest first, reported at
@@ -50,7 +51,7 @@ depends_on = None
 #: The columns ledgerq_pick returns (the relay's DueTask and the direct claim's fence).
 _PICKED = """
     id bigint, kind text, queue text, priority integer, epoch bigint, suspect boolean,
-    trace_context jsonb, route text
+    trace_context jsonb, route text, subscribers integer
 """
 
 _READY = """
@@ -78,9 +79,9 @@ SELECT s.queue, s.route, s.kinds, s.shards,
        s.capacity - (SELECT count(*) FROM ledgerq_tasks p
                      WHERE p.status = 'published' AND p.queue = s.queue
                        AND p.route = s.route)::integer AS credit,
-       s.capacity
+       s.capacity, s.subscribers
 FROM (SELECT queue, COALESCE(route, '') AS route, kinds, shards,
-             sum(capacity)::integer AS capacity
+             sum(capacity)::integer AS capacity, count(*)::integer AS subscribers
       FROM ledgerq_subscriptions
       WHERE expires_at > now() AND NOT direct
         AND queue <> ALL(ARRAY(SELECT queue FROM ledgerq_subscriptions
@@ -104,7 +105,8 @@ RETURNS TABLE ("""
 LANGUAGE sql VOLATILE SET jit = off SET enable_sort = off AS $$
 WITH w AS (
     SELECT w.* FROM jsonb_to_recordset(p_windows)
-        AS w(queue text, route text, kinds text[], shards integer[], credit integer)
+        AS w(queue text, route text, kinds text[], shards integer[], credit integer,
+             subscribers integer)
     WHERE w.credit > 0
 ), buckets AS (
     SELECT kind, clock_timestamp() AS at,
@@ -115,7 +117,7 @@ WITH w AS (
     ORDER BY kind
     FOR UPDATE SKIP LOCKED
 ), aged AS (
-    SELECT w.queue AS w_queue, w.route AS w_route, w.credit, c.*, 0 AS part
+    SELECT w.queue AS w_queue, w.route AS w_route, w.credit, w.subscribers, c.*, 0 AS part
     FROM w CROSS JOIN LATERAL (
         SELECT t.id, t.kind, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts,
                t.run_at
@@ -129,7 +131,7 @@ WITH w AS (
         LIMIT LEAST(w.credit, p_limit)
         FOR UPDATE SKIP LOCKED) c
 ), fresh AS (
-    SELECT w.queue AS w_queue, w.route AS w_route, w.credit, c.*, 1 AS part
+    SELECT w.queue AS w_queue, w.route AS w_route, w.credit, w.subscribers, c.*, 1 AS part
     FROM w CROSS JOIN LATERAL (
         SELECT t.id, t.kind, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts,
                t.run_at
@@ -144,7 +146,7 @@ WITH w AS (
         LIMIT LEAST(w.credit, p_limit)
         FOR UPDATE SKIP LOCKED) c
 ), metered AS (
-    SELECT w.queue AS w_queue, w.route AS w_route, w.credit, c.*, 1 AS part
+    SELECT w.queue AS w_queue, w.route AS w_route, w.credit, w.subscribers, c.*, 1 AS part
     FROM w CROSS JOIN buckets b CROSS JOIN LATERAL (
         SELECT t.id, t.kind, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts,
                t.run_at
@@ -188,7 +190,7 @@ WITH w AS (
     RETURNING k.kind
 )
 SELECT id, kind, w_queue, CAST(CASE WHEN part = 0 THEN 9 ELSE priority END AS integer), epoch,
-       suspect, trace_context, w_route
+       suspect, trace_context, w_route, COALESCE(subscribers, 1)
 FROM picked
 ORDER BY overall
 $$
