@@ -10,6 +10,7 @@ ledger's own questions go through the storage seam, on one event loop
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import time
@@ -28,6 +29,11 @@ from ledgerq.ledger.sharded import ShardedLedger
 from ledgerq.processes import Services
 
 T = TypeVar("T")
+
+#: The relay's closing line (relay/service.py): its totals.
+_RELAY_TOTALS = re.compile(
+    r"relay stopped: .*published=(?P<published>\d+).*messages=(?P<messages>\d+)"
+)
 
 
 class RunCoroutine(Protocol):
@@ -85,6 +91,11 @@ class Bench:
         self._relays: list[subprocess.Popen[bytes]] = []
         #: Direct workers' peak RSS, taken before each drain stops them.
         self.direct_rss_mb = 0.0
+        #: The last drain's broker windows, sampled while it ran: published over
+        #: capacity, summed over the live routes (each sample one number).
+        self.last_occupancy: list[float] = []
+        #: The last drain's tasks per message, from its relays' closing counts.
+        self.last_envelope = 0.0
 
     def reset(self) -> None:
         self.run(self.ledger.truncate(keep_subscriptions=True))  # its workers run on
@@ -195,14 +206,33 @@ class Bench:
 
     def wait_finished(self, n: int, progress: Progress, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        self.last_occupancy = []
         while (done := self.history_count()) < n:
             progress(done, n)
+            if not self.direct:
+                self.last_occupancy.append(self._occupancy())
             if self.services.dead():
                 raise RuntimeError(f"a service exited early; see {self.log_dir}/")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"only {done}/{n} tasks finished in {timeout:.0f}s")
             time.sleep(0.25)  # polling is cheap, but it is load on the machine measured
         progress(n, n)
+
+    def _occupancy(self) -> float:
+        windows = self.run(self.ledger.windows())
+        capacity = sum(int(w["capacity"]) for w in windows)
+        return sum(int(w["published"]) for w in windows) / capacity if capacity else 0.0
+
+    def _envelope(self) -> float:
+        """Tasks per message over the relays' last run (their closing log line)."""
+        published = messages = 0
+        for i in range(self.relays):
+            log = (self.log_dir / f"relay-{i}.log").read_text(errors="replace")
+            for line in log.splitlines():
+                if found := _RELAY_TOTALS.search(line):
+                    published += int(found["published"])
+                    messages += int(found["messages"])
+        return published / messages if messages else 0.0
 
     # -- drain -----------------------------------------------------------------
     def drain(
@@ -222,6 +252,8 @@ class Bench:
         self.wait_finished(n, progress, timeout=max(120.0, n / 50))
         self.last_cpu_ms_per_task = (self.worker_cpu_s() - cpu) * 1000 / n
         self.stop_relay()
+        if not self.direct:
+            self.last_envelope = self._envelope()
         count, span = self.run(self.ledger.drain_span())
         return float(count) / span if span else 0.0
 

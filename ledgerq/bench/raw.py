@@ -204,10 +204,11 @@ async def _publish(run: _Run) -> None:
             # On the confirm-mode channel underneath aio-pika, as the relay publishes.
             raw = await channel.get_underlay_channel()
             persistent = Basic.Properties(delivery_mode=int(DeliveryMode.PERSISTENT))
-            # The consuming side's window, as a worker registers its prefetch: the
-            # relay's selection publishes nothing to a route nobody subscribed.
+            # A window as large as the backlog: this ceiling is the path of one
+            # message per task with nothing held back (the relay's selection
+            # publishes nothing to a route nobody subscribed).
             await ledger.subscribe(
-                "bench-pipeline", [Subscription("default", capacity=2 * run.prefetch)], 600.0
+                "bench-pipeline", [Subscription("default", capacity=tasks)], 600.0
             )
             await asyncio.to_thread(run.ready.wait)
             await asyncio.to_thread(run.go.wait)

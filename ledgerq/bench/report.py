@@ -66,6 +66,12 @@ def render(result: dict[str, Any], console: Console) -> None:
             f"{result['drain_db_per_s']:,.0f}/s",
             f"{result['drain_db_per_s'] / raw:.0%} of raw publish",
         ),
+        (
+            "broker window during the no-op drain",
+            f"{result.get('drain_window', {}).get('mean', 0):.0%} full",
+            f"max {result.get('drain_window', {}).get('max', 0):.0%}; "
+            f"{result.get('drain_envelope', 0):.1f} tasks per message",
+        ),
         ("worker peak RSS", f"{result['worker_rss_mb']:.0f} MB", "max over workers"),
         ("raw aio-pika publish + confirm", f"{result['raw_publish_per_s']:,.0f}/s", "ceiling"),
         ("raw aio-pika consume + ack", f"{result['raw_consume_per_s']:,.0f}/s", "ceiling"),

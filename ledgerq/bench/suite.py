@@ -97,13 +97,22 @@ def run_suite(
         result[key] = 0
     for name in HANDLER_CHOICES[handler]:
         kind, key, label = DRAINS[name]
-        runs, cpu = [], []
+        runs, cpu, occupancy, envelope = [], [], [], []
         for i in range(repeat):
             runs.append(bench.drain(tasks, kind, phase(f"{label} ({i + 1}/{repeat})", 1)))
             cpu.append(bench.last_cpu_ms_per_task)
+            occupancy.extend(bench.last_occupancy)
+            envelope.append(bench.last_envelope)
         result[key] = _median(runs)
         result[key.replace("_per_s", "_runs")] = [round(r) for r in runs]
         result[key.replace("_per_s", "_cpu_ms_per_task")] = round(statistics.median(cpu), 3)
+        # The broker window while it drained (published / capacity, sampled every
+        # quarter second) and the tasks each message carried (envelopes).
+        result[key.replace("_per_s", "_window")] = {
+            "mean": round(statistics.fmean(occupancy), 3) if occupancy else 0.0,
+            "max": round(max(occupancy), 3) if occupancy else 0.0,
+        }
+        result[key.replace("_per_s", "_envelope")] = round(statistics.median(envelope), 2)
     if ordering_keys and "noop" in HANDLER_CHOICES[handler]:
         _ordered_drain(bench, result, tasks, phase, repeat, ordering_keys)
     if ceiling:
