@@ -5,15 +5,22 @@ defaults, :meth:`Relay.run_once` does one batch and returns counts (tests call
 it directly), and :meth:`Relay.run` is the thin loop around it that wakes on
 LISTEN/NOTIFY and also polls.
 
-One batch: ``SELECT ... FOR UPDATE SKIP LOCKED`` the due rows (in the scheduling
-order of :mod:`ledgerq.ledger.scheduling`: aged first, then by priority, retries
+One batch: ``SELECT ... FOR UPDATE SKIP LOCKED`` the due rows each live broker
+route's window has room for (``ledgerq_pick``, migration 0014: the scheduling
+order of :mod:`ledgerq.ledger.scheduling`, aged first, then by priority, retries
 behind, nothing paused, ordered keys one at a time, rate-limited kinds within
-their token buckets), publish them all
-with confirms, ``UPDATE`` the confirmed ones to ``published``, commit. The row
-locks are held through the publish, so a consumer that receives a message
-before the commit waits for it; a second relay skips the locked rows. A
-returned, nacked or unconfirmed publish leaves its row ``pending`` for the next
-batch: duplicates are possible after a crash, losses are not.
+their token buckets), pack them into envelopes (several tasks of one route and
+kind per message, :mod:`.envelopes`), publish those with confirms, ``UPDATE``
+the confirmed rows to ``published`` (with their route), commit. The row locks
+are held through the publish, so a consumer that receives a message before the
+commit waits for it; a second relay skips the locked rows. A returned, nacked or
+unconfirmed message leaves all its rows ``pending`` for the next batch:
+duplicates are possible after a crash, losses are not.
+
+The window refills as workers claim: a claim wakes the relays (NOTIFY on its
+commit), and :meth:`Relay.run` goes round again at once after any batch that
+published, so a window that two routes shared or that filled mid-batch is
+topped up without waiting for the poll.
 """
 
 from __future__ import annotations
@@ -110,23 +117,23 @@ class Relay:
     observer: Observer = NO_OBSERVER
     #: Whether the last batch failed (the readiness probe reports it).
     failing: bool = False
-    durations: KindDurations | None = None
+    #: Which kinds run long (their tasks travel one per message).
+    durations: KindDurations = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.durations is None:
-            self.durations = KindDurations(self.ledger.kind_durations, self.config.envelope_long_s)
+        self.durations = KindDurations(self.ledger.kind_durations, self.config.envelope_long_s)
 
     async def run_once(self) -> RelayCounts:
         """Publish one batch of due rows; return what happened to them."""
         started = time.perf_counter()
         counts = RelayCounts()
+        # Read before the batch locks its rows (at most every few seconds).
+        long = await self.durations.refresh() if self.config.envelope_max > 1 else frozenset()
         async with self.ledger.publish_batch(self.config.batch_size, self.config.aging_s) as batch:
             if batch.rows:
                 traced = any(r.trace_context is not None for r in batch.rows)
                 spans = tracing.PublishSpans(batch.rows) if traced else None
-                assert self.durations is not None
-                long = await self.durations.refresh() if self.config.envelope_max > 1 else None
-                envelopes = pack(batch.rows, self.config.envelope_max, long or frozenset())
+                envelopes = pack(batch.rows, self.config.envelope_max, long)
                 sent = await self.publisher.publish_many(envelopes, self.config.confirm_timeout)
                 by_id = {row.id: o for e, o in zip(envelopes, sent, strict=True) for row in e}
                 outcomes = [by_id[row.id] for row in batch.rows]

@@ -68,6 +68,19 @@ def load_app(module: str) -> Registry:
 )
 @click.option("--confirm-timeout", default=RelayConfig.confirm_timeout, show_default=True)
 @click.option(
+    "--envelope-max",
+    default=RelayConfig.envelope_max,
+    show_default=True,
+    help="Most tasks of one route and kind one message carries (1: one task per message).",
+)
+@click.option(
+    "--envelope-long",
+    "envelope_long_s",
+    default=RelayConfig.envelope_long_s,
+    show_default=True,
+    help="Seconds: a kind whose attempts run this long on average goes one task per message.",
+)
+@click.option(
     "--ledger-shard",
     "ledger_shards",
     type=click.IntRange(min=0),
@@ -83,13 +96,22 @@ def relay(
     batch_size: int,
     poll_interval: float,
     confirm_timeout: float,
+    envelope_max: int,
+    envelope_long_s: float,
     ledger_shards: tuple[int, ...],
     metrics_port: int | None,
 ) -> None:
-    """Publish due tasks to RabbitMQ with publisher confirms (runs until SIGTERM)."""
+    """Publish due tasks to RabbitMQ with publisher confirms (runs until SIGTERM):
+    to each broker route only what its live workers can start soon (its window),
+    several tasks of one route and kind per message (envelopes)."""
     try:
         config = RelayConfig(
-            batch_size, poll_interval, confirm_timeout, aging_s=settings.priority_aging_s
+            batch_size,
+            poll_interval,
+            confirm_timeout,
+            aging_s=settings.priority_aging_s,
+            envelope_max=envelope_max,
+            envelope_long_s=envelope_long_s,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
