@@ -18,9 +18,9 @@ unconfirmed message leaves all its rows ``pending`` for the next batch:
 duplicates are possible after a crash, losses are not.
 
 The window refills as workers claim: a claim wakes the relays (NOTIFY on its
-commit), and :meth:`Relay.run` goes round again at once after any batch that
-published, so a window that two routes shared or that filled mid-batch is
-topped up without waiting for the poll.
+commit). :meth:`Relay.run` goes round again at once only after a full batch; a
+short one took all the windows had room for, so it waits for the next
+notification (one that came during the batch ends the wait at once) or the poll.
 """
 
 from __future__ import annotations
@@ -183,10 +183,11 @@ class Relay:
                 counts = RelayCounts()
                 await _sleep_or_stop(stop, self.config.poll_interval)
                 continue
-            if counts.claimed >= self.config.batch_size or (
-                counts.claimed and counts.published == counts.claimed
-            ):
+            if counts.claimed >= self.config.batch_size:
                 continue  # more may be due right now
+            # A short batch took all the windows had room for: what frees more
+            # room (a claim) or brings more work (an enqueue) notifies, and a
+            # notification that came during the batch ends this wait at once.
             await wakeup.wait(self.config.poll_interval)
         log.info("relay stopped: %s", self.totals)
 
