@@ -21,7 +21,9 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
+import pika
 import psycopg
+from pika.exchange_type import ExchangeType
 from sqlalchemy.orm import Session
 
 from ledgerq import Registry, TaskSpec, enqueue_many
@@ -197,3 +199,46 @@ async def stop_worker_during_alert(
         worker.send_signal(signal.SIGTERM)
         output, _ = await asyncio.to_thread(worker.communicate, timeout=60)
     return worker.returncode, output, time.monotonic() - stopping
+
+
+def declare_broker_queues(settings: Settings, names: Sequence[str]) -> None:
+    """Declare and bind the broker queues ``names`` (``queue`` or ``queue@route``) the
+    way a worker does at start, with the suite's own broker user."""
+    topology = Topology(settings.amqp_prefix, settings.queue_type)
+    connection = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
+    try:
+        channel = connection.channel()
+        exchanges, base_queues = topology.base()
+        for exchange in exchanges:
+            channel.exchange_declare(
+                exchange.name, ExchangeType(exchange.type), durable=exchange.durable
+            )
+        for spec in (*base_queues, *(topology.task_queue(name) for name in names)):
+            channel.queue_declare(spec.name, durable=spec.durable, arguments=dict(spec.arguments))
+            channel.queue_bind(spec.name, spec.exchange, spec.routing_key)
+    finally:
+        connection.close()
+
+
+async def subscribe_like_worker(
+    settings: Settings,
+    ledger: PgLedger,
+    registry: Registry,
+    config: WorkerConfig,
+    *,
+    capacity: int = 10_000,
+    worker: str = "test-subscriber",
+    ttl_s: float = 600.0,
+) -> tuple[Subscription, ...]:
+    """Stand in for a worker with ``registry`` and ``config`` before it starts: declare
+    its broker queues (the same kinds and shards, so the same routes) and register its
+    subscriptions live under ``worker``, with room for ``capacity`` tasks. A relay
+    then publishes into the queues that worker will consume, so a test can build a
+    backlog in RabbitMQ for it. Returns the subscriptions (``.broker_name``,
+    ``.route``); ``ledger.unsubscribe(worker)`` ends the stand-in."""
+    subscriptions = tuple(
+        replace(s, capacity=capacity) for s in config.subscriptions(registry.kinds())
+    )
+    declare_broker_queues(settings, [s.broker_name for s in subscriptions])
+    await ledger.subscribe(worker, subscriptions, ttl_s)
+    return subscriptions

@@ -311,18 +311,26 @@ async def test_relay_worker_and_reconciler_run_tasks_end_to_end_as_the_service(
         assert done == {write_id: "succeeded", flaky_id: "succeeded", doomed_id: "dead"}
 
         # Work for the reconciler: an overdue pending row (no relay published it),
-        # a published row whose message stalled, and a running row whose lease ran
-        # out (the last two injected by the suite's own user).
-        overdue, stalled, expired = produce(
+        # a published row whose message stalled (on the worker's live route), a
+        # published row whose route nobody serves any more (taken back, audited),
+        # and a running row whose lease ran out (the last three injected by the
+        # suite's own user).
+        overdue, stalled, unserved, expired = produce(
             TaskSpec("roles.late", run_at=datetime.now(UTC) - timedelta(hours=1)),
+            TaskSpec("roles.late", delay=3600),
             TaskSpec("roles.late", delay=3600),
             TaskSpec("roles.late", delay=3600, max_attempts=1),
         )
         with roles.admin() as db:
             db.execute(
-                "UPDATE ledgerq_tasks SET status = 'published', run_at = now(), "
+                "UPDATE ledgerq_tasks SET status = 'published', run_at = now(), route = %s, "
                 "published_at = now() - interval '1 hour' WHERE id = %s",
-                (stalled,),
+                (pipe.worker.subscriptions[0].route, stalled),
+            )
+            db.execute(
+                "UPDATE ledgerq_tasks SET status = 'published', run_at = now(), "
+                "route = 'r-gone', published_at = now() WHERE id = %s",
+                (unserved,),
             )
             db.execute(
                 "UPDATE ledgerq_tasks SET status = 'running', epoch = epoch + 1, attempts = 1, "
@@ -333,9 +341,15 @@ async def test_relay_worker_and_reconciler_run_tasks_end_to_end_as_the_service(
             counts = await reconciler.run_once()
         assert counts.acted
         assert (counts.overdue_published, counts.republished) == (1, 1)
+        assert counts.unpublished == 1
         assert (counts.expired, counts.dead) == (1, 1)
-        later = await pipe.settle([overdue, stalled, expired], timeout=10)
-        assert later == {overdue: "succeeded", stalled: "succeeded", expired: "dead"}
+        later = await pipe.settle([overdue, stalled, unserved, expired], timeout=10)
+        assert later == {
+            overdue: "succeeded",
+            stalled: "succeeded",
+            unserved: "succeeded",
+            expired: "dead",
+        }
 
         # The seam's remaining worker statements: heartbeat and checkpoint.
         [seam_id] = produce(TaskSpec("roles.seam"))
@@ -346,7 +360,14 @@ async def test_relay_worker_and_reconciler_run_tasks_end_to_end_as_the_service(
         assert finished.status == "succeeded"
 
     assert sorted(ran) == sorted(
-        [("write", 1), ("flaky", 1), ("flaky", 2), ("late", overdue), ("late", stalled)]
+        [
+            ("write", 1),
+            ("flaky", 1),
+            ("flaky", 2),
+            ("late", overdue),
+            ("late", stalled),
+            ("late", unserved),
+        ]
     )
     with roles.admin() as db:
         effects = [r[0] for r in db.execute("SELECT task_id FROM role_effects")]
@@ -430,6 +451,11 @@ def test_the_admin_acts_and_is_audited_while_the_operator_only_lists(
         engine.dispose()
     operator, admin = roles.settings(settings, "operator"), roles.settings(settings, "admin")
 
+    # Earlier tests on this database may have left records (the reconciler's own):
+    # only those added from here on are this test's.
+    earlier = ledgerq(operator, "tasks", "audit", "--json")
+    assert earlier.returncode == 0, earlier.stderr
+    last_earlier = max((a["id"] for a in json.loads(earlier.stdout)), default=0)
     listed = ledgerq(operator, "tasks", "list", "--kind", "roles.act", "--json")
     refused_cancel = ledgerq(operator, "tasks", "cancel", str(task_id))
     actions = [
@@ -450,7 +476,7 @@ def test_the_admin_acts_and_is_audited_while_the_operator_only_lists(
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["changed"] == 1
     assert audit.returncode == 0
-    assert [a["action"] for a in json.loads(audit.stdout)] == [
+    assert [a["action"] for a in json.loads(audit.stdout) if a["id"] > last_earlier] == [
         "retry", "cancel", "set-priority", "set-attempts", "reschedule"
     ]  # fmt: skip
 

@@ -31,6 +31,7 @@ from ledgerq import (
     enqueue,
     enqueue_many,
 )
+from ledgerq.consumers.intake import MAX_BODY_BYTES
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import DueTask, Finished
@@ -39,7 +40,7 @@ from ledgerq.ledger.pg.engines import async_engine, sync_engine
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 from ledgerq.relay.broker.base import PublishOutcome
 from ledgerq.relay.broker.topology import Topology
-from tests.harness import EFFECTS_DDL, Pipeline, db, enqueue_committed
+from tests.harness import EFFECTS_DDL, Pipeline, db, enqueue_committed, subscribe_like_worker
 from tests.support import ledgerq
 
 POISON = [
@@ -52,7 +53,9 @@ POISON = [
     b'{"id": "1", "epoch": 0}',
     b"",
     b"null",
-    b'{"id": 1, "epoch": 0}' + b" " * 2000,
+    b'{"id": 1, "epoch": 0}' + b" " * MAX_BODY_BYTES,  # a valid body, over the bound
+    b'{"tasks": []}',  # an envelope of nothing
+    b'{"tasks": [[1, 0], [1, 0]]}',  # an envelope naming one task twice
     b"\x00\x01\x02",
     b"[1, 0]",
 ]
@@ -106,13 +109,19 @@ async def test_poison_bodies_among_normal_tasks_go_to_the_dead_letter_queue(
         ran.append(ctx.id)
 
     topology = Topology(settings.amqp_prefix)
-    queue = topology.task_queue("default")
     before = enqueue_committed(settings, [TaskSpec("t.ok", {"i": i}) for i in range(30)])
     # concurrency 4: prefetch 8, fewer than the poison bodies. Unsettled poison would
     # fill prefetch and stop the worker for good.
     config = WorkerConfig(concurrency=4, lease_s=30, heartbeat_s=5, grace_s=5)
     async with Pipeline(settings, registry, worker=config, start_worker=False) as pipe:
+        # A stand-in for the worker (its kinds, so its route and broker queue) with
+        # room for all of them: the relay fills the queue the worker will consume.
+        [subscription] = await subscribe_like_worker(
+            settings, pipe.ledger, registry, config, capacity=len(before)
+        )
         await pipe.settle(before, until=("published",))  # queued ahead of the poison
+        await pipe.ledger.unsubscribe("test-subscriber")
+    queue = topology.task_queue(subscription.broker_name)
     conn = amqp(settings)
     channel = conn.channel()
     for body in POISON:

@@ -6,7 +6,12 @@
 * a task due for the aging time or longer is taken before every priority, and is
   published at priority 9; with aging off it waits behind a stream of higher work;
 * the broker delivers a queue's backlog highest priority first (``x-max-priority``);
+* a backlog held in the ledger (no worker: the window is zero) reaches a worker
+  highest priority first;
 * a broker queue declared with other arguments is refused with the way out.
+
+Nothing is published to a queue without a live subscriber (the window), so the
+relay-order tests register a whole-queue subscriber with a large window.
 
 Rows are created as a producer creates them; raw SQL only simulates time passing.
 """
@@ -14,6 +19,7 @@ Rows are created as a producer creates them; raw SQL only simulates time passing
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +35,8 @@ from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.relay.broker.base import QueueMismatchError
 from ledgerq.relay.broker.topology import Topology
-from tests.harness import Pipeline, enqueue_committed
+from ledgerq.relay.service import RelayConfig
+from tests.harness import Pipeline, enqueue_committed, subscribe_like_worker, subscribe_queues
 
 
 def make_due_earlier(settings: Settings, ids: Sequence[int], seconds: float) -> None:
@@ -50,6 +57,7 @@ async def taken(
     class Peek(Exception):
         pass
 
+    await subscribe_queues(ledger, "default")  # a window larger than any batch here
     rows: list[tuple[int, int]] = []
     with pytest.raises(Peek):
         async with ledger.publish_batch(limit, aging_s) as batch:
@@ -110,16 +118,54 @@ async def test_aging_bounds_the_wait_of_a_low_priority_task_under_a_stream_of_hi
             await asyncio.sleep(0.05)
         return None
 
+    await subscribe_queues(ledger, "default")  # room for every round's batch
     assert await rounds_until_low_is_published(aging_s=0, rounds=30) is None
-    await ledger.truncate()
+    await ledger.truncate()  # (the subscription too)
+    await subscribe_queues(ledger, "default")
     waited = await rounds_until_low_is_published(aging_s=0.5, rounds=60)
     assert waited is not None, "the low-priority task never started"
     assert 0.5 <= waited < 0.5 + 1.0
 
 
 async def test_the_broker_delivers_a_backlog_highest_priority_first(settings: Settings) -> None:
-    """Published in two batches, low priorities first, then consumed one at a time
-    (concurrency 1, prefetch 1): the broker hands out the high ones first."""
+    """Published in two batches, low priorities first, into the broker queue of a worker
+    that has not started yet (a stand-in subscription gives the route a large window),
+    then consumed one at a time (concurrency 1, prefetch 1): the broker hands out the
+    high ones first."""
+    order: list[int] = []
+    registry = Registry()
+
+    @registry.task("t.ordered")
+    async def record(payload: dict[str, Any], ctx: object) -> None:
+        order.append(int(payload["p"]))
+
+    config = WorkerConfig(concurrency=1, prefetch=1, lease_s=30, heartbeat_s=5, grace_s=5)
+    # One task per message: the broker's ordering of messages is under test here, not
+    # an envelope's (which would carry three tasks at its highest task's priority).
+    relay = RelayConfig(batch_size=200, confirm_timeout=5, envelope_max=1)
+    async with Pipeline(settings, registry, relay=relay, start_worker=False) as pipe:
+        await subscribe_like_worker(settings, pipe.ledger, registry, config)
+        low = enqueue_committed(
+            settings, [TaskSpec("t.ordered", {"p": p}, priority=p) for p in (0, 1, 2)]
+        )
+        assert (await pipe.relay.run_once()).messages == len(low)
+        high = enqueue_committed(
+            settings, [TaskSpec("t.ordered", {"p": p}, priority=p) for p in (7, 8, 9)]
+        )
+        assert (await pipe.relay.run_once()).messages == len(high)
+        assert set((await pipe.statuses(low + high)).values()) == {"published"}
+        await pipe.ledger.unsubscribe("test-subscriber")  # the worker's own window: 1
+    async with Pipeline(settings, registry, worker=config, relay=relay) as pipe:
+        await pipe.settle(low + high)
+    assert order == [9, 8, 7, 2, 1, 0]
+
+
+async def test_a_backlog_held_in_the_ledger_reaches_a_worker_highest_priority_first(
+    settings: Settings,
+) -> None:
+    """With no live subscriber nothing is published: enqueued low priorities first, the
+    backlog waits in the ledger. A worker whose window is one task (concurrency 1,
+    prefetch 1) then gets it highest priority first, one publish at a time."""
     order: list[int] = []
     registry = Registry()
 
@@ -131,12 +177,12 @@ async def test_the_broker_delivers_a_backlog_highest_priority_first(settings: Se
         low = enqueue_committed(
             settings, [TaskSpec("t.ordered", {"p": p}, priority=p) for p in (0, 1, 2)]
         )
-        await pipe.relay.run_once()
+        assert (await pipe.relay.run_once()).published == 0
         high = enqueue_committed(
             settings, [TaskSpec("t.ordered", {"p": p}, priority=p) for p in (7, 8, 9)]
         )
-        await pipe.relay.run_once()
-        assert set((await pipe.statuses(low + high)).values()) == {"published"}
+        assert (await pipe.relay.run_once()).published == 0
+        assert set((await pipe.statuses(low + high)).values()) == {"pending"}
     config = WorkerConfig(concurrency=1, prefetch=1, lease_s=30, heartbeat_s=5, grace_s=5)
     async with Pipeline(settings, registry, worker=config) as pipe:
         await pipe.settle(low + high)
@@ -148,10 +194,19 @@ async def test_a_queue_declared_without_priorities_is_refused_with_the_way_out(
 ) -> None:
     """An older or hand-made queue (here: no ``x-max-priority``) makes RabbitMQ refuse
     ledgerq's declaration (PRECONDITION_FAILED). The worker stops with one line naming
-    the queue and the fix; so does the relay, at its first batch for that queue,
+    the queue and the fix; so does the relay, at its first batch for that queue (a
+    live subscription on the worker's route, as another worker's would be),
     publishing nothing: the task stays pending."""
+    registry = Registry()
+
+    @registry.task("t.p")
+    async def handler(payload: Any, ctx: object) -> None:
+        raise AssertionError("never runs")
+
+    config = WorkerConfig(concurrency=2, lease_s=30, heartbeat_s=5, grace_s=5)
+    [subscription] = config.subscriptions(registry.kinds())
     topology = Topology(settings.amqp_prefix)
-    name = topology.task_queue("default").name
+    name = topology.task_queue(subscription.broker_name).name  # the worker's broker queue
     connection = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
     try:
         connection.channel().queue_declare(name, durable=True)
@@ -159,11 +214,12 @@ async def test_a_queue_declared_without_priorities_is_refused_with_the_way_out(
         connection.close()
     [task_id] = enqueue_committed(settings, [TaskSpec("t.p", priority=3)])
     with pytest.raises(
-        QueueMismatchError, match=rf"queue '{name}'.*x-max-priority=9.*delete_queue"
+        QueueMismatchError, match=rf"queue '{re.escape(name)}'.*x-max-priority=9.*delete_queue"
     ):
-        async with Pipeline(settings, Registry()):
+        async with Pipeline(settings, registry, worker=config):
             pass
-    async with Pipeline(settings, Registry(), start_worker=False) as pipe:
-        with pytest.raises(QueueMismatchError, match=rf"queue '{name}'.*delete_queue"):
+    async with Pipeline(settings, registry, start_worker=False) as pipe:
+        await pipe.ledger.subscribe("test-subscriber", [subscription], 600)
+        with pytest.raises(QueueMismatchError, match=rf"queue '{re.escape(name)}'.*delete_queue"):
             await pipe.relay.run_once()
         assert await pipe.statuses([task_id]) == {task_id: "pending"}

@@ -19,7 +19,7 @@ from ledgerq.ledger.model import Finished
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.reconciler import Reconciler, ReconcilerConfig
-from tests.harness import Pipeline, enqueue_committed
+from tests.harness import Pipeline, enqueue_committed, subscribe_queues
 from tests.support import ledgerq
 
 
@@ -62,7 +62,11 @@ def _queue_depth(settings: Settings, purge: bool = False) -> int:
 async def _publish(settings: Settings, n: int) -> list[int]:
     ids = enqueue_committed(settings, [TaskSpec("t.r", {"i": i}) for i in range(n)])
     async with Pipeline(settings, Registry(), start_worker=False) as pipe:
-        await pipe.relay.run_once()
+        # A live whole-queue subscriber (its broker queue is "<prefix>.q.default",
+        # the one _queue_depth reads): without one the relay publishes nothing, and
+        # the reconciler would take the published rows back instead of re-publishing.
+        await subscribe_queues(pipe.ledger, "default")
+        assert (await pipe.relay.run_once()).published == n  # the window holds them all
     return ids
 
 
@@ -126,6 +130,7 @@ async def test_overdue_pending_rows_are_published_when_no_relay_runs(
     settings: Settings, make_reconciler: Reconcilers, ledger: PgLedger
 ) -> None:
     [task_id] = enqueue_committed(settings, [TaskSpec("t.r", {})])
+    await subscribe_queues(ledger, "default")  # a live window to publish into
     await asyncio.sleep(0.25)
     counts = await (await make_reconciler(stall_s=0.2)).run_once()
     assert counts.overdue_published == 1
