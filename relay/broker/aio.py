@@ -224,7 +224,10 @@ class AioPublisher:
         self, envelopes: Sequence[Envelope], timeout: float
     ) -> list[PublishOutcome]:
         try:
-            channel = await self._ready({e[0].queue for e in envelopes})
+            messages = [self._topology.message(e) for e in envelopes]
+            # Declared as the workers declare them: the broker queue of each
+            # envelope's route (a mismatch is found here, not by a return).
+            channel = await self._ready({m.routing_key for m in messages})
         except QueueMismatchError:  # a configuration error: the relay stops on it
             self._channel = None
             raise
@@ -233,14 +236,12 @@ class AioPublisher:
             self._channel = None
             return [PublishOutcome.FAILED] * len(envelopes)
         return list(
-            await asyncio.gather(*(self._publish_one(channel, e, timeout) for e in envelopes))
+            await asyncio.gather(*(self._publish_one(channel, m, timeout) for m in messages))
         )
 
     async def _publish_one(
-        self, channel: aiormq.abc.AbstractChannel, envelope: Envelope, timeout: float
+        self, channel: aiormq.abc.AbstractChannel, message: MessageSpec, timeout: float
     ) -> PublishOutcome:
-        message = self._topology.message(envelope)
-        task = envelope[0]
         try:
             result = await channel.basic_publish(
                 message.body,
@@ -264,11 +265,11 @@ class AioPublisher:
             return PublishOutcome.CONFIRMED
         # A returned message (basic.return) is confirmed too; it was not delivered.
         log.warning(
-            "message %s to queue %r was unroutable (basic.return); it stays pending",
+            "message %s to %r was unroutable (basic.return); it stays pending",
             message.message_id,
-            task.queue,
+            message.routing_key,
         )
-        self._declared.discard(task.queue)  # re-declare its queue before the next try
+        self._declared.discard(message.routing_key)  # re-declare it before the next try
         return PublishOutcome.RETURNED
 
     async def close(self) -> None:

@@ -168,11 +168,10 @@ class BlockingPublisher:
 
     def _publish_one(self, envelope: Envelope) -> PublishOutcome:
         message = self._topology.message(envelope)
-        task = envelope[0]
         try:
-            if task.queue not in self._declared:
-                self._declare(self._topology.task_queue(task.queue))
-                self._declared.add(task.queue)
+            if message.routing_key not in self._declared:
+                self._declare(self._topology.task_queue(message.routing_key))
+                self._declared.add(message.routing_key)
             self._channel.basic_publish(
                 message.exchange,
                 message.routing_key,
@@ -184,7 +183,7 @@ class BlockingPublisher:
             log.warning(
                 "re-publish of message %s was unroutable; it stays as it was", message.message_id
             )
-            self._declared.discard(task.queue)
+            self._declared.discard(message.routing_key)
             return PublishOutcome.RETURNED
         except pika.exceptions.NackError:
             log.warning("broker nacked the re-publish of message %s", message.message_id)

@@ -19,7 +19,14 @@ from ledgerq.ledger.model import DueTask, Finished
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import sync_engine
 from ledgerq.relay.broker.base import PublishOutcome
-from tests.harness import EFFECTS_DDL, Pipeline, db, effects, enqueue_committed
+from tests.harness import (
+    EFFECTS_DDL,
+    Pipeline,
+    db,
+    effects,
+    enqueue_committed,
+    subscribe_queues,
+)
 
 
 @pytest.fixture
@@ -180,6 +187,7 @@ async def test_unroutable_publish_keeps_the_row_pending(
         return None
 
     async with Pipeline(settings, registry, start_worker=False) as pipe:
+        await subscribe_queues(pipe.ledger, "nowhere")  # a consumer's window, no worker
         enqueue_committed(settings, [TaskSpec("t.noop", {}, queue="nowhere")])
         assert (await pipe.relay.run_once()).published == 1  # declares its queue
         # An operator deletes the queue: the relay's next publish is unroutable.
@@ -205,6 +213,7 @@ async def test_two_relays_do_not_publish_the_same_row(settings: Settings, ledger
         Pipeline(settings, registry, start_worker=False) as a,
         Pipeline(settings, registry, start_worker=False) as b,
     ):
+        await subscribe_queues(ledger)  # a window larger than the backlog, no worker
         totals = await asyncio.gather(*(r.relay.run_once() for r in (a, b, a, b)))
     claimed, published = sum(t.claimed for t in totals), sum(t.published for t in totals)
 
@@ -258,7 +267,7 @@ async def test_message_naming_no_task_is_dead_lettered_or_acked(settings: Settin
     async with Pipeline(settings, registry) as pipe:
         conn = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
         channel = conn.channel()
-        queue = pipe.topology.task_queue("default")
+        queue = pipe.topology.task_queue(pipe.worker.subscriptions[0].broker_name)
         channel.basic_publish(queue.exchange, queue.routing_key, b"not json")
         channel.basic_publish(queue.exchange, queue.routing_key, b'{"id": 999999, "epoch": 0}')
         deadline = time.monotonic() + 10
