@@ -6,7 +6,9 @@ record and error is what production writes.
 - ``shop.invoice``: fails its first attempt, succeeds on the retry;
 - ``shop.sync``: always fails (two error texts), dead after two attempts;
 - ``shop.report``: scheduled an hour ahead, so it waits (pending);
-- one ``shop.email`` whose payload holds a ``<script>`` (shown as text).
+- one ``shop.email`` whose payload holds a ``<script>`` (shown as text);
+- with :func:`seed_unserved`, ``shop.refund`` tasks, a kind no worker registers:
+  due, never attempted (the overview's "unserved" table).
 """
 
 from __future__ import annotations
@@ -90,3 +92,16 @@ async def seed(settings: Settings, orders: int = 12) -> Seeded:
     async with Pipeline(settings, shop_registry(), worker=worker) as pipe:
         await pipe.settle(seeded.all_finished(), timeout=60)
     return seeded
+
+
+#: A kind :func:`shop_registry` does not register: its tasks wait unserved.
+UNSERVED_KIND = "shop.refund"
+
+
+def seed_unserved(settings: Settings, tasks: int = 3) -> list[int]:
+    """Enqueue ``tasks`` due tasks of :data:`UNSERVED_KIND` in ``other``: no shop
+    worker registers it, so they wait pending, never attempted (unserved)."""
+    return enqueue_committed(
+        settings,
+        [TaskSpec(UNSERVED_KIND, {"order": i}, queue="other") for i in range(tasks)],
+    )

@@ -1,8 +1,10 @@
 """The overview page: what is waiting and running now, and how the last window went.
 
 Current state (per queue and kind: pending, due backlog and its oldest task's
-age, published, running; the workers) is read from the hot table, which holds
-live tasks only. Everything over time -- throughput and success rate per bin,
+age, published, running; the workers; the due tasks no live worker serves and
+each live broker route's window, through ``unserved()`` and ``windows()``) is
+read from the hot table, which holds live tasks only, and the workers'
+subscriptions. Everything over time -- throughput and success rate per bin,
 latency percentiles per kind and hop, dead tasks by error -- is read from the
 rollup (``ledgerq/relay/rollup.py``) plus history's few rows since its mark, so
 the page costs the same on a history of ten million rows
@@ -79,6 +81,19 @@ def latencies(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def waiting_for_workers(rows: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
+    """The unserved rows (``ledger.unserved()``) for the page: ``oldest`` as ISO
+    text, and ``waiting_s``, how long the oldest has been due."""
+    return [
+        {
+            **row,
+            "oldest": row["oldest"].isoformat(),
+            "waiting_s": max(0.0, (now - row["oldest"]).total_seconds()),
+        }
+        for row in rows
+    ]
+
+
 def _window(request: Request) -> Window:
     return WINDOWS.get(request.query_params.get("window", ""), WINDOWS[DEFAULT_WINDOW])
 
@@ -93,12 +108,14 @@ async def overview_data(
     end = datetime.fromtimestamp((int(now.timestamp()) // step_s + 1) * step_s, UTC)
     since = end - window.span
     upto = await ledger.rolled_upto()
-    live, throughput, latency, errors, workers = await asyncio.gather(
+    live, throughput, latency, errors, workers, unserved, routes = await asyncio.gather(
         ledger.live_counts(),
         ledger.throughput(since, step_s, upto, window.grain),
         ledger.latency(since, upto, window.grain),
         ledger.dead_errors(since, upto, window.grain),
         ledger.workers(),
+        ledger.unserved(),
+        ledger.windows(),
     )
     totals = {k: sum(int(r[k]) for r in live) for k in ("pending", "due", "published", "running")}
     points = series(throughput, since, window)
@@ -115,6 +132,11 @@ async def overview_data(
         "latency": latencies(latency),
         "errors": errors,
         "workers": workers,
+        "unserved": waiting_for_workers(unserved, now),
+        "broker_windows": [
+            {k: row[k] for k in ("queue", "route", "capacity", "published", "room")}
+            for row in routes
+        ],
         "rollup_lag_s": lag,
         "now": now.isoformat(),
         "step": f"{step_s // 60} min" if step_s < 3600 else f"{step_s // 3600} h",

@@ -7,8 +7,10 @@ then the ledger is closed and the process exits 0, like the relay and the
 worker. (uvicorn's own handlers would re-raise the signal after shutting down,
 and the process would end "killed by SIGTERM".) With a metrics port the
 ledger gauges (:class:`ledgerq.metrics.LedgerGauges`) are refreshed every
-:data:`GAUGES_EVERY_S` from the hot table, and served with ``/healthz`` and
-``/readyz`` (ready: the ledger answers) on that port.
+:data:`GAUGES_EVERY_S` from the hot table (live counts, the unserved backlog,
+the broker windows: three reads at once; if one fails, the last snapshot
+stays), and served with ``/healthz`` and ``/readyz`` (ready: the ledger
+answers) on that port.
 
 uvicorn's own logging is routed through the root logger the CLI configured, so
 its lines pass the same secret masking as every other line.
@@ -51,7 +53,10 @@ async def _refresh(ledger: PgLedger, gauges: object) -> None:
     assert isinstance(gauges, metrics.LedgerGauges)
     while True:
         try:
-            gauges.update(await ledger.live_counts())
+            live, unserved, windows = await asyncio.gather(
+                ledger.live_counts(), ledger.unserved(), ledger.windows()
+            )
+            gauges.update(live, unserved, windows)
         except Exception as exc:  # a failed read must not end the refreshing
             log.warning("ledger gauges not refreshed: %s", exc)
         await asyncio.sleep(GAUGES_EVERY_S)
