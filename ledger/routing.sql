@@ -47,12 +47,19 @@ ORDER BY expires_at > now() DESC, queue, route NULLS FIRST, worker
 -- shard: the backlog that waits for a worker to serve it (a kind no live
 -- worker registers, a shard no live worker serves, a queue nobody consumes).
 -- None of it was attempted; it runs once a worker that covers it starts.
-SELECT t.queue, t.kind, t.shard, count(*) AS tasks, min(t.run_at) AS oldest
-FROM ledgerq_tasks t
-WHERE t.status = 'pending' AND t.run_at <= now()
-  AND ledgerq_route(t.queue, t.kind, t.shard) IS NULL
-GROUP BY t.queue, t.kind, t.shard
-ORDER BY t.queue, t.kind, t.shard
+-- Grouped first, then asked once per group (MATERIALIZED: else the planner
+-- pushes the call back down to every row; 55-82 ms against 750-1,150 ms at
+-- 200,000 due tasks).
+WITH g AS MATERIALIZED (
+    SELECT t.queue, t.kind, t.shard, count(*) AS tasks, min(t.run_at) AS oldest
+    FROM ledgerq_tasks t
+    WHERE t.status = 'pending' AND t.run_at <= now()
+    GROUP BY t.queue, t.kind, t.shard
+)
+SELECT g.queue, g.kind, g.shard, g.tasks, g.oldest
+FROM g
+WHERE ledgerq_route(g.queue, g.kind, g.shard) IS NULL
+ORDER BY g.queue, g.kind, g.shard
 
 -- name: list_windows
 -- Each live broker route's window: its subscribers' capacity, what is
