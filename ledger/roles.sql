@@ -75,9 +75,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_subscriptions TO ledgerq_service
 -- published to a route nobody serves and audits it (unpublish_unserved).
 GRANT SELECT, UPDATE (epoch) ON ledgerq_ready TO ledgerq_service;
 GRANT SELECT ON ledgerq_windows TO ledgerq_service, ledgerq_operator;
-GRANT SELECT (id), INSERT, UPDATE (matched, changed, skipped, finished_at)
+GRANT SELECT (id, matched, changed, skipped), INSERT,
+      UPDATE (matched, changed, skipped, finished_at)
     ON ledgerq_audit TO ledgerq_service;
-GRANT INSERT ON ledgerq_audit_tasks TO ledgerq_service;
+GRANT SELECT (audit_id, task_id), INSERT ON ledgerq_audit_tasks TO ledgerq_service;
 GRANT USAGE ON SEQUENCE ledgerq_audit_id_seq TO ledgerq_service;
 -- Operator: `ledgerq stats`, `show`, `tasks list` and `tasks audit` read the
 -- tables whole.
