@@ -83,6 +83,7 @@ from ledgerq.ledger.alerts import AlertHook, AlertSender, log_alert
 from ledgerq.ledger.errors import TransientStorageError
 from ledgerq.ledger.model import Finished
 from ledgerq.ledger.protocol import PublishBatch, ReconcilerLedger
+from ledgerq.ledger.scheduling import DEFAULT_AGING_S
 from ledgerq.relay.broker.base import Publisher, PublishOutcome
 from ledgerq.relay.retention import Retention, RetentionCounts
 from ledgerq.relay.rollup import Rollup, RollupCounts
@@ -106,6 +107,9 @@ class ReconcilerConfig:
     #: An expired lease is judged once all its worker's leases ran out, or once
     #: it has been expired this long, whichever comes first.
     settle_s: float = 60.0
+    #: As the relay's: the overdue step picks by the relay's rule, aging included
+    #: (LEDGERQ_PRIORITY_AGING_S).
+    aging_s: float = DEFAULT_AGING_S
 
     def __post_init__(self) -> None:
         if self.stall_s <= 0:
@@ -197,7 +201,8 @@ class Reconciler:
                 ),
             )
             counts.overdue_published = await self._republish(
-                counts, lambda _after: self.ledger.overdue_batch(cfg.page_size, cfg.stall_s)
+                counts,
+                lambda _after: self.ledger.overdue_batch(cfg.page_size, cfg.stall_s, cfg.aging_s),
             )
         counts.elapsed_s = time.perf_counter() - started
         await self._send_alerts(dead)

@@ -331,7 +331,12 @@ def reconcile(
     """Re-publish stalled deliveries, expire dead leases and keep history within its
     retention (for a cron job)."""
     try:
-        config = ReconcilerConfig(stall_s, _parse_queue_stalls(queue_stall), page_size)
+        config = ReconcilerConfig(
+            stall_s,
+            _parse_queue_stalls(queue_stall),
+            page_size,
+            aging_s=settings.priority_aging_s,
+        )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
 

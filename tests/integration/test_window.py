@@ -113,22 +113,27 @@ async def test_a_route_is_never_sent_more_than_its_window(
     assert sorted(started) == sorted(ids)
 
 
-async def test_a_relay_never_publishes_a_queue_a_direct_worker_serves(
+async def test_a_relay_never_publishes_what_a_direct_worker_serves_on_the_same_queue(
     settings: Settings, ledger: PgLedger
 ) -> None:
+    # One queue, two kinds of worker: a --direct one for slow_app's kinds, a
+    # broker one for w.job. The relay publishes w.job only.
     started: list[int] = []
     direct = enqueue_committed(
-        settings, [TaskSpec("test.sync_write", {}, queue="straight") for _ in range(20)]
+        settings, [TaskSpec("test.sync_write", {}, queue="shared") for _ in range(20)]
     )
-    brokered = enqueue_committed(settings, [TaskSpec("w.job", {}) for _ in range(20)])
+    brokered = enqueue_committed(
+        settings, [TaskSpec("w.job", {}, queue="shared") for _ in range(20)]
+    )
     worker = spawn(
         settings,
-        *("worker", "--app", "tests.apps.slow_app", "--direct", "--queues", "straight"),
+        *("worker", "--app", "tests.apps.slow_app", "--direct", "--queues", "shared"),
     )
+    config = WorkerConfig(queues=("shared",), concurrency=8, lease_s=30, heartbeat_s=5, grace_s=5)
     try:
         with db(settings) as conn:  # test.sync_write's table
             conn.execute(EFFECTS_DDL)
-        async with Pipeline(settings, recording(started)) as pipe:
+        async with Pipeline(settings, recording(started), worker=config) as pipe:
             await pipe.settle([*direct, *brokered], timeout=60)
     finally:
         worker.terminate()

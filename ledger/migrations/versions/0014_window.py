@@ -23,8 +23,11 @@ relay and the direct path alike.
   no live task of its key ahead of it and no blocking dead one behind it.
 - View ``ledgerq_windows``: one row per live broker route (queue, route, kinds,
   shards) and its credit: the live subscribers' capacity minus its published
-  rows, and how many subscribers share it (the relay cuts envelopes per
-  subscriber). Queues with a live direct subscriber have none.
+  rows, how many subscribers share it (the relay cuts envelopes per
+  subscriber), and the kinds of its queue that a live direct subscriber
+  claims itself (``direct_kinds``): the relay publishes none of those, so a
+  queue can be served by ``--direct`` workers for some kinds and through
+  RabbitMQ for the others, and a kind both serve goes the direct way.
 - Function ``ledgerq_pick(windows, limit, aging_s, min_wait_s)``: the due tasks
   to start next, per window at most its credit and at most ``limit`` in all:
   first the aged tasks (due ``aging_s`` or longer, oldest first, reported at
@@ -79,14 +82,17 @@ SELECT s.queue, s.route, s.kinds, s.shards,
        s.capacity - (SELECT count(*) FROM ledgerq_tasks p
                      WHERE p.status = 'published' AND p.queue = s.queue
                        AND p.route = s.route)::integer AS credit,
-       s.capacity, s.subscribers
+       s.capacity, s.subscribers,
+       ARRAY(SELECT DISTINCT k FROM ledgerq_subscriptions d, unnest(d.kinds) AS k
+             WHERE d.direct AND d.queue = s.queue AND d.expires_at > now()) AS direct_kinds
 FROM (SELECT queue, COALESCE(route, '') AS route, kinds, shards,
              sum(capacity)::integer AS capacity, count(*)::integer AS subscribers
       FROM ledgerq_subscriptions
       WHERE expires_at > now() AND NOT direct
-        AND queue <> ALL(ARRAY(SELECT queue FROM ledgerq_subscriptions
-                               WHERE direct AND expires_at > now()))
       GROUP BY queue, COALESCE(route, ''), kinds, shards) s
+WHERE NOT EXISTS (SELECT 1 FROM ledgerq_subscriptions d
+                  WHERE d.direct AND d.queue = s.queue AND d.expires_at > now()
+                    AND d.kinds IS NULL)
 """
 
 # PL/pgSQL, not SQL: a session plans the statement once and keeps the plan (a
@@ -113,7 +119,7 @@ RETURN QUERY
 WITH w AS (
     SELECT w.* FROM jsonb_to_recordset(p_windows)
         AS w(queue text, route text, kinds text[], shards integer[], credit integer,
-             subscribers integer)
+             subscribers integer, direct_kinds text[])
     WHERE w.credit > 0
 ), buckets AS (
     SELECT kind, clock_timestamp() AS at,
@@ -131,6 +137,7 @@ WITH w AS (
         FROM ledgerq_ready t
         WHERE t.queue = w.queue
           AND (w.kinds IS NULL OR t.kind = ANY(w.kinds))
+          AND (w.direct_kinds IS NULL OR t.kind <> ALL(w.direct_kinds))
           AND (w.shards IS NULL OR t.shard = ANY(w.shards))
           AND t.run_at <= now() - make_interval(secs => GREATEST(p_aging_s, p_min_wait_s))
           AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
@@ -145,6 +152,7 @@ WITH w AS (
         FROM ledgerq_ready t
         WHERE t.queue = w.queue
           AND (w.kinds IS NULL OR t.kind = ANY(w.kinds))
+          AND (w.direct_kinds IS NULL OR t.kind <> ALL(w.direct_kinds))
           AND (w.shards IS NULL OR t.shard = ANY(w.shards))
           AND t.run_at <= now() - make_interval(secs => p_min_wait_s)
           AND t.id <> ALL(ARRAY(SELECT id FROM aged))
@@ -160,6 +168,7 @@ WITH w AS (
         FROM ledgerq_ready t
         WHERE t.queue = w.queue AND t.kind = b.kind
           AND (w.kinds IS NULL OR t.kind = ANY(w.kinds))
+          AND (w.direct_kinds IS NULL OR t.kind <> ALL(w.direct_kinds))
           AND (w.shards IS NULL OR t.shard = ANY(w.shards))
           AND t.run_at <= now() - make_interval(secs => p_min_wait_s)
         ORDER BY t.priority DESC, t.attempts > 0, t.run_at, t.id
