@@ -63,7 +63,7 @@ class RelayConfig:
     #: setting LEDGERQ_PRIORITY_AGING_S (see ledgerq.ledger.scheduling).
     aging_s: float = DEFAULT_AGING_S
     #: Most tasks one message carries (relay/envelopes.py); 1: one per message.
-    envelope_max: int = 16
+    envelope_max: int = 64
     #: A kind whose attempts run this long on average travels one per message.
     envelope_long_s: float = 1.0
     #: Woken again this soon after a batch began, wait out the rest first: under
