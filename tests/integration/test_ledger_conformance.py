@@ -42,6 +42,7 @@ from ledgerq.ledger.model import ClaimedTask, DueTask, ExpiredLease, Finished, O
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url, sync_engine
 from ledgerq.ledger.pg.migrate import upgrade
+from ledgerq.ledger.routing import Subscription
 
 WORKER = "conformance-worker"
 SETTLE_S = 60.0
@@ -50,11 +51,32 @@ LEASE_S = 30.0
 Enqueue = Callable[..., list[int]]
 
 
+#: The live whole-queue subscriber every test starts with (see ``pg``).
+SUBSCRIBER = "conformance-subscriber"
+
+
 @pytest.fixture
 async def pg(settings: Settings) -> AsyncIterator[PgLedger]:
-    """The implementation under test, as the composition root opens it."""
+    """The implementation under test, as the composition root opens it, with a live
+    whole-queue subscriber on "default" and "other" whose window is larger than any
+    test's rows: the relay's and the reconciler's batches pick only what a live
+    window has room for (the window tests below change it)."""
     async with open_ledger(settings, "ledgerq-conformance", pool_size=3) as ledger:
+        await window(ledger, 10_000)
         yield ledger
+
+
+async def window(
+    pg: PgLedger, capacity: int, *queues: str, kinds: frozenset[str] | None = None
+) -> None:
+    """Make ``SUBSCRIBER``'s live subscriptions these: each of ``queues`` ("default"
+    and "other" if none) whole, with room for ``capacity`` tasks; or, with
+    ``kinds=...``, only those kinds of it (a route of its own)."""
+    await pg.subscribe(
+        SUBSCRIBER,
+        [Subscription(q, kinds, capacity=capacity) for q in queues or ("default", "other")],
+        600.0,
+    )
 
 
 @pytest.fixture
@@ -464,6 +486,49 @@ async def test_a_publish_batch_whose_block_raises_rolls_back(
         assert [r.id for r in batch.rows] == ids  # and the locks were released
 
 
+async def test_publish_batch_picks_nothing_for_a_queue_no_live_subscriber_serves(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    [served] = enqueue("conf.win")
+    [unserved] = enqueue(TaskSpec("conf.win", queue="other"))
+    await window(pg, 10, "default")  # "other" has no live subscriber now
+
+    async with pg.publish_batch(10) as batch:
+        assert [r.id for r in batch.rows] == [served]
+    await pg.unsubscribe(SUBSCRIBER)
+    async with pg.publish_batch(10) as batch:
+        assert batch.rows == []
+    assert await pg.whereabouts([served, unserved]) == {served: "pending", unserved: "pending"}
+
+
+async def test_publish_batch_takes_at_most_each_windows_room(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    ids = enqueue(*["conf.win"] * 5)
+    await window(pg, 3, "default")
+
+    assert await publish(pg) == set(ids[:3])  # capacity 3, nothing published yet
+    async with pg.publish_batch(10) as batch:
+        assert batch.rows == []  # room: 3 - 3 published
+    await claim_one(pg, ids[0])  # a claim frees a place in the window
+    assert await publish(pg) == {ids[3]}
+    assert {w["queue"]: w["room"] for w in await pg.windows()} == {"default": 0}
+
+
+async def test_publish_batch_gives_a_routed_subscription_only_its_kinds_on_its_route(
+    pg: PgLedger, enqueue: Enqueue
+) -> None:
+    mine, theirs = enqueue("conf.mine", "conf.theirs")
+    await window(pg, 10, "default", kinds=frozenset({"conf.mine"}))
+    route = Subscription("default", frozenset({"conf.mine"})).route
+    assert route is not None
+
+    async with pg.publish_batch(10) as batch:
+        assert batch.rows == [DueTask(mine, "conf.mine", "default", 0, 0, route=route)]
+        await batch.mark_published(batch.rows)
+    assert (await pg.show(theirs))["status"] == "pending"  # no live route covers it
+
+
 # -- heartbeat and save_checkpoint ------------------------------------------------------
 
 
@@ -597,17 +662,34 @@ async def test_overdue_batch_picks_pending_rows_due_longer_than_the_window(
     # Simulate time passing: these have been due for ten minutes.
     age(raw, "run_at", [overdue, published, later], 600)
 
-    async with pg.overdue_batch(0, 10, 60.0) as batch:
+    async with pg.overdue_batch(10, 60.0) as batch:
         assert [r.id for r in batch.rows] == [overdue, later]
         assert future not in {r.id for r in batch.rows} and due_now not in {
             r.id for r in batch.rows
         }
         assert await batch.mark_published(batch.rows[:1]) == {overdue}
-    async with pg.overdue_batch(overdue, 10, 60.0) as batch:
-        assert [r.id for r in batch.rows] == [later]
-    async with pg.overdue_batch(0, 1, 60.0) as batch:
-        assert [r.id for r in batch.rows] == [later]  # overdue is published now
+    async with pg.overdue_batch(10, 60.0) as batch:
+        assert [r.id for r in batch.rows] == [later]  # each call picks anew
     assert (await pg.show(overdue))["status"] == "published"
+
+
+async def test_overdue_batch_picks_only_what_the_windows_have_room_for(
+    pg: PgLedger, enqueue: Enqueue, raw: psycopg.Connection[tuple[Any, ...]]
+) -> None:
+    ids = enqueue(*["conf.o"] * 3)
+    age(raw, "run_at", ids, 600)  # simulate ten minutes overdue
+    await window(pg, 2)
+
+    async with pg.overdue_batch(10, 60.0) as batch:
+        assert [r.id for r in batch.rows] == ids[:2]
+        await batch.mark_published(batch.rows)
+    async with pg.overdue_batch(10, 60.0) as batch:
+        assert batch.rows == []  # the window is full: two published, room for two
+    await pg.unsubscribe(SUBSCRIBER)
+    await publish(pg)  # (no window: nothing)
+    async with pg.overdue_batch(10, 60.0) as batch:
+        assert batch.rows == []  # nobody serves the queue: the row waits pending
+    assert (await pg.show(ids[2]))["status"] == "pending"
 
 
 async def test_expired_batch_picks_running_rows_whose_lease_ran_out_and_finishes_them(
@@ -818,7 +900,8 @@ async def test_a_missing_table_surfaces_as_a_storage_error_that_is_not_transient
     throwaway: Settings,
 ) -> None:
     with psycopg.connect(libpq_url(throwaway.database_url), autocommit=True) as conn:
-        conn.execute("DROP TABLE ledgerq_history")
+        # (CASCADE: the due rule's view reads history too, migration 0014.)
+        conn.execute("DROP TABLE ledgerq_history CASCADE")
 
     # check=False: open it anyway (the start check would refuse this ledger).
     async with open_ledger(

@@ -29,6 +29,7 @@ from sqlalchemy.engine import make_url
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import head_revision, upgrade
+from ledgerq.ledger.routing import routing_key
 from ledgerq.relay.broker.topology import Topology, message_body
 from tests.support import ledgerq, ledgerq_env, spawn
 
@@ -280,7 +281,7 @@ def test_a_running_relay_and_worker_stop_when_the_schema_is_dropped(
     empty_database: Settings,
 ) -> None:
     upgrade(empty_database)
-    queue = Topology(empty_database.amqp_prefix).task_queue("default").name
+    topology = Topology(empty_database.amqp_prefix)
     relay = spawn(empty_database, "relay")
     worker = spawn(empty_database, "worker", "--app", "tests.apps.slow_app")
     try:
@@ -294,6 +295,23 @@ def test_a_running_relay_and_worker_stop_when_the_schema_is_dropped(
                 return bool(row and row[0])
 
             _wait_until(relay_polling, 30, "the relay's first poll")
+            # The worker registers its route (its kinds) once its queue is declared;
+            # its broker queue is "<prefix>.q.default@<route>".
+            routes: list[str | None] = []
+
+            def worker_subscribed() -> bool:
+                routes[:] = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT route FROM ledgerq_subscriptions "
+                        "WHERE queue = 'default' AND expires_at > now()"
+                    )
+                ]
+                return bool(routes)
+
+            _wait_until(worker_subscribed, 30, "the worker's subscription")
+            key = routing_key("default", routes[0])
+            queue = topology.task_queue(key).name
             broker = pika.BlockingConnection(pika.URLParameters(empty_database.amqp_url))
 
             def worker_consuming() -> bool:
@@ -310,8 +328,8 @@ def test_a_running_relay_and_worker_stop_when_the_schema_is_dropped(
             conn.execute("DROP TABLE ledgerq_tasks, ledgerq_history CASCADE")
             # The worker meets the loss on its next claim.
             channel.basic_publish(
-                Topology(empty_database.amqp_prefix).exchange.name,
-                "default",
+                topology.exchange.name,
+                key,
                 message_body(1, 0),
                 pika.BasicProperties(message_id="1"),
             )

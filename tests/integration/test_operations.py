@@ -37,7 +37,7 @@ from ledgerq.ledger.operations import adrive
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine, sync_engine
 from ledgerq.ledger.sql import OQ
-from tests.harness import Pipeline, enqueue_committed
+from tests.harness import Pipeline, enqueue_committed, subscribe_like_worker
 
 FAST = WorkerConfig(concurrency=8, lease_s=5, heartbeat_s=0.2, grace_s=5)
 CANCEL = Action.cancel()
@@ -62,8 +62,12 @@ async def test_cancel_of_a_queued_task_it_never_runs_and_its_delivery_is_acked(
     [task_id] = enqueue_committed(settings, [TaskSpec("ops.never")])
     caplog.set_level(logging.INFO, logger="ledgerq.worker")
     async with Pipeline(settings, registry, start_worker=False) as pipe:
+        # A stand-in for the worker below (its route and broker queue), so the relay
+        # publishes into the queue that worker will consume.
+        await subscribe_like_worker(settings, pipe.ledger, registry, FAST)
         await pipe.relay.run_once()  # the message is in the queue now
         assert await pipe.statuses([task_id]) == {task_id: "published"}
+        await pipe.ledger.unsubscribe("test-subscriber")
         report = await pipe.ledger.act(CANCEL, TaskFilter(ids=(task_id,)), actor="ops-test")
         async with open_worker(settings, registry, FAST) as worker:
             await wait_for(lambda: _true(worker.counts.skipped == 1))
@@ -212,7 +216,10 @@ async def test_a_bulk_cancel_racing_with_a_worker_never_cancels_a_task_that_ran(
 
     ids = enqueue_committed(settings, [TaskSpec("ops.bulk") for _ in range(400)])
     async with Pipeline(settings, registry, worker=FAST) as pipe:
-        await pipe.relay.run_once()
+        # A second subscriber on the worker's route with a large window, so a batch
+        # (200) is in the broker, as well as running, while the cancel races it.
+        await subscribe_like_worker(settings, pipe.ledger, registry, FAST)
+        assert (await pipe.relay.run_once()).published == pipe.relay_config.batch_size
         report = await pipe.ledger.act(
             CANCEL,
             TaskFilter(kind="ops.bulk", statuses=("pending", "published", "running")),

@@ -26,11 +26,13 @@ from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.relay.service import RelayConfig
-from tests.harness import Pipeline, Poll, enqueue_committed
+from tests.harness import Pipeline, Poll, enqueue_committed, subscribe_queues
 
 
 async def due(ledger: PgLedger) -> list[int]:
-    """What a relay batch publishes now (marked published)."""
+    """What a relay batch publishes now (marked published), to a live whole-queue
+    subscriber whose window never limits it here."""
+    await subscribe_queues(ledger, "default")
     async with ledger.publish_batch(100) as batch:
         return sorted(await batch.mark_published(batch.rows))
 

@@ -20,7 +20,7 @@ from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
-from tests.harness import Pipeline, enqueue_committed
+from tests.harness import Pipeline, enqueue_committed, subscribe_like_worker, subscribe_queues
 from tests.support import ledgerq
 
 
@@ -66,18 +66,24 @@ async def test_pausing_takes_back_published_tasks_whose_messages_then_claim_noth
     settings: Settings, ledger: PgLedger
 ) -> None:
     runs: Counter[int] = Counter()
+    registry = counting_registry(runs)
+    config = WorkerConfig(concurrency=8, lease_s=30, heartbeat_s=5, grace_s=5)
     paused = enqueue_committed(settings, [TaskSpec("t.a") for _ in range(4)])
     other = enqueue_committed(settings, [TaskSpec("t.b") for _ in range(2)])
-    async with Pipeline(settings, Registry(), start_worker=False) as pipe:
-        await pipe.relay.run_once()
+    async with Pipeline(settings, registry, start_worker=False) as pipe:
+        # A stand-in for the worker below (its kinds: its route and broker queue), so
+        # the relay publishes into the queue that worker will consume.
+        await subscribe_like_worker(settings, pipe.ledger, registry, config)
+        assert (await pipe.relay.run_once()).published == len(paused + other)
         assert set((await pipe.statuses(paused + other)).values()) == {"published"}
+        await pipe.ledger.unsubscribe("test-subscriber")
     report = await ledger.pause("kind", "t.a", actor="ops")
     assert (report.changed, report.unpublished) == (True, 4)
     for task_id in paused:
         row = await ledger.show(task_id)
         assert (row["status"], row["epoch"]) == ("pending", 1)
-    # A worker now receives all six messages: four are stale and acked unrun.
-    async with Pipeline(settings, counting_registry(runs)) as pipe:
+    # A worker now receives every message: those of the four are stale and acked unrun.
+    async with Pipeline(settings, registry, worker=config) as pipe:
         assert set((await pipe.settle(other)).values()) == {"succeeded"}
         await pipe.relay.run_once()
         assert set((await pipe.statuses(paused)).values()) == {"pending"}
@@ -108,10 +114,11 @@ async def test_the_reconciler_does_not_publish_overdue_paused_tasks(
     await ledger.pause("queue", "other", actor="ops")
     with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
         conn.execute("UPDATE ledgerq_tasks SET run_at = now() - interval '1 hour'")
-    async with ledger.overdue_batch(0, 100, 60) as batch:
+    await subscribe_queues(ledger, "default", "other")  # live windows for both queues
+    async with ledger.overdue_batch(100, 60) as batch:
         assert [r.id for r in batch.rows] == [free]
     await ledger.resume("queue", "other", actor="ops")
-    async with ledger.overdue_batch(0, 100, 60) as batch:
+    async with ledger.overdue_batch(100, 60) as batch:
         assert [r.id for r in batch.rows] == [paused, free]
 
 

@@ -11,14 +11,12 @@ from typing import Any
 
 import pika
 import pika.exceptions
-import psycopg
 import pytest
 
 from ledgerq import AsyncTaskContext, Registry, TaskSpec
-from ledgerq.compose import open_reconciler, open_relay, open_worker, topology
+from ledgerq.compose import open_ledger, open_reconciler, open_relay, open_worker, topology
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.relay.broker.base import QueueMismatchError
 from ledgerq.relay.broker.topology import DELIVERY_LIMIT
 from ledgerq.relay.service import RelayConfig
@@ -61,15 +59,16 @@ async def test_the_pipeline_and_the_reconciler_run_on_quorum_queues(quorum: Sett
     ids = enqueue_committed(quorum, [TaskSpec("t.q", {"n": n}, priority=n % 10) for n in range(60)])
     async with Pipeline(quorum, registry) as pipe:
         done = await pipe.settle(ids)
+        name = pipe.worker.subscriptions[0].broker_name  # the worker's routed queue
     assert set(done.values()) == {"succeeded"} and sorted(ran) == list(range(60))
     async with open_reconciler(quorum) as reconciler:
         assert (await reconciler.run_once()).acted
 
-    spec = topology(quorum).task_queue("default")
+    spec = topology(quorum).task_queue(name)
     assert spec.arguments["x-queue-type"] == "quorum"
     # What the broker holds: a quorum queue (a classic declaration is refused), with
     # the delivery limit and the dead-letter exchange it was declared with.
-    classic = dict(topology(replace(quorum, queue_type="classic")).task_queue("default").arguments)
+    classic = dict(topology(replace(quorum, queue_type="classic")).task_queue(name).arguments)
     assert "inequivalent arg 'x-queue-type'" in str(_redeclare(quorum, spec.name, classic))
     other_limit = {**spec.arguments, "x-delivery-limit": DELIVERY_LIMIT + 1}
     assert "x-delivery-limit" in str(_redeclare(quorum, spec.name, other_limit))
@@ -83,8 +82,8 @@ async def test_a_queue_of_the_other_type_stops_the_services_with_the_setting_to_
 ) -> None:
     registry = Registry()
     registry.task("t.q")(lambda payload, ctx: None)
-    async with open_worker(settings, registry, WorkerConfig(concurrency=1)):
-        pass  # the classic queues exist now
+    async with open_worker(settings, registry, WorkerConfig(concurrency=1)) as worker:
+        [subscription] = worker.subscriptions  # the classic queues exist now
     with pytest.raises(QueueMismatchError, match="LEDGERQ_QUEUE_TYPE"):
         async with open_worker(quorum, registry, WorkerConfig(concurrency=1)):
             pass
@@ -92,11 +91,10 @@ async def test_a_queue_of_the_other_type_stops_the_services_with_the_setting_to_
         async with open_reconciler(quorum) as reconciler:
             await reconciler.run_once()
     # The relay declares on its first publish: its loop stops there, it does not retry.
-    # (The classic worker above subscribed to the queue, and the relay publishes a
-    # subscribed queue's tasks only to a live worker: forget it, as a fresh
-    # deployment would have no subscription.)
-    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as db:
-        db.execute("DELETE FROM ledgerq_subscriptions")
+    # (It publishes only to a live subscriber's route: the classic worker's, as
+    # another worker still running there would keep it.)
+    async with open_ledger(settings, "ledgerq-test", pool_size=1) as ledger:
+        await ledger.subscribe("test-subscriber", [subscription], 600.0)
     enqueue_committed(quorum, [TaskSpec("t.q", {})])
     with pytest.raises(QueueMismatchError, match="LEDGERQ_QUEUE_TYPE"):
         async with open_relay(quorum, RelayConfig(poll_interval=0.05)) as relay:

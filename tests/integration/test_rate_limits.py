@@ -17,7 +17,7 @@ from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.scheduling import RateLimit
 from ledgerq.relay.service import RelayConfig
-from tests.harness import Pipeline, Poll, enqueue_committed
+from tests.harness import Pipeline, Poll, enqueue_committed, subscribe_queues
 
 RATE = 20.0
 
@@ -79,16 +79,19 @@ async def test_an_operator_limit_and_a_workers_limit_share_the_table(ledger: PgL
     assert [a["action"] for a in await ledger.audit()] == ["set-limit", "set-limit"]
 
 
-async def test_the_reconciler_leaves_rate_limited_and_held_keys_to_the_relays(
+async def test_the_reconciler_meters_rate_limited_kinds_and_leaves_held_keys_as_a_relay_does(
     settings: Settings, ledger: PgLedger
 ) -> None:
     """Standing in for a relay that is down, the reconciler publishes an overdue task
-    only if a relay could: not a rate-limited kind's (only relays meter), not a keyed
-    task with an earlier live task of its key."""
-    await ledger.set_limit("t.limited", RateLimit.parse("1/s"), actor="ops")
-    _limited, first, _second, free = enqueue_committed(
+    only if a relay could (the one rule, ledgerq_pick): a rate-limited kind's only
+    within its token bucket, which it charges as a relay does; not a keyed task with
+    an earlier live task of its key."""
+    # One a minute (burst 1): the bucket does not refill between the two batches.
+    await ledger.set_limit("t.limited", RateLimit.parse("1/m"), actor="ops")
+    limited, _over_limit, first, _second, free = enqueue_committed(
         settings,
         [
+            TaskSpec("t.limited"),
             TaskSpec("t.limited"),
             TaskSpec("t.k", ordering_key="k"),
             TaskSpec("t.k", ordering_key="k"),
@@ -97,5 +100,10 @@ async def test_the_reconciler_leaves_rate_limited_and_held_keys_to_the_relays(
     )
     with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
         conn.execute("UPDATE ledgerq_tasks SET run_at = now() - interval '1 hour'")
-    async with ledger.overdue_batch(0, 100, 60) as batch:
-        assert [r.id for r in batch.rows] == [first, free]
+    await subscribe_queues(ledger, "default")  # a live window with room for all five
+    async with ledger.overdue_batch(100, 60) as batch:
+        # One token (burst 1): one limited task, after the aged unmetered ones.
+        assert [r.id for r in batch.rows] == [first, free, limited]
+        assert await batch.mark_published(batch.rows) == {first, free, limited}
+    async with ledger.overdue_batch(100, 60) as batch:
+        assert batch.rows == []  # the bucket is spent; "k" is held by the first
