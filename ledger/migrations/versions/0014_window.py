@@ -28,6 +28,10 @@ relay and the direct path alike.
   claims itself (``direct_kinds``): the relay publishes none of those, so a
   queue can be served by ``--direct`` workers for some kinds and through
   RabbitMQ for the others, and a kind both serve goes the direct way.
+- Function ``ledgerq_covers(kinds, shards, excluded, kind, shard)``: whether a
+  window (its kinds and shards, NULL: all; less the kinds a direct worker of
+  its queue claims) covers a task. A single expression, so PostgreSQL inlines
+  it where ``ledgerq_pick`` calls it.
 - Function ``ledgerq_pick(windows, limit, aging_s, min_wait_s)``: the due tasks
   to start next, per window at most its credit and at most ``limit`` in all:
   first the aged tasks (due ``aging_s`` or longer, oldest first, reported at
@@ -136,9 +140,7 @@ WITH w AS (
                t.run_at
         FROM ledgerq_ready t
         WHERE t.queue = w.queue
-          AND (w.kinds IS NULL OR t.kind = ANY(w.kinds))
-          AND (w.direct_kinds IS NULL OR t.kind <> ALL(w.direct_kinds))
-          AND (w.shards IS NULL OR t.shard = ANY(w.shards))
+          AND ledgerq_covers(w.kinds, w.shards, w.direct_kinds, t.kind, t.shard)
           AND t.run_at <= now() - make_interval(secs => GREATEST(p_aging_s, p_min_wait_s))
           AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
         ORDER BY t.run_at, t.id
@@ -151,9 +153,7 @@ WITH w AS (
                t.run_at
         FROM ledgerq_ready t
         WHERE t.queue = w.queue
-          AND (w.kinds IS NULL OR t.kind = ANY(w.kinds))
-          AND (w.direct_kinds IS NULL OR t.kind <> ALL(w.direct_kinds))
-          AND (w.shards IS NULL OR t.shard = ANY(w.shards))
+          AND ledgerq_covers(w.kinds, w.shards, w.direct_kinds, t.kind, t.shard)
           AND t.run_at <= now() - make_interval(secs => p_min_wait_s)
           AND t.id <> ALL(ARRAY(SELECT id FROM aged))
           AND t.kind <> ALL(ARRAY(SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL))
@@ -167,9 +167,7 @@ WITH w AS (
                t.run_at
         FROM ledgerq_ready t
         WHERE t.queue = w.queue AND t.kind = b.kind
-          AND (w.kinds IS NULL OR t.kind = ANY(w.kinds))
-          AND (w.direct_kinds IS NULL OR t.kind <> ALL(w.direct_kinds))
-          AND (w.shards IS NULL OR t.shard = ANY(w.shards))
+          AND ledgerq_covers(w.kinds, w.shards, w.direct_kinds, t.kind, t.shard)
           AND t.run_at <= now() - make_interval(secs => p_min_wait_s)
         ORDER BY t.priority DESC, t.attempts > 0, t.run_at, t.id
         LIMIT CAST(floor(LEAST(b.avail, w.credit, p_limit)) AS bigint)
@@ -214,6 +212,15 @@ $$
 """
 )
 
+_COVERS = """
+CREATE FUNCTION ledgerq_covers(kinds text[], shards integer[], excluded text[],
+                               k text, s integer) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (kinds IS NULL OR k = ANY(kinds)) AND (shards IS NULL OR s = ANY(shards))
+       AND (excluded IS NULL OR k <> ALL(excluded))
+$$
+"""
+
 _UPGRADE = [
     "ALTER TABLE ledgerq_subscriptions ADD COLUMN capacity integer NOT NULL DEFAULT 0",
     "ALTER TABLE ledgerq_subscriptions ADD COLUMN direct boolean NOT NULL DEFAULT false",
@@ -223,11 +230,13 @@ _UPGRADE = [
        WHERE status = 'published'""",
     _READY,
     _WINDOWS,
+    _COVERS,
     _PICK,
 ]
 
 _DOWNGRADE = [
     "DROP FUNCTION ledgerq_pick(jsonb, integer, float8, float8)",
+    "DROP FUNCTION ledgerq_covers(text[], integer[], text[], text, integer)",
     "DROP VIEW ledgerq_windows",
     "DROP VIEW ledgerq_ready",
     "DROP INDEX ledgerq_tasks_published_route",
