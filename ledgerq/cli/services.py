@@ -264,8 +264,8 @@ def worker(
         raise click.BadParameter(str(exc)) from exc
     if direct and (served_kinds or served_shards):
         raise click.BadParameter(
-            "--direct claims every kind and shard of its queues: it cannot be given "
-            "--kinds or --shards (those route through RabbitMQ)"
+            "--direct claims every kind its app registers, on every shard of its queues: "
+            "it cannot be given --kinds or --shards (those route through RabbitMQ)"
         )
     stuck = run_service(
         serve_worker(settings, registry, configs, metrics_port or 0, direct_config, fallback),
