@@ -158,10 +158,10 @@ async def test_pipeline_drains_every_shard_exactly_once(sharded: Settings) -> No
 async def test_reconciler_covers_every_shard(sharded: Settings) -> None:
     ids = enqueue_by_key(sharded, [None] * SHARDS, "shards.noop")
     assert {shard_of_id(i) for i in ids} == {0, 1, 2}
-    for shard in sharded.ledger_shards():  # as if the relay had died long ago
+    for k, shard in enumerate(sharded.ledger_shards()):  # as if the relay had died long ago
         with db(shard) as conn:
             conn.execute("UPDATE ledgerq_tasks SET run_at = now() - interval '1 hour'")
-        async with open_ledger(shard, "ledgerq-test", pool_size=1) as one:
+        async with open_ledger(sharded, "ledgerq-test", pool_size=1, shard=k) as one:
             await subscribe_queues(one)  # a live worker's window on every shard
     config = ReconcilerConfig(stall_s=60)
     published = 0
