@@ -11,7 +11,8 @@ shard, and the checker reads every shard.
 ``check`` is the total-queue check, after Jepsen's: every committed task has
 exactly one terminal status, none is lost, nothing from a rolled-back
 transaction ran, handlers that write through the context's transaction left
-exactly one effect, the broker queue is empty and no ``running`` lease is left.
+exactly one effect, the workers' broker queues are empty and no ``running`` lease
+is left.
 Task statuses are read through the storage seam; the effects table is the
 test's own and read with SQL.
 """
@@ -32,11 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pika.exceptions
 
 from ledgerq.compose import open_ledger, open_reconciler
 from ledgerq.ledger.alerts import log_alert
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.routing import routing_key
 from ledgerq.ledger.sharded import ShardedLedger
 from ledgerq.ledger.states import LIVE, TERMINAL
 from ledgerq.relay.broker.topology import Topology
@@ -306,12 +309,34 @@ async def live_summary(ledger: ClusterLedger) -> dict[str, int]:
     return {s: n for s, n in by_status.items() if s in LIVE}
 
 
-def queue_depth(settings: Settings, queue: str = "default") -> int:
+async def broker_queues(ledger: ClusterLedger) -> list[str]:
+    """The broker queues (``queue`` or ``queue@route``) the test's workers consumed: each
+    subscription's route, live or lapsed (a worker serves ``<prefix>.q.<queue>@<route>``
+    for the kinds it registers), and each such ledger queue's own broker queue."""
+    rows = await ledger.subscriptions()
+    own = {str(r["queue"]) for r in rows}
+    routed = {routing_key(str(r["queue"]), r["route"] or None) for r in rows}
+    return sorted(own | routed)
+
+
+def queue_depth(settings: Settings, queues: Sequence[str] = ("default",)) -> int:
+    """Messages waiting in these broker queues, together; one that does not exist
+    (nobody ever declared it) holds none."""
     conn = pika.BlockingConnection([pika.URLParameters(url) for url in settings.amqp_urls])
+    topology = Topology(settings.amqp_prefix)
+    total = 0
     try:
-        name = Topology(settings.amqp_prefix).task_queue(queue).name
-        ok = conn.channel().queue_declare(name, passive=True)
-        return int(ok.method.message_count or 0)
+        for queue in queues:
+            channel = conn.channel()  # a passive declare of a missing queue closes it
+            try:
+                ok = channel.queue_declare(topology.task_queue(queue).name, passive=True)
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                if exc.reply_code != 404:
+                    raise
+                continue
+            total += int(ok.method.message_count or 0)
+            channel.close()
+        return total
     finally:
         conn.close()
 
@@ -354,11 +379,12 @@ async def check(
 ) -> Verdict:
     """The total-queue check. ``effects_expected``: ids whose handler writes one effect."""
     # Stale duplicate deliveries may still be on their way to being acked-and-skipped.
-    depth = queue_depth(settings)
+    queues = await broker_queues(ledger)
+    depth = queue_depth(settings, queues)
     deadline = time.monotonic() + 15
     while depth and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
-        depth = queue_depth(settings)
+        depth = queue_depth(settings, queues)
     ids = list(committed)
     finished = {
         i: status for i, status in (await ledger.whereabouts(ids)).items() if status in TERMINAL
