@@ -1,26 +1,28 @@
-"""Routing: what part of a queue a worker serves (``--kinds``, ``--shards``),
-and the parsers of the worker's ``--kinds``, ``--shards`` and ``--queues``.
+"""Routing: what part of a queue a worker serves (its app's kinds, narrowed by
+``--kinds``, and ``--shards``), and the parsers of the worker's ``--kinds``,
+``--shards`` and ``--queues``.
 
-A :class:`Subscription` is one queue and, optionally, the kinds and the shards
-of it a worker serves. A whole-queue subscription reads the queue's own broker
-queue (``<prefix>.q.<queue>``), as every worker did before routing. A
-restricted one reads ``<prefix>.q.<queue>@<route>``, where the route is a
-stable digest of its kinds and shards, so every worker started with the same
-``--kinds``/``--shards`` shares one broker queue (competing consumers) and a
-restart finds its queue again.
+A :class:`Subscription` is one queue, the kinds and shards of it a worker
+serves, and its capacity (the worker's prefetch: its share of the route's
+window). A worker always names its kinds (those it has handlers for), so it
+reads ``<prefix>.q.<queue>@<route>``, where the route is a stable digest of its
+kinds and shards: every worker of the same app and ``--shards`` shares one
+broker queue (competing consumers), a restart finds its queue again, and a
+rolling deploy that adds a kind gives the new workers a route of their own. A
+subscription with neither kinds nor shards (None: every one) reads the queue's
+own broker queue, ``<prefix>.q.<queue>``; only tools and tests make one.
 
-The worker declares that broker queue first, then registers the subscription
+The worker declares its broker queue first, then registers the subscription
 in ``ledgerq_subscriptions`` with an expiry it refreshes on its heartbeat. The
-relay publishes a task of a *routed* queue (one some worker ever subscribed
-to) only where a live subscription covers it, with the routing key
-:func:`routing_key`; what nothing covers stays ``pending`` in the ledger and
-counts as backlog, never as an attempt (docs/design.md, "Routing").
+relay publishes to each live route at most its window (migration 0014,
+docs/design.md "The window"); what no live subscription covers stays
+``pending`` in the ledger and counts as unserved backlog, never as an attempt.
 
 Races: a worker that dies keeps its subscription live until it expires (one
-lease): the relay may route to its broker queue meanwhile; those rows stay
-``published`` until the reconciler finds them stalled and publishes them again,
-now to a live route. A publish to a broker queue that was deleted comes back
-as ``basic.return`` and its row stays ``pending``.
+lease): the relay may fill its window meanwhile; once it lapses, the reconciler
+takes those rows back to ``pending`` (``unpublish_unserved``) and the relay
+gives them to a live route that covers them. A publish to a broker queue that
+was deleted comes back as ``basic.return`` and its row stays ``pending``.
 """
 
 from __future__ import annotations

@@ -51,8 +51,9 @@ TRANSITIONS: dict[tuple[Status, Status], str] = {
     (Status.DEAD, Status.PENDING): "operator (retry from history: same id, fresh attempts)",
     (Status.CANCELLED, Status.PENDING): "operator (retry from history: same id, fresh attempts)",
     (Status.PENDING, Status.PENDING): "operator (reschedule, or retry: run a waiting task now)",
-    (Status.PUBLISHED, Status.PENDING): "operator (reschedule: epoch bumped, the queued "
-    "message goes stale and the relay publishes it again when due)",
+    (Status.PUBLISHED, Status.PENDING): "operator (reschedule, or a pause: epoch bumped, the "
+    "queued message goes stale and the relay publishes it again when due), or the reconciler "
+    "(its route lost every live subscriber: taken back into the ledger, epoch bumped)",
 }
 
 
