@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import TextClause
@@ -175,7 +175,9 @@ def _rows_document(specs: Sequence[TaskSpec]) -> str:
         payload, retry = params.pop("payload"), params.pop("retry")
         trace = params.pop("trace_context") or "null"
         run_at = params.pop("run_at")
-        params["run_at"] = run_at.isoformat() if run_at is not None else None
+        # In UTC: an offset with seconds (valid in Python) prints as text
+        # PostgreSQL refuses ("+00:00:00.000001").
+        params["run_at"] = run_at.astimezone(UTC).isoformat() if run_at is not None else None
         head = json.dumps(params, separators=(",", ":"))
         parts.append(
             head[:-1]

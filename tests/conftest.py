@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 
 import pika
@@ -27,6 +27,7 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import upgrade
+from ledgerq.ledger.routing import routing_key
 from ledgerq.ledger.settings_table import DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL
 from ledgerq.relay.broker.topology import Topology
 
@@ -84,12 +85,22 @@ def base_settings() -> Settings:
     return settings
 
 
-def delete_broker_objects(settings: Settings) -> None:
+def routed_queues(settings: Settings) -> list[str]:
+    """The routed broker queues (``queue@route``) the ledger's subscriptions name:
+    the workers' own, which a test's prefix makes private to it."""
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT DISTINCT queue, route FROM ledgerq_subscriptions WHERE route IS NOT NULL"
+        ).fetchall()
+    return [routing_key(queue, route) for queue, route in rows]
+
+
+def delete_broker_objects(settings: Settings, routed: Sequence[str] = ()) -> None:
     topology = Topology(settings.amqp_prefix)
     connection = pika.BlockingConnection(pika.URLParameters(settings.amqp_url))
     try:
         channel = connection.channel()
-        for name in TEST_QUEUES:
+        for name in (*TEST_QUEUES, *routed):
             channel.queue_delete(topology.task_queue(name).name)
         channel.queue_delete(topology.dead_letter_queue.name)
         channel.exchange_delete(topology.exchange.name)
@@ -108,7 +119,7 @@ async def settings(base_settings: Settings) -> AsyncIterator[Settings]:
         conn.execute("DROP TABLE IF EXISTS ledgerq_demo_receipts, test_effects")
     current = replace(base_settings, amqp_prefix=f"lqtest.{uuid.uuid4().hex[:10]}")
     yield current
-    delete_broker_objects(current)
+    delete_broker_objects(current, routed_queues(current))
 
 
 @pytest.fixture
