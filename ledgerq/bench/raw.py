@@ -124,6 +124,17 @@ def pipeline_ceiling(
                 side.kill()
 
 
+#: The subscriber the ceiling registers (its window), released by :func:`release_ceiling`.
+CEILING = "bench-pipeline"
+
+
+async def release_ceiling(settings: Settings) -> None:
+    """Expire the ceiling's subscription, whatever became of its processes: left
+    live, its window would take the drains' tasks to a queue nobody reads."""
+    async with open_ledger(settings, "ledgerq-bench-pipeline", check=False) as ledger:
+        await ledger.unsubscribe(CEILING)
+
+
 @dataclass(frozen=True)
 class _Run:
     """What both processes of :func:`pipeline_ceiling` are given."""
@@ -207,9 +218,7 @@ async def _publish(run: _Run) -> None:
             # A window as large as the backlog: this ceiling is the path of one
             # message per task with nothing held back (the relay's selection
             # publishes nothing to a route nobody subscribed).
-            await ledger.subscribe(
-                "bench-pipeline", [Subscription("default", capacity=tasks)], 600.0
-            )
+            await ledger.subscribe(CEILING, [Subscription("default", capacity=tasks)], 600.0)
             await asyncio.to_thread(run.ready.wait)
             await asyncio.to_thread(run.go.wait)
             published = 0
@@ -234,9 +243,6 @@ async def _publish(run: _Run) -> None:
                         )
                         published += len(await due.mark_published(due.rows))
 
-            try:
-                await asyncio.gather(publish(), publish())
-            finally:
-                await ledger.unsubscribe("bench-pipeline")
+            await asyncio.gather(publish(), publish())
     finally:
         await connection.close()

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from ledgerq.bench.phases import Bench, percentiles
-from ledgerq.bench.raw import pipeline_ceiling, raw_ceiling
+from ledgerq.bench.raw import pipeline_ceiling, raw_ceiling, release_ceiling
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.sharded import ShardedLedger
 
@@ -81,7 +81,10 @@ def run_suite(
     bench.reset()
     bench.enqueue_batch(tasks, "demo.noop", lambda d, t: None)
     assert not isinstance(bench.ledger, ShardedLedger), "with ledger shards: run_sharded_suite"
-    ceiling = pipeline_ceiling(bench.settings, tasks)
+    try:
+        ceiling = pipeline_ceiling(bench.settings, tasks)
+    finally:
+        bench.run(release_ceiling(bench.settings))
     result["pipeline_ceiling_per_s"] = round(ceiling)
     progress(1, 1)
     bench.reset()

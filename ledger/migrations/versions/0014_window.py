@@ -106,8 +106,10 @@ WHERE NOT EXISTS (SELECT 1 FROM ledgerq_subscriptions d
 # for every caller. One window's candidates come from three index-friendly scans (aged: oldest
 # first; fresh: by priority; metered: per token bucket), each at most the
 # window's credit; ranked then keeps the window's credit, the buckets' tokens
-# and the overall limit. A row two windows cover is taken once (the first
-# window's). Candidates not kept stay locked until the caller's transaction
+# and the overall limit. A row two windows cover is taken once, by the window
+# with the most room (so a window with little room never takes work from one
+# with more, and a subscriber that does not consume cannot hold more than its
+# own room of what others could run). Candidates not kept stay locked until the caller's transaction
 # ends: another relay skips them for that long, and nothing else changes.
 _PICK = (
     """
@@ -175,7 +177,7 @@ WITH w AS (
 ), candidates AS (
     SELECT * FROM aged UNION ALL SELECT * FROM fresh UNION ALL SELECT * FROM metered
 ), once AS (
-    SELECT DISTINCT ON (id) * FROM candidates ORDER BY id, w_queue, w_route
+    SELECT DISTINCT ON (id) * FROM candidates ORDER BY id, credit DESC, w_queue, w_route
 ), ranked AS (
     SELECT o.*, b.avail,
            row_number() OVER (PARTITION BY o.w_queue, o.w_route
