@@ -7,6 +7,9 @@ caller's retry (every service loop has one) gets a fresh one.
 Producers bring their own engine; these are for the relay, the consumers, the
 reconciler and the CLI. Every connection carries a statement timeout and an
 idle-in-transaction timeout, so a stuck client cannot hold locks or stop vacuum.
+They travel as libpq startup ``options``, added after the URL's own
+(``?options=-csearch_path%3Dshard0`` keeps the ledger in that schema for every
+command, as for ``ledgerq migrate``).
 
 :func:`connect_waiting` is how every command first meets PostgreSQL: it keeps
 trying for ``Settings.connect_wait_s`` while the server cannot be reached, and
@@ -30,6 +33,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ledgerq.ledger.config import Settings
@@ -91,23 +95,47 @@ WORKER_PLANNER = ("jit=off", "enable_hashjoin=off", "enable_mergejoin=off", "ena
 RECONCILER_PLANNER = ("jit=off",)
 
 
+def url_options(url: str) -> str:
+    """The libpq ``options`` the URL itself carries (``?options=-csearch_path%3Dshard0``),
+    several joined by spaces; '' when it carries none (or does not parse: the
+    engine reports that itself)."""
+    try:
+        value = make_url(url).query.get("options")
+    except ArgumentError:
+        return ""
+    if value is None:
+        return ""
+    return " ".join(v for v in ((value,) if isinstance(value, str) else value) if v.strip())
+
+
 def connect_args(
-    settings: Settings, application_name: str, *, pooled: bool, planner: tuple[str, ...] = ()
+    settings: Settings,
+    application_name: str,
+    *,
+    pooled: bool,
+    planner: tuple[str, ...] = (),
+    url: str | None = None,
 ) -> dict[str, Any]:
     """psycopg's connection arguments: the server-side guards and the ``planner``
-    settings (``name=value``) as startup options, or, through a transaction pooler
-    (which refuses startup options and hands each transaction whichever server
-    connection is free), no options and no server-side prepared statements; the
-    guards and the planner settings are then the role's (docs/howto.md, PgBouncer)."""
+    settings (``name=value``) as startup options, after the ``options`` of ``url``
+    (default: the ledger's), merged, never replaced: a ``search_path`` there puts
+    the ledger in another schema, and ledgerq's own settings come last, so they
+    win for the parameters ledgerq sets. Through a transaction pooler (which
+    refuses startup options and hands each transaction whichever server connection
+    is free), ledgerq adds no options and prepares no statements; the URL's own
+    are left as they are, and the guards, the planner settings and a schema are
+    then the role's (docs/howto.md, PgBouncer)."""
     args: dict[str, Any] = {"application_name": application_name, "connect_timeout": 5}
     if pooled:
         args["prepare_threshold"] = None
     else:
-        args["options"] = (
+        ours = (
             f"-c statement_timeout={int(settings.statement_timeout_ms)} -c "
             f"idle_in_transaction_session_timeout={int(settings.idle_in_transaction_timeout_ms)}"
             + "".join(f" -c {setting}" for setting in planner)
         )
+        theirs = url_options(settings.database_url if url is None else url)
+        args["options"] = f"{theirs} {ours}" if theirs else ours
     return args
 
 
@@ -128,7 +156,11 @@ def _engine_options(
         "pool_size": pool_size,
         "max_overflow": 0,
         "connect_args": connect_args(
-            settings, application_name, pooled=settings.pooled, planner=planner
+            settings,
+            application_name,
+            pooled=settings.pooled,
+            planner=planner,
+            url=settings.database_url,
         ),
     }
 
@@ -167,7 +199,7 @@ def session_engine(settings: Settings, application_name: str) -> AsyncEngine | N
         url,
         pool_size=1,
         max_overflow=0,
-        connect_args=connect_args(settings, application_name, pooled=False),
+        connect_args=connect_args(settings, application_name, pooled=False, url=url),
     )
 
 
@@ -221,7 +253,7 @@ def connect_waiting(
                 libpq_url(target),
                 autocommit=autocommit,
                 **{
-                    **connect_args(settings, "ledgerq", pooled=pooled),
+                    **connect_args(settings, "ledgerq", pooled=pooled, url=target),
                     "connect_timeout": max(2, min(5, math.ceil(remaining))),
                 },
             )
