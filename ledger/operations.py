@@ -21,10 +21,10 @@ runs), which commits every :data:`~.actions.BATCH_SIZE` tasks.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, TypeVar
 
-from ledgerq.ledger.actions import Action, Plan, Report, plan, task_row
+from ledgerq.ledger.actions import Action, Report, Rows, Step, plan, task_row
 from ledgerq.ledger.executors import (
     AsyncExecutor,
     AsyncRunner,
@@ -34,23 +34,29 @@ from ledgerq.ledger.executors import (
     runner,
 )
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
+from ledgerq.ledger.keys import KeyRelease, release_plan
 from ledgerq.ledger.sql import OQ
 
+#: What a plan returns: an action's :class:`Report`, a :class:`KeyRelease`.
+R = TypeVar("R")
 
-def drive(steps: Plan, run: Runner) -> Report:
+
+def drive(steps: Generator[Step | None, Rows, R], run: Runner) -> R:
     """Run a plan's statements with ``run``; batch boundaries are the caller's business."""
     try:
         step = next(steps)
         while True:
             step = steps.send([] if step is None else run(*step))
     except StopIteration as stop:
-        report: Report = stop.value
+        report: R = stop.value
         return report
 
 
 async def adrive(
-    steps: Plan, run: AsyncRunner, commit: Callable[[], Awaitable[None]] | None = None
-) -> Report:
+    steps: Generator[Step | None, Rows, R],
+    run: AsyncRunner,
+    commit: Callable[[], Awaitable[None]] | None = None,
+) -> R:
     """:func:`drive` with an async runner; ``commit`` (if any) is awaited at each batch
     boundary."""
     try:
@@ -63,7 +69,7 @@ async def adrive(
             else:
                 step = steps.send(await run(*step))
     except StopIteration as stop:
-        report: Report = stop.value
+        report: R = stop.value
         return report
 
 
@@ -93,6 +99,33 @@ async def aact(
     """:func:`act` on an async executor."""
     steps = plan(action, selection, actor=actor, reason=reason, dry_run=dry_run)
     return await adrive(steps, async_runner(executor, "aact"))
+
+
+def release_key(
+    executor: Executor,
+    key: str,
+    *,
+    actor: str,
+    reason: str | None = None,
+    dry_run: bool = False,
+) -> KeyRelease:
+    """Release ordering ``key`` from the dead tasks that hold it (:mod:`.keys`), in the
+    caller's transaction."""
+    steps = release_plan(key, actor=actor, reason=reason, dry_run=dry_run)
+    return drive(steps, runner(executor, "release_key"))
+
+
+async def arelease_key(
+    executor: AsyncExecutor,
+    key: str,
+    *,
+    actor: str,
+    reason: str | None = None,
+    dry_run: bool = False,
+) -> KeyRelease:
+    """:func:`release_key` on an async executor."""
+    steps = release_plan(key, actor=actor, reason=reason, dry_run=dry_run)
+    return await adrive(steps, async_runner(executor, "arelease_key"))
 
 
 def list_tasks(executor: Executor, selection: TaskFilter) -> list[dict[str, Any]]:

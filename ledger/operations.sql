@@ -251,3 +251,42 @@ SELECT a.id, a.at, a.actor, a.action, a.reason, x.outcome
 FROM ledgerq_audit_tasks x JOIN ledgerq_audit a ON a.id = x.audit_id
 WHERE x.task_id = :id
 ORDER BY a.id
+
+-- name: key_holders
+-- The deaths that hold ordering key :key (`ledgerq tasks release-key`): its dead
+-- tasks of a kind registered with ordering "block" that no operator released
+-- yet, the same rule as view ledgerq_ready (migration 0015). Reads the dead
+-- rows' ordering index (migration 0007).
+SELECT h.id, h.epoch, h.kind
+FROM ledgerq_history h
+WHERE h.ordering_key = :key AND h.status = 'dead'
+  AND h.kind = ANY(ARRAY(SELECT kind FROM ledgerq_kinds WHERE ordering = 'block'))
+  AND NOT EXISTS (SELECT 1 FROM ledgerq_key_releases r
+                  WHERE r.task_id = h.id AND r.epoch = h.epoch)
+ORDER BY h.id
+
+-- name: key_tasks
+-- What else ordering key :key has: its live tasks, of which pending (they wait
+-- on the key), and whether any dead task has it (released or not). A key with
+-- none of these is unknown to the ledger (its succeeded and cancelled tasks are
+-- not looked for: history has no index on their keys).
+SELECT (SELECT count(*) FROM ledgerq_tasks WHERE ordering_key = :key) AS live,
+       (SELECT count(*) FROM ledgerq_tasks
+        WHERE ordering_key = :key AND status = 'pending') AS waiting,
+       EXISTS (SELECT 1 FROM ledgerq_history
+               WHERE ordering_key = :key AND status = 'dead') AS has_dead
+
+-- name: release_key
+-- The deaths :ids (under :epochs) stop holding their ordering key: a
+-- compare-and-set on (id, epoch, status) against history. A task retried
+-- meanwhile (gone from history, or back under a new epoch) is not released and
+-- not returned; releasing a death twice changes nothing. The task itself stays
+-- dead in history, untouched.
+INSERT INTO ledgerq_key_releases (task_id, epoch, ordering_key, audit_id)
+SELECT h.id, h.epoch, h.ordering_key, :audit_id
+FROM ledgerq_history h
+JOIN unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+  ON h.id = m.id AND h.epoch = m.epoch
+WHERE h.status = 'dead' AND h.ordering_key = :key
+ON CONFLICT (task_id, epoch) DO NOTHING
+RETURNING task_id

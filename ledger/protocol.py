@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.filters import TaskFilter
+from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.model import (
     ClaimedTask,
     DueTask,
@@ -373,6 +374,14 @@ class OperationsLedger(Protocol):
     ) -> Report:
         """Apply ``action`` in batches of ``batch_size``, each its own transaction of
         fenced compare-and-sets plus its audit lines; ``progress`` after each."""
+        ...
+
+    async def release_key(
+        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
+    ) -> KeyRelease:
+        """Release ordering ``key`` from the dead tasks of blocking kinds that hold it
+        (:mod:`ledgerq.ledger.keys`): recorded, fenced by epoch, audited, in one
+        transaction; a key no live or dead task has is ``TaskNotFoundError``."""
         ...
 
 

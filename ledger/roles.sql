@@ -83,7 +83,8 @@ GRANT USAGE ON SEQUENCE ledgerq_audit_id_seq TO ledgerq_service;
 -- Operator: `ledgerq stats`, `show`, `tasks list` and `tasks audit` read the
 -- tables whole.
 GRANT SELECT ON ledgerq_tasks, ledgerq_history, ledgerq_audit, ledgerq_audit_tasks,
-                ledgerq_pauses, ledgerq_kinds, ledgerq_families, ledgerq_subscriptions
+                ledgerq_pauses, ledgerq_kinds, ledgerq_families, ledgerq_subscriptions,
+                ledgerq_key_releases
     TO ledgerq_operator;
 -- Retention (the reconciler's pass) and `ledgerq purge`: history's day
 -- partitions are created, dropped and purged only through these functions,
@@ -97,9 +98,10 @@ GRANT EXECUTE ON FUNCTION ledgerq_history_add_day(text, date),
 -- `ledgerq tasks cancel | retry | reschedule | set-attempts | set-priority`
 -- (operations.sql): cancel_queued moves rows to history, retry_history moves
 -- them back (with their own id: no sequence), the others set these columns;
--- each batch adds its audit lines.
+-- each batch adds its audit lines. `ledgerq tasks release-key` (release_key)
+-- records the deaths it releases in ledgerq_key_releases (migration 0015).
 GRANT DELETE ON ledgerq_tasks, ledgerq_history TO ledgerq_admin;
-GRANT INSERT ON ledgerq_history, ledgerq_audit_tasks TO ledgerq_admin;
+GRANT INSERT ON ledgerq_history, ledgerq_audit_tasks, ledgerq_key_releases TO ledgerq_admin;
 GRANT INSERT (id, kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, status,
               attempts, max_attempts, retry, epoch, publishes, checkpoint, last_error, timeout_s,
               parent_id, created_at, attempt_log, trace_context, ordering_key)

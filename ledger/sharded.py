@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.errors import TaskNotFoundError
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
+from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome, TaskTiming
 from ledgerq.ledger.producer import TaskSpec
 from ledgerq.ledger.protocol import (
@@ -343,6 +344,27 @@ class ShardedLedger(ShardedWorkerLedger[ShardLedger]):
         assert total is not None
         return total
 
+    async def release_key(
+        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
+    ) -> KeyRelease:
+        """The key released on each shard that has it, in turn (a shard's release is
+        its own transaction and audit record); one report adding theirs up,
+        ``audit_id`` the first shard's record. Unknown on every shard: the first
+        shard's ``TaskNotFoundError``."""
+        total: KeyRelease | None = None
+        unknown: TaskNotFoundError | None = None
+        for shard in self.shards:
+            try:
+                part = await shard.release_key(key, actor=actor, reason=reason, dry_run=dry_run)
+            except TaskNotFoundError as exc:
+                unknown = unknown or exc
+                continue
+            total = part if total is None else _add_releases(total, part)
+        if total is None:
+            assert unknown is not None
+            raise unknown
+        return total
+
     # -- scheduling: every shard keeps the same pauses and limits ---------------
 
     async def pause(
@@ -406,6 +428,17 @@ def _add(a: Report, b: Report) -> Report:
         audit_id=a.audit_id if a.audit_id is not None else b.audit_id,
         asked_to_stop=a.asked_to_stop + b.asked_to_stop,
         cascaded=a.cascaded + b.cascaded,
+    )
+
+
+def _add_releases(a: KeyRelease, b: KeyRelease) -> KeyRelease:
+    return replace(
+        a,
+        released=sorted([*a.released, *b.released]),
+        moved_on=a.moved_on + b.moved_on,
+        waiting=a.waiting + b.waiting,
+        live=a.live + b.live,
+        audit_id=a.audit_id if a.audit_id is not None else b.audit_id,
     )
 
 

@@ -131,6 +131,9 @@ class OperationsQueries:
     record_audit_batch: TextClause
     list_audit: TextClause
     task_audit: TextClause
+    key_holders: TextClause
+    key_tasks: TextClause
+    release_key: TextClause
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ connection and commits at every batch boundary: each batch of up to
 audit lines together), so a bulk action over a million tasks never holds locks
 for minutes, and an action interrupted half-way leaves an audit row whose
 counts say how far it got. ``progress`` is called after each commit.
+``release_key`` (:mod:`ledgerq.ledger.keys`) is one short transaction: the
+deaths found, released and audited together.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ledgerq.ledger.actions import (
 )
 from ledgerq.ledger.errors import TaskNotFoundError
 from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter
+from ledgerq.ledger.keys import KeyRelease, release_plan
 from ledgerq.ledger.operations import adrive
 from ledgerq.ledger.pg.base import PgBase, translated
 from ledgerq.ledger.sql import IQ, OQ
@@ -108,3 +111,16 @@ class PgOperations(PgBase):
                 await adrive(steps, run, commit)
                 await conn.commit()
         return report
+
+    async def release_key(
+        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
+    ) -> KeyRelease:
+        steps = release_plan(key, actor=actor, reason=reason, dry_run=dry_run)
+        with translated():
+            async with self.engine.begin() as conn:
+
+                async def run(statement: TextClause, params: Mapping[str, Any]) -> Rows:
+                    result = await conn.execute(statement, params)
+                    return result.all() if result.returns_rows else []
+
+                return await adrive(steps, run)

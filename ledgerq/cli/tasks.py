@@ -5,8 +5,10 @@
 take task ids or the same filters. An action first counts what it matches (a
 dry run); more than one task needs ``--yes`` or a yes at the terminal (with no
 terminal and no ``--yes`` it refuses, exit 64); then it runs in batches of 500,
-each its own transaction, with a progress bar. ``audit`` lists what was done.
-The work itself is :class:`~ledgerq.ledger.pg.operations.PgOperations`.
+each its own transaction, with a progress bar. ``release-key KEY`` lets an
+ordering key move on past the dead tasks that hold it (after a yes, or
+``--yes``). ``audit`` lists what was done. The work itself is
+:class:`~ledgerq.ledger.pg.operations.PgOperations`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ledgerq.compose import open_operator_ledger
 from ledgerq.ledger.actions import Action, Report, progress_text
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.filters import DEFAULT_LIMIT, STATUSES, TaskFilter, parse_time
+from ledgerq.ledger.keys import KeyRelease
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -242,6 +245,52 @@ def set_attempts(settings: Settings, max_attempts: int, **options: Any) -> None:
 @click.option("--to", "priority", required=True, type=int, metavar="P")
 def set_priority(settings: Settings, priority: int, **options: Any) -> None:
     _act(settings, Action.set_priority(priority), options)
+
+
+@tasks.command("release-key")
+@click.argument("key")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Change nothing; print what holds the key.")
+@click.option("--reason", default=None, help="Why (kept in the audit record).")
+@click.option("--actor", default=None, help="Who acts (default: the OS user).")
+@json_option
+@pass_settings
+def release_key(
+    settings: Settings,
+    key: str,
+    yes: bool,
+    dry_run: bool,
+    reason: str | None,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """Let ordering KEY move on past its dead tasks of an ordering="block" kind: they
+    stay dead and stop holding the key, so its next task runs (audited). To run a
+    dead task again instead, use `tasks retry ID`."""
+    who = actor or os_user()
+
+    async def run() -> KeyRelease:
+        async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
+            counted = await ledger.release_key(key, actor=who, dry_run=True)
+            if dry_run or not counted.held:
+                return counted
+            if not yes:
+                question = (
+                    f"release ordering key {counted.key!r} from {len(counted.released)} dead "
+                    f"tasks (ids {', '.join(map(str, counted.released))}); "
+                    f"{counted.waiting} pending behind it may run?"
+                )
+                if not sys.stdin.isatty():
+                    fail(
+                        f"release-key {counted.key!r} is held by {len(counted.released)} dead "
+                        "tasks; refusing without --yes (no terminal to confirm on)",
+                        EX_USAGE,
+                    )
+                click.confirm(question, abort=True)
+            return await ledger.release_key(key, actor=who, reason=reason)
+
+    report = asyncio.run(run())
+    emit(report.to_json(), as_json, lambda console: click.echo(report.line()))
 
 
 @tasks.command("audit")
