@@ -58,6 +58,37 @@ def load_app(module: str) -> Registry:
     return default_registry
 
 
+class TracingSetupError(LedgerqError):
+    """``--tracing`` names a module or function that cannot be loaded (exit 64)."""
+
+    exit_code = EX_USAGE
+
+
+def load_tracing(path: str) -> None:
+    """Import ``module`` (and call ``module:function`` with no arguments) so that it
+    configures OpenTelemetry, typically ``trace.set_tracer_provider(...)`` with an
+    exporter: the relay's ``publish`` spans go to the provider it sets, as a
+    worker's ``process`` spans go to the one its ``--app`` module sets."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module_name, _, function = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or whatever the module raised as it ran
+        raise TracingSetupError(
+            f"cannot import --tracing {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    if not function:
+        return
+    setup = getattr(module, function, None)
+    if not callable(setup):
+        raise TracingSetupError(f"--tracing {path!r}: {module_name} has no function {function!r}")
+    try:
+        setup()
+    except Exception as exc:
+        raise TracingSetupError(f"--tracing {path!r} failed: {type(exc).__name__}: {exc}") from None
+
+
 @click.command("relay")
 @click.option("--batch-size", default=RelayConfig.batch_size, show_default=True)
 @click.option(
@@ -89,6 +120,13 @@ def load_app(module: str) -> Registry:
     help="Serve only ledger shard K (its position in LEDGERQ_DATABASE_URL); repeatable. "
     "Default: every shard, one relay loop each.",
 )
+@click.option(
+    "--tracing",
+    default=None,
+    metavar="MODULE[:FUNCTION]",
+    help="Import MODULE (and call FUNCTION) at start to configure OpenTelemetry "
+    "(trace.set_tracer_provider with your exporter): the relay's publish spans go there.",
+)
 @metrics_port_option
 @pass_settings
 def relay(
@@ -99,6 +137,7 @@ def relay(
     envelope_max: int,
     envelope_long_s: float,
     ledger_shards: tuple[int, ...],
+    tracing: str | None,
     metrics_port: int | None,
 ) -> None:
     """Publish due tasks to RabbitMQ with publisher confirms (runs until SIGTERM):
@@ -115,6 +154,8 @@ def relay(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
+    if tracing:
+        load_tracing(tracing)
     served = sorted(set(ledger_shards)) or None
     run_service(serve_relay(settings, config, metrics_port or 0, served), settings.event_loop)
 

@@ -163,10 +163,11 @@ def mismatch(spec: QueueSpec, detail: str) -> str:
     """The one line an operator reads when RabbitMQ refuses ``spec``'s arguments."""
     wanted = ", ".join(f"{k}={v}" for k, v in spec.arguments.items() if k != "x-queue-type")
     kind = spec.arguments.get("x-queue-type", "classic")
+    others = f"with {wanted}" if wanted else "and no other arguments"
     return (
         f"RabbitMQ refused to declare queue {spec.name!r} ({detail}): a queue of that name "
         f"exists with other arguments; ledgerq declares it durable, {kind} "
-        f"(LEDGERQ_QUEUE_TYPE), with {wanted}. "
+        f"(LEDGERQ_QUEUE_TYPE), {others}. "
         f"Stop its producers' relays, let the workers drain it, delete it "
         f"(rabbitmqctl delete_queue {spec.name}) and start again: the ledger re-publishes "
         "what it held (docs/howto.md, 'Upgrade a broker queue')"
