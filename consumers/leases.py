@@ -20,6 +20,7 @@ import logging
 
 from ledgerq.consumers.context import HandlerContext
 from ledgerq.ledger.model import ClaimedTask, Fence
+from ledgerq.ledger.outages import Outage
 from ledgerq.ledger.protocol import WorkerLedger
 
 log = logging.getLogger("ledgerq.worker")
@@ -34,6 +35,8 @@ class Leases:
         #: Progress reported since the last beat (JSON text), by fence.
         self._reported: dict[Fence, str] = {}
         self._loop: asyncio.Task[None] | None = None
+        #: Failed beats, logged once per outage (:mod:`ledgerq.ledger.outages`).
+        self.outage = Outage("heartbeat (leases may lapse meanwhile)", log)
         #: The worker's event loop, on which sync handlers' checkpoints are stored.
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -95,8 +98,9 @@ class Leases:
             await asyncio.sleep(self.heartbeat_s)
             try:
                 await self.beat_once()
-            except Exception:
-                log.exception("heartbeat failed; leases may lapse")
+                self.outage.succeeded()
+            except Exception as exc:  # the next beat tries again; a lost schema stops
+                self.outage.failed(exc)  # the worker through its watched ledger
 
     def start(self) -> None:
         self.loop = asyncio.get_running_loop()

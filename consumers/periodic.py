@@ -27,6 +27,13 @@ Contract:
   publishes it, a worker runs it, retries and dead letters apply. The payload
   is ``{"period": "<start ISO 8601>"}``.
 
+* **A lost database** (a terminated connection, a restart) is an outage, by
+  the rule every loop shares (:mod:`ledgerq.ledger.outages`): the pass is tried
+  again with back-off, one log line per outage, and the first pass that works
+  enqueues the latest period as after any outage (above). Only a configuration
+  or schema error ends the enqueuer, with one line; in a worker, a lost schema
+  then stops the worker too (``ledgerq.compose.scheduling``).
+
 Races: clocks. Each enqueuer reads its own clock; near a period boundary one
 whose clock runs ahead enqueues the new period a little early, and one behind
 tries the old period again (a no-op). Keep the workers' clocks in sync (NTP);
@@ -36,7 +43,6 @@ a skew only moves when a period's task is enqueued, never how many.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -46,6 +52,8 @@ from typing import Literal, Protocol
 
 from cronsim import CronSim, CronSimError
 
+from ledgerq.ledger.errors import first_line
+from ledgerq.ledger.outages import Outage, ends_loop, pause
 from ledgerq.ledger.producer import TaskSpec
 
 log = logging.getLogger("ledgerq.periodic")
@@ -148,6 +156,8 @@ class PeriodicEnqueuer:
     schedules: Sequence[Schedule]
     config: PeriodicConfig = field(default_factory=PeriodicConfig)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    #: Failed passes, logged once per outage.
+    outage: Outage = field(default_factory=lambda: Outage("periodic enqueue", log), repr=False)
     #: The period each schedule last tried, so a pass tries each period once.
     _tried: dict[str, datetime] = field(default_factory=dict, repr=False)
 
@@ -177,12 +187,17 @@ class PeriodicEnqueuer:
         return counts
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Loop until ``stop``: a pass every ``interval_s``; a failed pass is logged and
-        tried again next time (its periods were not marked tried)."""
+        """Loop until ``stop``: a pass every ``interval_s``. A failed pass (its periods
+        were not marked tried) is retried with back-off and logged once per outage; a
+        configuration or schema error ends the loop (:mod:`ledgerq.ledger.outages`)."""
         while not stop.is_set():
+            wait = self.config.interval_s
             try:
                 await self.run_once()
-            except Exception:
-                log.exception("periodic pass failed; trying again")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.config.interval_s)
+                self.outage.succeeded()
+            except Exception as exc:
+                if ends_loop(exc):
+                    log.error("periodic enqueuer stopped: %s", first_line(exc))
+                    raise
+                wait = self.outage.failed(exc)
+            await pause(stop, wait)

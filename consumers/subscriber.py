@@ -7,9 +7,10 @@ live for one lease; :class:`Subscriber` refreshes them every heartbeat. On stop
 they expire at once, after consuming stopped: the relay stops routing to the
 worker's broker queue, and what it would have sent waits in the ledger.
 
-A refresh that fails (the database away) is logged and retried on the next
-beat; if the rows expire meanwhile the relay holds the worker's share of the
-work in the ledger until a refresh succeeds. Nothing is lost either way.
+A refresh that fails (the database away) is retried on the next beat and
+logged once per outage (:mod:`ledgerq.ledger.outages`); if the rows expire
+meanwhile the relay holds the worker's share of the work in the ledger until a
+refresh succeeds. Nothing is lost either way.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
+from ledgerq.ledger.outages import Outage
 from ledgerq.ledger.protocol import RoutingLedger
 from ledgerq.ledger.routing import Subscription
 
@@ -44,8 +46,9 @@ class Subscriber:
         #: The worker claims from the ledger itself: no relay publishes its queues.
         self.direct = direct
         self._task: asyncio.Task[None] | None = None
-        #: Refreshes that failed (logged), for tests and health.
+        #: Refreshes that failed (logged once per outage), for tests and health.
         self.failures = 0
+        self.outage = Outage("refreshing the worker's subscriptions", log)
 
     async def start(self) -> None:
         """Register now (raising if the ledger refuses), then refresh in the background."""
@@ -61,9 +64,10 @@ class Subscriber:
                 await self._ledger.subscribe(
                     self._worker_id, self.subscriptions, self._ttl_s, direct=self.direct
                 )
-            except Exception:  # the database away: the next beat tries again
+                self.outage.succeeded()
+            except Exception as exc:  # the database away: the next beat tries again
                 self.failures += 1
-                log.warning("refreshing the worker's subscriptions failed", exc_info=True)
+                self.outage.failed(exc)
 
     async def stop(self) -> None:
         """Stop refreshing; expire the subscriptions now (best effort: else they expire

@@ -12,6 +12,12 @@ from __future__ import annotations
 from ledgerq.ledger.masking import mask_url
 
 
+def first_line(exc: BaseException) -> str:
+    """An error's message in one line (its first), or its type's name if it has none."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 class LedgerqError(Exception):
     """Base class of every error ledgerq raises on purpose."""
 

@@ -45,6 +45,8 @@ One pass, under a PostgreSQL advisory lock so only one reconciler acts at a time
 Tasks that end ``dead`` in step 1 are alerted after the pass, once the lock is
 released, so a slow alert hook never holds the lock; ``run_once`` returns when
 the alerts are sent or have met their deadlines (``elapsed_s`` is the locked pass).
+A pass that fails part-way (its connection lost) still alerts the tasks it
+committed dead before it raises.
 
 5. **Retention** (when the reconciler has a :class:`~ledgerq.relay.retention.Retention`),
    also after the lock is released, and only by the reconciler that held it:
@@ -68,6 +70,9 @@ and only the confirmed ones marked.
 
 Shaped like River's maintenance services: :class:`ReconcilerConfig` validates
 its defaults and :meth:`Reconciler.run_once` does one pass and returns counts.
+A failed pass raises; the loop around it (``ledgerq reconcile --every``,
+:func:`ledgerq.compose.serve_reconciler`) lives through a lost database by the
+rule every loop shares (:mod:`ledgerq.ledger.outages`).
 """
 
 from __future__ import annotations
@@ -185,25 +190,33 @@ class Reconciler:
 
     async def run_once(self) -> ReconcileCounts:
         started = time.perf_counter()
-        async with self.ledger.exclusive() as acquired:
-            if not acquired:
-                log.info("another reconciler holds the lock; skipping this pass")
-                return ReconcileCounts(acted=False, elapsed_s=time.perf_counter() - started)
-            counts = ReconcileCounts()
-            dead: list[Finished] = []
-            await self._expire(counts, dead)
-            cfg = self.config
-            counts.unpublished = await self._unpublish()
-            counts.republished = await self._republish(
-                counts,
-                lambda after: self.ledger.stalled_batch(
-                    after, cfg.page_size, cfg.stall_s, cfg.queue_stall_s
-                ),
-            )
-            counts.overdue_published = await self._republish(
-                counts,
-                lambda _after: self.ledger.overdue_batch(cfg.page_size, cfg.stall_s, cfg.aging_s),
-            )
+        dead: list[Finished] = []
+        try:
+            async with self.ledger.exclusive() as acquired:
+                if not acquired:
+                    log.info("another reconciler holds the lock; skipping this pass")
+                    return ReconcileCounts(acted=False, elapsed_s=time.perf_counter() - started)
+                counts = ReconcileCounts()
+                await self._expire(counts, dead)
+                cfg = self.config
+                counts.unpublished = await self._unpublish()
+                counts.republished = await self._republish(
+                    counts,
+                    lambda after: self.ledger.stalled_batch(
+                        after, cfg.page_size, cfg.stall_s, cfg.queue_stall_s
+                    ),
+                )
+                counts.overdue_published = await self._republish(
+                    counts,
+                    lambda _after: self.ledger.overdue_batch(
+                        cfg.page_size, cfg.stall_s, cfg.aging_s
+                    ),
+                )
+        except Exception:
+            # The pass failed (a lost connection, say) after some tasks ended dead and
+            # were committed: they are alerted all the same, then the error goes on.
+            await self._send_alerts(dead)
+            raise
         counts.elapsed_s = time.perf_counter() - started
         await self._send_alerts(dead)
         counts.rollup = await _upkeep(

@@ -21,12 +21,17 @@ The window refills as workers claim: a claim wakes the relays (NOTIFY on its
 commit). :meth:`Relay.run` goes round again at once only after a full batch; a
 short one took all the windows had room for, so it waits for the next
 notification (one that came during the batch ends the wait at once) or the poll.
+
+A failed batch is handled by the rule every loop shares
+(:mod:`ledgerq.ledger.outages`): a configuration or schema error ends the loop;
+anything else (a lost connection, a database restart, a broker away) is logged
+once per outage and tried again with back-off, never waiting longer than the
+poll interval.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -34,8 +39,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ledgerq.ledger import tracing
-from ledgerq.ledger.errors import ConfigError, SchemaMissingError
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
+from ledgerq.ledger.outages import Outage, ends_loop, pause
 from ledgerq.ledger.protocol import RelayLedger
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, aging_param
 from ledgerq.relay.broker.base import Publisher, PublishOutcome
@@ -123,6 +128,8 @@ class Relay:
     observer: Observer = NO_OBSERVER
     #: Whether the last batch failed (the readiness probe reports it).
     failing: bool = False
+    #: Failed batches, logged once per outage (:mod:`ledgerq.ledger.outages`).
+    outage: Outage = field(default_factory=lambda: Outage("relay batch", log))
     #: Which kinds run long (their tasks travel one per message).
     durations: KindDurations = field(init=False)
 
@@ -186,13 +193,14 @@ class Relay:
             try:
                 counts = await self.run_once()
                 self.failing = False
-            except (SchemaMissingError, ConfigError):  # retrying brings no tables back and
-                raise  # fixes no setting (a broker queue of another LEDGERQ_QUEUE_TYPE)
-            except Exception:  # a dropped DB connection or the like: log, back off, go on
+                self.outage.succeeded()
+            except Exception as exc:
+                if ends_loop(exc):  # no table comes back and no setting is fixed by retrying
+                    raise
+                # A lost connection, a database restarting, a broker away: one line per
+                # outage, back off (never longer than the poll interval), go on.
                 self.failing = True
-                log.exception("relay batch failed; retrying after the poll interval")
-                counts = RelayCounts()
-                await _sleep_or_stop(stop, self.config.poll_interval)
+                await pause(stop, min(self.outage.failed(exc), self.config.poll_interval))
                 continue
             if counts.claimed >= self.config.batch_size:
                 continue  # more may be due right now
@@ -201,8 +209,3 @@ class Relay:
             # notification that came during the batch ends this wait at once.
             await wakeup.wait(self.config.poll_interval)
         log.info("relay stopped: %s", self.totals)
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)

@@ -27,16 +27,12 @@ from ledgerq.ledger.errors import (
     StorageError,
     TransientStorageError,
 )
+from ledgerq.ledger.errors import first_line as first_line  # the adapters import it from here
 
 #: SQLSTATEs of a statement that names a table or column the database lacks.
 UNDEFINED_OBJECT = frozenset({"42P01", "42703"})  # undefined_table, undefined_column
 INSUFFICIENT_PRIVILEGE = "42501"
 GRANTS = "grant the login its ledgerq role (docs/security.md, 'Database roles')"
-
-
-def first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 @contextmanager

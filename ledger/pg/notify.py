@@ -5,7 +5,9 @@ cross transaction-pooling proxies, so whoever waits on a :class:`Wakeup` also
 polls. Behind a transaction pooler the listener uses the direct URL
 (``LEDGERQ_DIRECT_DATABASE_URL``); without one it does not listen, and polling
 alone finds the work. The listener reconnects with backoff and sets the event after every
-reconnect, because anything may have committed while it was away.
+reconnect, because anything may have committed while it was away; a lost
+connection is logged once per outage, by the rule every loop shares
+(:mod:`ledgerq.ledger.outages`).
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import logging
 
 import psycopg
 from psycopg import sql
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.outages import Outage
 from ledgerq.ledger.pg.engines import libpq_url
 
 log = logging.getLogger("ledgerq.ledger.notify")
@@ -34,6 +36,8 @@ class Wakeup:
         self._url = libpq_url(url) if url else None
         self.event = event or asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: Lost LISTEN connections, logged once per outage (polling goes on meanwhile).
+        self.outage = Outage("LISTEN connection (polling meanwhile)", log)
 
     def start(self) -> None:
         if self._url is None:
@@ -59,22 +63,18 @@ class Wakeup:
         return True
 
     async def _listen_forever(self, url: str) -> None:
-        async for attempt in AsyncRetrying(
-            wait=wait_exponential(multiplier=0.2, max=10) + wait_random(0, 0.2),
-            retry=retry_if_exception_type((psycopg.Error, OSError)),
-        ):
-            with attempt:
+        while True:
+            try:
                 await self._listen_once(url)
+            except (psycopg.Error, OSError) as exc:  # the connection, never our data
+                await asyncio.sleep(self.outage.failed(exc, expected=True))
 
     async def _listen_once(self, url: str) -> None:
-        try:
-            async with await psycopg.AsyncConnection.connect(
-                url, autocommit=True, connect_timeout=5
-            ) as conn:
-                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+        async with await psycopg.AsyncConnection.connect(
+            url, autocommit=True, connect_timeout=5
+        ) as conn:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+            self.outage.succeeded()
+            self.event.set()
+            async for _ in conn.notifies():
                 self.event.set()
-                async for _ in conn.notifies():
-                    self.event.set()
-        except (psycopg.Error, OSError) as exc:
-            log.warning("LISTEN connection lost (%s); polling until it is back", exc)
-            raise

@@ -3,12 +3,24 @@ of the ledger (its ledger with the reconciler's planner settings and a session
 connection for its advisory lock, a blocking publisher with confirms, retention
 from the settings, the dashboard's rollup); :func:`serve_reconciler` is
 ``ledgerq reconcile``: one pass over every shard, or one every N seconds until
-SIGTERM."""
+SIGTERM.
+
+The loop (``--every N``) lives through a lost database as the relay does, by the
+rule every loop shares (:mod:`ledgerq.ledger.outages`): a failed pass (a
+terminated connection, idle between passes or in the middle of one, a database
+restarting or refusing connections, a broker away) is logged once per outage
+and tried again with back-off, within 5 s and never later than N, until one
+works; then one every N seconds again. Only a configuration or schema error
+ends it, with one line and exit 78. With ledger shards each shard's database
+has a loop of its own, so one shard's outage delays no other's passes. A
+single pass (no ``--every``, the cron job) fails with its error instead, exit
+69 for a database or broker it cannot reach: the next run is its retry."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -17,6 +29,7 @@ from ledgerq.compose.ledgers import one_shard, topology, warn_if_no_autovacuum
 from ledgerq.compose.monitoring import stop_event
 from ledgerq.ledger.alerts import AlertHook
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.outages import Outage, ends_loop, pause
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import RECONCILER_PLANNER, async_engine, session_engine
 from ledgerq.ledger.pg.migrate import check_schema
@@ -24,6 +37,8 @@ from ledgerq.relay.broker.blocking import ThreadedPublisher
 from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
 from ledgerq.relay.retention import Retention, RetentionConfig
 from ledgerq.relay.rollup import Rollup
+
+log = logging.getLogger("ledgerq.reconciler")
 
 
 def retention_config(settings: Settings) -> RetentionConfig:
@@ -95,13 +110,49 @@ async def serve_reconciler(
             )
             for shard in range(count)
         ]
-        stop = stop_event()
-        while True:
+        if every is None:
             for reconciler in reconcilers:
                 report(await reconciler.run_once())
-            if every is None:
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), every)
-            if stop.is_set():
-                return
+            return
+        stop = stop_event()
+        names = (
+            ["reconciler pass"]
+            if count == 1
+            else [f"reconciler pass (shard {k})" for k in range(count)]
+        )
+
+        async def loop(reconciler: Reconciler, name: str) -> None:
+            try:
+                await _every(reconciler, every, stop, report, Outage(name, log))
+            except BaseException:
+                stop.set()  # a configuration or schema error: the other shards stop too
+                raise
+
+        ended = await asyncio.gather(
+            *(loop(r, n) for r, n in zip(reconcilers, names, strict=True)), return_exceptions=True
+        )
+        for result in ended:
+            if isinstance(result, BaseException):
+                raise result
+
+
+async def _every(
+    reconciler: Reconciler,
+    every: float,
+    stop: asyncio.Event,
+    report: Callable[[ReconcileCounts], None],
+    outage: Outage,
+) -> None:
+    """One pass every ``every`` seconds until ``stop``, living through outages."""
+    while not stop.is_set():
+        try:
+            counts = await reconciler.run_once()
+        except Exception as exc:
+            if ends_loop(exc):
+                raise
+            wait = min(outage.failed(exc), every)
+        else:
+            outage.succeeded()
+            report(counts)
+            wait = every
+        await pause(stop, wait)

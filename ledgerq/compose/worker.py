@@ -52,13 +52,17 @@ log = logging.getLogger("ledgerq")
 
 @asynccontextmanager
 async def scheduling(
-    settings: Settings, ledger: SchedulingLedger, registry: Registry
+    settings: Settings,
+    ledger: SchedulingLedger,
+    registry: Registry,
+    watch: SchemaWatch | None = None,
 ) -> AsyncIterator[PeriodicEnqueuer | None]:
     """What a worker does for the other processes' scheduling: write its kinds' rate
     limits and ordering settings into the ledger (the relays meter and hold keys by
     them), and, if it has periodic kinds,
     run a :class:`PeriodicEnqueuer` beside it (every worker does; the ledger lets one
-    task per period through) until the block ends."""
+    task per period through) until the block ends. The enqueuer lives through a lost
+    database; a lost schema ends it and, through ``watch``, stops the worker."""
     changed = await ledger.register_limits(registry.rate_limits())
     changed += await ledger.register_ordering(registry.orderings())
     changed += await ledger.register_children_done(registry.children_done())
@@ -71,7 +75,12 @@ async def scheduling(
     catch_up = cast(CatchUp, settings.periodic_catch_up)  # validated by Settings
     enqueuer = PeriodicEnqueuer(ledger, schedules, PeriodicConfig(catch_up=catch_up))
     stop = asyncio.Event()
-    loop = asyncio.create_task(enqueuer.run(stop), name="ledgerq-periodic")
+
+    async def run() -> None:
+        with contextlib.nullcontext() if watch is None else watch.watching():
+            await enqueuer.run(stop)
+
+    loop = asyncio.create_task(run(), name="ledgerq-periodic")
     try:
         yield enqueuer
     finally:
@@ -184,7 +193,7 @@ async def open_worker(
         watch_readiness(
             health, ledger, connection, lambda: None if worker.consuming else "not consuming"
         )
-        async with scheduling(settings, ledger, registry):
+        async with scheduling(settings, ledger, registry, watch):
             yield worker
     finally:
         if health is not None:

@@ -9,7 +9,8 @@ and the process would end "killed by SIGTERM".) With a metrics port the
 ledger gauges (:class:`ledgerq.metrics.LedgerGauges`) are refreshed every
 :data:`GAUGES_EVERY_S` from the hot table (live counts, the unserved backlog,
 the broker windows: three reads at once; if one fails, the last snapshot
-stays), and served with ``/healthz`` and ``/readyz`` (ready: the ledger
+stays, and a lost database is logged once per outage, as every loop does:
+:mod:`ledgerq.ledger.outages`), and served with ``/healthz`` and ``/readyz`` (ready: the ledger
 answers) on that port.
 
 uvicorn's own logging is routed through the root logger the CLI configured, so
@@ -31,6 +32,7 @@ from ledgerq.dashboard.app import create_app
 from ledgerq.dashboard.settings import DashboardSettings, check_bind
 from ledgerq.health import Health
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.outages import Outage
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.runtime import on_stop_signal
 
@@ -51,14 +53,18 @@ async def _refresh(ledger: PgLedger, gauges: object) -> None:
     from ledgerq import metrics
 
     assert isinstance(gauges, metrics.LedgerGauges)
+    outage = Outage("ledger gauges refresh", log)
     while True:
         try:
             live, unserved, windows = await asyncio.gather(
                 ledger.live_counts(), ledger.unserved(), ledger.windows()
             )
             gauges.update(live, unserved, windows)
-        except Exception as exc:  # a failed read must not end the refreshing
-            log.warning("ledger gauges not refreshed: %s", exc)
+            outage.succeeded()
+        except Exception as exc:
+            # Even a lost schema does not end it: the dashboard serves on (its pages
+            # and /readyz say what is wrong), keeping the last snapshot meanwhile.
+            outage.failed(exc)
         await asyncio.sleep(GAUGES_EVERY_S)
 
 
