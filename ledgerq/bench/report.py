@@ -66,6 +66,7 @@ def render(result: dict[str, Any], console: Console) -> None:
             f"{result['drain_db_per_s']:,.0f}/s",
             f"{result['drain_db_per_s'] / raw:.0%} of raw publish",
         ),
+        *_vs_direct(result),
         (
             "broker window during the no-op drain",
             f"{result.get('drain_window', {}).get('mean', 0):.0%} full",
@@ -177,3 +178,16 @@ def render_direct(result: dict[str, Any], console: Console) -> None:
         table.add_row("pgqueuer peer", "-", str(result.get("pgqueuer", "")))
     table.add_row("worker peak RSS", f"{result['worker_rss_mb']:.0f} MB", "max over workers")
     console.print(table)
+
+
+def _vs_direct(result: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The direct path's no-op drain of the same run, and the broker path's ratio to it."""
+    if "direct_drain_per_s" not in result:
+        return []
+    return [
+        (
+            "drain, no-op handler, worker --direct (same run)",
+            f"{result['direct_drain_per_s']:,.0f}/s",
+            f"broker path / direct path: {result.get('drain_vs_direct', 0):.2f}",
+        )
+    ]

@@ -72,6 +72,7 @@ def run_suite(
     repeat: int = 1,
     ordering_keys: int = 0,
     latency: bool = True,
+    vs_direct: bool = True,
 ) -> None:
     progress = phase("raw aio-pika ceiling", 1)
     publish, consume = bench.run(raw_ceiling(bench.settings.amqp_url, tasks))
@@ -122,6 +123,7 @@ def run_suite(
         result["drain_vs_pipeline_ceiling"] = round(result["drain_per_s"] / ceiling, 3)
     if not latency:
         result["worker_rss_mb"] = bench.worker_peak_rss_mb()
+        _same_run_direct(bench, result, tasks, handler, phase, repeat, vs_direct)
         return
     probes = max(10, min(int(idle_rate * 10), tasks // 2))
     idle = bench.latency(idle_rate, probes / idle_rate, 1, phase("latency, idle", 1))
@@ -146,6 +148,34 @@ def run_suite(
     result["worker_rss_mb"] = bench.worker_peak_rss_mb()
     if result["raw_publish_per_s"]:
         result["drain_vs_raw_publish"] = round(result["drain_per_s"] / publish, 3)
+    _same_run_direct(bench, result, tasks, handler, phase, repeat, vs_direct)
+
+
+def _same_run_direct(
+    bench: Bench,
+    result: dict[str, Any],
+    tasks: int,
+    handler: str,
+    phase: Any,
+    repeat: int,
+    wanted: bool,
+) -> None:
+    """The direct path's no-op drain after the broker path's, in the same run (its
+    workers stopped first), and the broker path's ratio to it: the two paths on
+    one machine within a minute of each other, so the ratio survives a noisy host
+    where two runs' absolute figures do not."""
+    if not wanted or "noop" not in HANDLER_CHOICES[handler]:
+        return
+    broker_rss = result["worker_rss_mb"]
+    bench.services.stop()
+    direct = replace(bench, direct=True)
+    try:
+        run_direct(direct, result, tasks, phase, repeat)
+    finally:
+        direct.services.stop()
+    result["worker_rss_mb"] = max(broker_rss, result["worker_rss_mb"])
+    if result["direct_drain_per_s"]:
+        result["drain_vs_direct"] = round(result["drain_per_s"] / result["direct_drain_per_s"], 3)
 
 
 def sharded_settings(settings: Settings, count: int) -> Settings:

@@ -104,6 +104,13 @@ from ledgerq.ledger.sharded import ShardedLedger
     help="Run the latency phases (--no-latency: throughput only, for quick comparisons).",
 )
 @click.option(
+    "--vs-direct/--no-vs-direct",
+    default=True,
+    show_default=True,
+    help="After the broker path's drains, drain the no-op backlog again through the "
+    "ledger-direct path (`worker --direct`) in the same run, and print the ratio.",
+)
+@click.option(
     "--peer",
     type=click.Choice(["none", "celery"]),
     default="none",
@@ -150,6 +157,7 @@ def bench(
     metrics_port: int,
     ordering_keys: int,
     latency: bool,
+    vs_direct: bool,
     worker_args: tuple[str, ...],
     peer: str,
     ledger_shards: int,
@@ -196,6 +204,7 @@ def bench(
             "peer": peer,
             "ledger_shards": ledger_shards,
             "direct": direct,
+            "vs_direct": vs_direct,
             "cpus": _cpus(),
             "python": platform.python_version(),
         }
@@ -225,6 +234,7 @@ def bench(
                     repeat,
                     ordering_keys,
                     latency,
+                    vs_direct,
                 )
             if peer == "celery":
                 celery = CeleryPeer(bench.settings, engine, bench.log_dir)

@@ -85,6 +85,8 @@ def test_bench_runs_and_prints_every_key_with_the_celery_peer(settings: Settings
         )
         assert all(data[key] > 0 for key in positive), {k: data[k] for k in positive}
         assert data["drain_ordered_per_s"] > 0 and data["ordered_ratio"] > 0
+        # The direct path drained the same backlog in the same run, for the ratio.
+        assert data["direct_drain_per_s"] > 0 and data["drain_vs_direct"] > 0
     finally:
         _delete_bench_broker_objects(settings, celery=True)
 
