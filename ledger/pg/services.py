@@ -9,8 +9,9 @@ everything else runs in autocommit.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Row, TextClause
@@ -56,29 +57,104 @@ class PgPublishBatch:
         return {int(r[0]) for r in result}
 
 
-def _claimed(r: Row[Any]) -> ClaimedTask:
-    """A row of ``claim`` or ``claim_due``: the payload decoded, or None when too large."""
-    return ClaimedTask(
-        r.id,
-        r.epoch,
-        r.kind,
-        r.queue,
-        None if r.payload_text is None else json.loads(r.payload_text),
-        r.attempts,
-        r.max_attempts,
-        r.retry,
-        r.timeout_s,
-        r.checkpoint,
-        r.business_key,
-        r.parent_id,
-        None if r.payload_bytes <= MAX_CLAIM_PAYLOAD_BYTES else int(r.payload_bytes),
-        None if r.waited_s is None else max(0.0, float(r.waited_s)),
-        r.trace_context,
-    )
+#: The columns of ``claim`` and ``claim_due``, in the order :class:`ClaimedTask` takes them.
+_CLAIMED = (
+    "id",
+    "epoch",
+    "kind",
+    "queue",
+    "payload_text",
+    "attempts",
+    "max_attempts",
+    "retry",
+    "timeout_s",
+    "checkpoint",
+    "business_key",
+    "parent_id",
+    "payload_bytes",
+    "waited_s",
+    "trace_context",
+)
+_FINISHED = ("id", "kind", "attempts", "status", "last_error")
 
 
-def _finished(rows: Iterable[Row[Any]]) -> list[Finished]:
-    return [Finished(r.id, r.kind, r.attempts, r.status, r.last_error) for r in rows]
+def _columns(row: Row[Any], names: Sequence[str]) -> Callable[[Row[Any]], tuple[Any, ...]]:
+    """A getter of ``names`` from rows shaped like ``row``, by position: the names are
+    looked up once per batch, not once per row (a named attribute per column per row
+    was most of the cost of turning a claim's rows into tasks: 24 against 9 us a row)."""
+    at = {name: i for i, name in enumerate(row._fields)}
+    return itemgetter(*(at[name] for name in names))
+
+
+def _claimed(rows: Sequence[Row[Any]]) -> list[ClaimedTask]:
+    """The rows of ``claim`` or ``claim_due``: payloads decoded, or None when too large."""
+    if not rows:
+        return []
+    get = _columns(rows[0], _CLAIMED)
+    tasks = []
+    for row in rows:
+        (id_, epoch, kind, queue, text, attempts, max_attempts, retry, timeout_s, checkpoint,
+         business_key, parent_id, size, waited, trace) = get(row)  # fmt: skip
+        tasks.append(
+            ClaimedTask(
+                id_,
+                epoch,
+                kind,
+                queue,
+                None if text is None else json.loads(text),
+                attempts,
+                max_attempts,
+                retry,
+                timeout_s,
+                checkpoint,
+                business_key,
+                parent_id,
+                None if size <= MAX_CLAIM_PAYLOAD_BYTES else int(size),
+                None if waited is None else max(0.0, float(waited)),
+                trace,
+            )
+        )
+    return tasks
+
+
+def _finished(rows: Sequence[Row[Any]]) -> list[Finished]:
+    if not rows:
+        return []
+    get = _columns(rows[0], _FINISHED)
+    finished = []
+    for row in rows:
+        id_, kind, attempts, status, last_error = get(row)
+        finished.append(Finished(id_, kind, attempts, status, last_error))
+    return finished
+
+
+def _due(rows: Sequence[Row[Any]]) -> list[DueTask]:
+    """The rows of ``select_due``, ``select_overdue`` or ``select_stalled`` (which has no
+    trace context and no subscriber count: none, and one)."""
+    if not rows:
+        return []
+    fields = rows[0]._fields
+    get = _columns(rows[0], ("id", "kind", "queue", "priority", "epoch", "suspect"))
+    trace = fields.index("trace_context") if "trace_context" in fields else None
+    route = fields.index("route") if "route" in fields else None
+    subscribers = fields.index("subscribers") if "subscribers" in fields else None
+    tasks = []
+    for row in rows:
+        id_, kind, queue, priority, epoch, suspect = get(row)
+        tasks.append(
+            DueTask(
+                id_,
+                kind,
+                queue,
+                priority,
+                epoch,
+                suspect,
+                None if trace is None else row[trace],
+                None if route is None else row[route] or None,
+                1 if subscribers is None else row[subscribers] or 1,
+            )
+        )
+    return tasks
 
 
 class PgExpiredBatch:
@@ -92,7 +168,7 @@ class PgExpiredBatch:
         if not outcomes:
             return []
         with translated():
-            return _finished(await self._conn.execute(Q.finish, outcome_params(outcomes)))
+            return _finished((await self._conn.execute(Q.finish, outcome_params(outcomes))).all())
 
 
 class PgServices(PgBase):
@@ -103,20 +179,7 @@ class PgServices(PgBase):
     ) -> AsyncIterator[PgPublishBatch]:
         with translated():
             async with self.engine.begin() as conn:
-                rows = [
-                    DueTask(
-                        r.id,
-                        r.kind,
-                        r.queue,
-                        r.priority,
-                        r.epoch,
-                        r.suspect,
-                        r._mapping.get("trace_context"),
-                        r._mapping.get("route") or None,
-                        r._mapping.get("subscribers") or 1,
-                    )
-                    for r in await conn.execute(statement, params)
-                ]
+                rows = _due((await conn.execute(statement, params)).all())
                 yield PgPublishBatch(conn, rows)
 
     def publish_batch(
@@ -187,7 +250,7 @@ class PgServices(PgBase):
         if not params["ids"]:
             return []
         params.update(worker=worker, lease_s=lease_s, max_payload_bytes=MAX_CLAIM_PAYLOAD_BYTES)
-        return [_claimed(r) for r in await self._rows(Q.claim, params)]
+        return _claimed(await self._rows(Q.claim, params))
 
     async def claim_due(
         self,
@@ -207,7 +270,7 @@ class PgServices(PgBase):
             "lease_s": lease_s,
             "max_payload_bytes": MAX_CLAIM_PAYLOAD_BYTES,
         }
-        return [_claimed(r) for r in await self._rows(DQ.claim_due, params)]
+        return _claimed(await self._rows(DQ.claim_due, params))
 
     async def whereabouts(self, ids: Iterable[int]) -> dict[int, str]:
         rows = await self._rows(Q.whereabouts, {"ids": sorted(set(ids))})
