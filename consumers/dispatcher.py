@@ -4,9 +4,12 @@ windows: :mod:`.batch`), each task ending in exactly one :class:`~.handoff.Ended
 for the finisher.
 
 A handler slot is given back when the handler has really stopped (see
-:class:`~.execute.TaskRunner`). On shutdown, handlers get the grace period; one
-still running after it is cancelled and recorded as a failed attempt (retried),
-because its work did not commit.
+:class:`~.execute.TaskRunner`). On shutdown, handlers get the grace period; an
+async one still running after it is cancelled and recorded as a failed attempt
+(retried), because its work did not commit. A sync one still running in its
+thread then (the runner's ``in_threads``) cannot be stopped: it ends
+:class:`~.handoff.StillRunning`, nothing is written, and the task is retried
+only after this process has exited and its lease has lapsed (:mod:`.hung`).
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ from ledgerq.consumers.batch import Batcher
 from ledgerq.consumers.claimer import Slots
 from ledgerq.consumers.execute import TaskRunner, clean_error
 from ledgerq.consumers.group import GroupCommitter
-from ledgerq.consumers.handoff import Claimed, Committed, Ended, Result
+from ledgerq.consumers.handoff import Claimed, Committed, Ended, Result, StillRunning
 from ledgerq.consumers.leases import Leases
 from ledgerq.consumers.registry import Handler, Registry
-from ledgerq.ledger.model import Outcome
+from ledgerq.ledger.model import ClaimedTask, Outcome
 from ledgerq.ledger.shard_ids import split_by_shard
 
 log = logging.getLogger("ledgerq.worker")
@@ -89,7 +92,7 @@ class Dispatcher:
         try:
             result = await self.runner.run(item.task, self.slots.give)
         except asyncio.CancelledError:
-            result = Outcome.failed(item.task.fence, SHUTDOWN)
+            result = self._shut_down(item.task)
         except Exception as exc:  # a bug of ours: record it, never lose the task
             log.exception("running task %s failed unexpectedly", item.task.id)
             result = Outcome.failed(
@@ -153,7 +156,20 @@ class Dispatcher:
             return
         for index, (item, _) in enumerate(items):
             if index not in reported:
-                report(index, Outcome.failed(item.task.fence, error))
+                shut = self._shut_down(item.task) if error is SHUTDOWN else None
+                report(index, shut or Outcome.failed(item.task.fence, error))
+
+    def _shut_down(self, task: ClaimedTask) -> Outcome | StillRunning:
+        """How a task still running when the grace ran out ends (module docstring)."""
+        if task.fence not in self.runner.in_threads:
+            return Outcome.failed(task.fence, SHUTDOWN)
+        log.warning(
+            "task %s (%s): its handler's thread still runs after the grace; no outcome is "
+            "written: it is retried once this process has exited and its lease has lapsed",
+            task.id,
+            task.kind,
+        )
+        return StillRunning()
 
     async def drain(self, grace_s: float) -> None:
         """Wait up to ``grace_s`` for running handlers; cancel the rest."""

@@ -28,6 +28,17 @@ batched windows after its first run.
 ``release`` is called exactly once, when the handler has really stopped: for a
 sync handler that outlived its timeout that is when its thread returns, so a
 worker never runs more threads than its concurrency.
+
+An attempt's code never overlaps its retry's. An async handler is cancelled at
+its timeout, and the timeout is reported only once the cancellation has run
+through the handler (its ``finally`` blocks and ``except CancelledError`` ran:
+``asyncio.timeout`` raises when the handler's coroutine has ended). A sync
+handler cannot be stopped: at its timeout ``ctx.lost`` turns true and the
+attempt keeps its lease while the runner waits for the thread; the timed-out
+outcome (the retry) is returned only once the thread has returned, and a
+thread that runs :attr:`~.hung.HungThreads.limit_s` past its timeout ends the
+worker process (:mod:`.hung`). If the worker stops while such a thread still
+runs, the result is :class:`~.handoff.StillRunning`: nothing is written.
 """
 
 from __future__ import annotations
@@ -47,6 +58,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
 from ledgerq.consumers.handoff import Committed, Result
+from ledgerq.consumers.hung import HungThreads
 from ledgerq.consumers.registry import Handler, Registry
 from ledgerq.consumers.results import (
     CANCELLED_ON_REQUEST,
@@ -57,7 +69,7 @@ from ledgerq.consumers.results import (
 from ledgerq.ledger import tracing
 from ledgerq.ledger.errors import LedgerqError
 from ledgerq.ledger.logs import current_task
-from ledgerq.ledger.model import ClaimedTask, Outcome
+from ledgerq.ledger.model import ClaimedTask, Fence, Outcome
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.shard_ids import shard_of_id
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
@@ -193,6 +205,11 @@ class TaskRunner:
     observer: Observer = NO_OBSERVER
     #: Sync handlers whose thread is still running (one that timed out included).
     threads_running: int = 0
+    #: Tasks whose handler code runs in a pool thread now (here or in a batched
+    #: window): at shutdown they end :class:`~.handoff.StillRunning`.
+    in_threads: set[Fence] = field(default_factory=set)
+    #: Watchdogs over timed-out threads: the hard cap (consumers.hung).
+    hung: HungThreads = field(default_factory=HungThreads)
     #: Kinds whose handler was seen using ``ctx.session`` (they run batched: consumers.batch).
     session_kinds: set[str] = field(default_factory=set)
     #: Kinds whose handler was seen saving a checkpoint (long work: never batched).
@@ -277,9 +294,11 @@ class TaskRunner:
             self.pool, contextvars.copy_context().run, _run_sync, handler, ctx
         )
         self.threads_running += 1
+        self.in_threads.add(task.fence)
 
         def thread_done(_: object) -> None:
             self.threads_running -= 1
+            self.in_threads.discard(task.fence)
             release()
 
         future.add_done_callback(thread_done)
@@ -287,12 +306,38 @@ class TaskRunner:
             return await _until(future, deadline, ctx)
         except TimeoutError:
             ctx.lost = True  # the thread may look; its writes will not commit
-            future.add_done_callback(_log_late_exception)
-            return self._timed_out(task, deadline, ctx)
+            timed_out = self._timed_out(task, deadline, ctx)
         except Exception as exc:
             return self._failed(task, exc, ctx)
         finally:
             self._learn(task, ctx)
+        await self._thread_returned(task, future)
+        return timed_out
+
+    async def _thread_returned(self, task: ClaimedTask, future: asyncio.Future[Result]) -> None:
+        """After a sync handler's timeout: wait for its thread, under the hard cap
+        (module docstring). Cancelled (the shutdown's grace is over) while it still
+        runs: the caller ends the task :class:`~.handoff.StillRunning`."""
+        if future.done():
+            _log_late_exception(future)
+            return
+        log.warning(
+            "task %s (%s): its thread still runs; the attempt keeps its lease and its "
+            "retry waits for it (the worker exits if it runs %g s more)",
+            task.id,
+            task.kind,
+            self.hung.limit_s,
+        )
+        self.hung.watch(task, future)
+        since = time.monotonic()
+        await asyncio.wait({future})  # cancellable; the thread's future is left alone
+        log.info(
+            "task %s (%s): its timed-out thread returned %.1f s after the timeout",
+            task.id,
+            task.kind,
+            time.monotonic() - since,
+        )
+        _log_late_exception(future)
 
     def _timed_out(
         self, task: ClaimedTask, deadline: Deadline | float | None, ctx: HandlerContext

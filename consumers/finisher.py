@@ -3,7 +3,10 @@ then the acks, and only then.
 
 Every claimed task reaches the finisher exactly once, as an
 :class:`~.handoff.Ended`. Those whose handler committed in its own transaction
-need no write; the rest are written together, in one round trip. A transient
+need no write, nor those whose handler's thread still ran when the worker
+stopped (:class:`~.handoff.StillRunning`: their delivery is acked, their lease
+kept until the heartbeat stops, then left to lapse); the rest are written
+together, in one round trip. A transient
 storage error (the database away for a moment) is retried every second; any
 other error, or a transient one that lasts past the shutdown grace, gives the
 batch back: its leases are no longer renewed (they lapse, and the reconciler
@@ -23,7 +26,7 @@ import logging
 import time
 
 from ledgerq.consumers.acker import Acker
-from ledgerq.consumers.handoff import Committed, Ended
+from ledgerq.consumers.handoff import Committed, Ended, StillRunning
 from ledgerq.consumers.leases import Leases
 from ledgerq.ledger.alerts import AlertHook, AlertSender, log_alert
 from ledgerq.ledger.errors import TransientStorageError
@@ -96,7 +99,8 @@ class Finisher:
         self.probe("worker.after_commit")
         self._count(batch, finished)
         for ended in batch:
-            self.leases.forget(ended.task.fence)
+            if not isinstance(ended.result, StillRunning):  # heartbeats go on to the end
+                self.leases.forget(ended.task.fence)
         await self.acker.finished([e.delivery for e in batch if e.delivery is not None])
 
     def _count(self, batch: list[Ended], finished: list[Finished]) -> None:

@@ -3,7 +3,8 @@
 ``Intake`` turns a delivery into an :class:`Arrival`; the ``Claimer`` turns the
 arrivals it wins into :class:`Claimed` and starts them on the ``Dispatcher``;
 every claimed task leaves the dispatcher as one :class:`Ended`, which the
-``Finisher`` writes (if the handler's transaction has not already) and then acks.
+``Finisher`` writes (if the handler's transaction has not already, and unless
+its handler still runs at shutdown: :class:`StillRunning`) and then acks.
 """
 
 from __future__ import annotations
@@ -42,8 +43,18 @@ class Committed:
     won: bool
 
 
-#: How an attempt ended: already committed, or an outcome the finisher writes.
-Result = Committed | Outcome
+@dataclass(frozen=True, slots=True)
+class StillRunning:
+    """The worker stops (the grace is over) while the attempt's handler still runs
+    in a thread it cannot stop: no outcome is written, so no retry can start
+    while that code runs. The finisher acks the delivery and leaves the lease to
+    lapse once the process has exited; the reconciler then retries the task
+    (:mod:`.hung`)."""
+
+
+#: How an attempt ended: already committed, an outcome the finisher writes, or
+#: not ended yet when the worker stopped.
+Result = Committed | Outcome | StillRunning
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,11 +44,13 @@ The worker waits for the handler running in the window up to that handler's
 own timeout plus a margin (``margin_s``), then abandons the window: it
 ends the window's transaction from another connection (``end_window``:
 terminating the backend rolls it back and releases its row locks now, so no
-heartbeat, cancel or reconciler waits for the hung thread), records that one
-task as timed out, and sends the tasks the window ran before it to the ordinary
-path, uncharged; those it had not reached go back to the queue. The thread and
-the loop agree on which tasks the window took under one lock
-(:class:`WindowState`).
+heartbeat, cancel or reconciler waits for the hung thread), sends the tasks the
+window ran before it to the ordinary path, uncharged (their handlers have
+returned); those it had not reached go back to the queue. The hung task is
+recorded as timed out only once its thread has returned (its lease kept
+meanwhile, the hard cap of :mod:`.hung` armed), so its retry never overlaps
+it. The thread and the loop agree on which tasks the window took under one
+lock (:class:`WindowState`); once abandoned, the thread starts no other handler.
 """
 
 from __future__ import annotations
@@ -226,6 +228,8 @@ class Windows:
         with state.lock:
             state.abandoned = True
             taken, ran, running = list(state.taken), list(state.ran), state.running
+            if running is not None and state.ctx is not None and state.ctx.task is running[0].task:
+                state.ctx.lost = True  # the hung handler may look, and stop
         # Once its transaction is ended the thread's next statement fails: nobody's error.
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         if state.holder is not None and self.sync_engine is not None:
@@ -238,11 +242,17 @@ class Windows:
         for item in taken[: len(ran)]:
             item.fallback()
         if running is not None:
-            item, _ = running
+            item, since = running
             limit = handler_timeout(item.task, item.handler, self.runner.default_timeout_s)
-            log.warning("task %s outlived its timeout in a batched window; abandoned", item.task.id)
+            log.warning(
+                "task %s outlived its timeout in a batched window; abandoned (its retry "
+                "waits for its thread)",
+                item.task.id,
+            )
             self.demote(item.task.kind)
-            item.report(failure(item.task, f"timed out after {limit} s (in a batched window)"))
+            timed_out = failure(item.task, f"timed out after {limit} s (in a batched window)")
+            self.runner.hung.watch(item.task, future, since + (limit or 0.0))
+            future.add_done_callback(lambda _: item.report(timed_out))
         return len(taken)
 
     def _sync_thread(self, items: list[Item], state: WindowState) -> bool:
@@ -281,7 +291,9 @@ class Windows:
             task, self.runner.worker, _bind=conn, _join="rollback_only", _session=state.session
         )
         state.session = None
+        state.ctx = ctx
         started = self._begin(task, ctx)
+        self.runner.in_threads.add(task.fence)
         try:
             try:
                 result = _returned(handler.fn(task.payload, ctx), ctx)
@@ -305,6 +317,7 @@ class Windows:
         finally:
             # No session.close(): "rollback_only" leaves the connection alone, and a
             # session that is not handed on holds nothing else worth closing.
+            self.runner.in_threads.discard(task.fence)
             self._end(task, started, ctx)
 
     # -- shared ------------------------------------------------------------------

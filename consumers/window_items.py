@@ -74,6 +74,8 @@ class WindowState:
     ran: list[Ran] = field(default_factory=list)
     #: The task whose handler runs now, and since when (``time.monotonic()``).
     running: tuple[Item, float] | None = None
+    #: The context of the latest handler started (flagged ``lost`` if abandoned).
+    ctx: Any = None
     #: The transaction holding the window's row locks (``lock_within``).
     holder: tuple[int, datetime] | None = None
     #: The handlers' ``ctx.session``, handed from one handler to the next while

@@ -52,6 +52,7 @@ from ledgerq.consumers.dispatcher import Dispatcher
 from ledgerq.consumers.execute import TaskRunner
 from ledgerq.consumers.finisher import Finisher
 from ledgerq.consumers.group import GroupCommitter
+from ledgerq.consumers.hung import HungThreads
 from ledgerq.consumers.intake import Intake
 from ledgerq.consumers.leases import Leases
 from ledgerq.consumers.registry import Registry
@@ -92,6 +93,10 @@ class WorkerConfig:
     #: A handler with no timeout of its own (task or @task option) gets this one,
     #: so a task that always hangs still ends ``dead`` after its attempts.
     default_timeout_s: float | None = 1800.0
+    #: A sync handler's thread still running this long past its timeout ends the
+    #: worker process (exit 70, crash-only), so that its retry never overlaps it
+    #: (consumers.hung). Until then the attempt keeps its lease and its retry waits.
+    hang_limit_s: float = 60.0
     max_batch: int = 500
     #: Batched commit for handlers that write through ``ctx.session`` (consumers.batch).
     batch: BatchConfig = field(default_factory=BatchConfig)
@@ -112,8 +117,8 @@ class WorkerConfig:
             raise ValueError(f"prefetch must be >= 0, got {self.prefetch}")
         if not 0 < self.heartbeat_s < self.lease_s:
             raise ValueError("heartbeat_s must be positive and shorter than lease_s")
-        if self.grace_s < 0:
-            raise ValueError("grace_s must be >= 0")
+        if self.grace_s < 0 or self.hang_limit_s <= 0:
+            raise ValueError("grace_s must be >= 0 and hang_limit_s positive")
         if self.default_timeout_s is not None and self.default_timeout_s <= 0:
             raise ValueError("default_timeout_s must be positive (or None for no limit)")
         for name in self.queues:
@@ -218,6 +223,7 @@ class Worker:
             probe=probe,
             observer=observer,
             shard_engines=shard_engines,
+            hung=HungThreads(config.hang_limit_s),
         )
         slots = Slots(config.concurrency)
         group = GroupCommitter(

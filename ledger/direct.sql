@@ -25,14 +25,14 @@ WITH picked AS (
 ), claimed AS (
     UPDATE ledgerq_tasks t
     SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
-        started_at = now(), heartbeat_at = now(),
+        started_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
         lease_until = clock_timestamp() + make_interval(secs => :lease_s), worker = :worker
     FROM picked m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'pending'
     RETURNING t.id, t.epoch, t.kind, t.queue, CAST(t.payload AS text) AS payload_text,
               t.attempts, t.max_attempts, t.retry, t.timeout_s, t.checkpoint, t.business_key,
               t.parent_id, t.trace_context,
-              EXTRACT(EPOCH FROM now() - GREATEST(t.created_at, t.run_at))::float8 AS waited_s
+              EXTRACT(EPOCH FROM t.started_at - GREATEST(t.created_at, t.run_at))::float8 AS waited_s
 )
 SELECT id, epoch, kind, queue,
        CASE WHEN octet_length(payload_text) <= :max_payload_bytes THEN payload_text END

@@ -212,10 +212,13 @@ SELECT kind FROM named UNION ALL SELECT kind FROM cleared
 -- After a confirmed publish, by the relay (the row is pending and locked since
 -- select_due) or the reconciler (a stalled published row, or an overdue pending
 -- one): published_at restarts the stall clock; route is where it went (its
--- window's outstanding count).
+-- window's outstanding count). published_at is the wall clock after the
+-- confirm (clock_timestamp()): the relay's transaction began at select_due,
+-- before the publish, and now() would date it there.
 -- transitions: pending -> published, published -> published
 UPDATE ledgerq_tasks t
-SET status = 'published', published_at = now(), publishes = t.publishes + 1, route = m.route
+SET status = 'published', published_at = clock_timestamp(), publishes = t.publishes + 1,
+    route = m.route
 FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]), CAST(:routes AS text[]))
      AS m(id, epoch, route)
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
@@ -236,14 +239,17 @@ RETURNING t.id
 -- and the worker ends the task dead without running it. waited_s is how long
 -- the task waited, on the database's clock, from when it became due (its
 -- enqueue, or its run_at if later: a scheduled task, a retry) to this claim
--- (the metric ledgerq_start_latency_seconds). A claim that won rows frees room
+-- (the metric ledgerq_start_latency_seconds). started_at is the wall clock at
+-- the claim (clock_timestamp(), taken after any wait for the relay's row lock,
+-- never the transaction's start), as every attempt time the worker writes (see
+-- finish). A claim that won rows frees room
 -- in its route's window, so it wakes the relays (NOTIFY ledgerq_enqueued, sent
 -- on commit; they poll as well).
 -- transitions: pending -> running, published -> running
 WITH claimed AS (
     UPDATE ledgerq_tasks t
     SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
-        started_at = now(), heartbeat_at = now(),
+        started_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
         lease_until = clock_timestamp() + make_interval(secs => :lease_s), worker = :worker
     FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
@@ -251,7 +257,8 @@ WITH claimed AS (
     RETURNING t.id, t.epoch, t.kind, t.queue, CAST(t.payload AS text) AS payload_text,
               t.attempts, t.max_attempts, t.retry, t.timeout_s, t.checkpoint, t.business_key,
               t.parent_id, t.trace_context,
-              EXTRACT(EPOCH FROM now() - GREATEST(t.created_at, t.run_at))::float8 AS waited_s
+              EXTRACT(EPOCH FROM t.started_at - GREATEST(t.created_at, t.run_at))::float8
+                  AS waited_s
 ), woke AS (
     SELECT pg_notify('ledgerq_enqueued', '') FROM (SELECT 1 FROM claimed LIMIT 1) AS one
 )
@@ -284,20 +291,26 @@ SELECT id, status FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 -- cancelled when an operator asked it to stop). A success or a death stands
 -- even when a cancel was requested: the attempt record keeps the request's time
 -- ("the cancel came too late"). Each ended attempt appends one record to
--- attempt_log; :results is the handler's JSON return value (text).
+-- attempt_log; :results is the handler's JSON return value (text). The end of
+-- an attempt (finished_at, the record's ended_at, and the retry's delay from)
+-- is the wall clock when this statement runs (m.at, clock_timestamp()), not the
+-- transaction's start: run in a handler's own transaction (succeed_within) it
+-- comes after the handler's work, however early its first write began that
+-- transaction.
 -- transitions: running -> succeeded, running -> cancelled, running -> dead, running -> pending
 WITH m AS (
-    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]),
-                         CAST(:verdicts AS text[]), CAST(:delays AS float8[]),
-                         CAST(:errors AS text[]), CAST(:results AS text[]))
-                  AS m(id, epoch, verdict, delay, error, result)
+    SELECT u.*, clock_timestamp() AS at
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]),
+                CAST(:verdicts AS text[]), CAST(:delays AS float8[]),
+                CAST(:errors AS text[]), CAST(:results AS text[]))
+         AS u(id, epoch, verdict, delay, error, result)
 ), ended AS (
     DELETE FROM ledgerq_tasks t USING m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
       AND (m.verdict IN ('succeeded', 'dead', 'cancelled')
            OR (m.verdict = 'retry' AND t.attempts >= t.max_attempts)
            OR (m.verdict IN ('retry', 'release') AND t.cancel_requested_at IS NOT NULL))
-    RETURNING t.*, m.error AS new_error, CAST(m.result AS jsonb) AS new_result,
+    RETURNING t.*, m.at AS ended_at, m.error AS new_error, CAST(m.result AS jsonb) AS new_result,
               CASE WHEN m.verdict = 'succeeded' THEN 'succeeded'
                    WHEN m.verdict = 'cancelled' THEN 'cancelled'
                    WHEN m.verdict IN ('retry', 'release') AND t.cancel_requested_at IS NOT NULL
@@ -314,24 +327,24 @@ WITH m AS (
            shard, run_at, ended_as, attempts, max_attempts, retry, epoch,
            publishes, NULL, heartbeat_at, worker, checkpoint,
            COALESCE(new_error, last_error), timeout_s, parent_id, created_at, published_at,
-           started_at, now(), suspect, new_result,
+           started_at, ended_at, suspect, new_result,
            COALESCE(attempt_log, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
                'attempt', attempts, 'worker', worker, 'started_at', started_at,
-               'ended_at', now(), 'error', new_error, 'outcome', ended_as,
+               'ended_at', ended_at, 'error', new_error, 'outcome', ended_as,
                'cancel_requested_at', cancel_requested_at)),
            cancel_requested_at, trace_context, ordering_key, progress
     FROM ended
     RETURNING id, kind, attempts, status, last_error
 ), retried AS (
     UPDATE ledgerq_tasks t
-    SET status = 'pending', run_at = now() + make_interval(secs => m.delay),
+    SET status = 'pending', run_at = m.at + make_interval(secs => m.delay),
         last_error = m.error, lease_until = NULL, worker = NULL,
         attempts = CASE WHEN m.verdict = 'release' THEN GREATEST(t.attempts - 1, 0)
                         ELSE t.attempts END,
         suspect = t.suspect OR m.verdict = 'release',
         attempt_log = COALESCE(t.attempt_log, '[]'::jsonb) || jsonb_build_array(
             jsonb_build_object('attempt', t.attempts, 'worker', t.worker,
-                               'started_at', t.started_at, 'ended_at', now(),
+                               'started_at', t.started_at, 'ended_at', m.at,
                                'error', m.error,
                                'outcome', CASE WHEN m.verdict = 'release' THEN 'released'
                                                ELSE 'retry' END))

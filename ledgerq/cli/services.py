@@ -204,6 +204,14 @@ def relay(
     help="Seconds in-flight tasks get to finish after SIGTERM.",
 )
 @click.option(
+    "--hang-limit",
+    "hang_limit_s",
+    default=WorkerConfig.hang_limit_s,
+    show_default=True,
+    help="Seconds a sync handler may run past its timeout (its retry waits for it) before "
+    "the worker exits with code 70 so that the task is retried elsewhere.",
+)
+@click.option(
     "--batch-commit/--no-batch-commit",
     default=True,
     show_default=True,
@@ -251,6 +259,7 @@ def worker(
     prefetch: int,
     lease_s: float,
     grace_s: float,
+    hang_limit_s: float,
     metrics_port: int | None,
     batch_commit: bool,
     direct: bool,
@@ -288,6 +297,7 @@ def worker(
                 lease_s=lease_s,
                 heartbeat_s=lease_s / 4,
                 grace_s=grace_s,
+                hang_limit_s=hang_limit_s,
                 default_timeout_s=default_timeout or None,
                 batch=BatchConfig(enabled=batch_commit),
             )

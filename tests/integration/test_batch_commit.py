@@ -226,11 +226,14 @@ async def test_a_sync_handler_that_outlives_its_timeout_in_a_window_frees_the_ot
     effects_table: Settings, ledger: PgLedger
 ) -> None:
     """A hung sync handler cannot be stopped; past its timeout (plus the margin) the
-    worker ends its window's transaction from another connection. The hung task is
-    charged a timed-out attempt; the tasks the window ran before it commit on the
-    ordinary path at once, uncharged, long before the hung thread returns."""
+    worker ends its window's transaction from another connection. The tasks the
+    window ran before it commit on the ordinary path at once, uncharged, long
+    before the hung thread returns. The hung task is charged a timed-out attempt,
+    written only once its thread has returned: its retry never runs beside it."""
     settings = effects_table
     release = threading.Event()
+    released_at: list[float] = []
+    retried_at: list[float] = []
     registry = batched_registry()
 
     @registry.task("t.sync_hang")
@@ -238,6 +241,9 @@ async def test_a_sync_handler_that_outlives_its_timeout_in_a_window_frees_the_ot
         ctx.session.execute(INSERT, {"i": ctx.id})
         if payload.get("hang") and ctx.attempt == 1:
             release.wait(60)  # far past its timeout
+            released_at.append(time.monotonic())
+        elif payload.get("hang"):
+            retried_at.append(time.monotonic())
         return None
 
     batch = BatchConfig(window_s=1.0, margin_s=0.5, lanes=1)
@@ -250,12 +256,16 @@ async def test_a_sync_handler_that_outlives_its_timeout_in_a_window_frees_the_ot
             specs.append(TaskSpec("t.sync_hang", {"hang": True}, timeout=1.0, retry=[0.05]))
             ids = enqueue_committed(settings, specs)
             started = time.monotonic()
-            await pipe.settle(ids, timeout=20)
+            await pipe.settle(ids[:-1], timeout=20)
             took = time.monotonic() - started
             assert pipe.worker.batcher.demoted >= 1
+            assert (await pipe.statuses(ids[-1:]))[ids[-1]] == "running"  # its thread runs
+            release.set()
+            await pipe.settle(ids[-1:], timeout=20)
     finally:
         release.set()
     assert took < 15, took  # the hung thread returns only at 60 s
+    assert retried_at[0] > released_at[0]  # the retry started after the hung thread returned
     hung = await ledger.show(ids[-1])
     assert hung["status"] == "succeeded" and hung["attempts"] == 2
     assert "in a batched window" in hung["attempt_log"][0]["error"]
