@@ -1,0 +1,123 @@
+"""Which database a test's ``bind`` points at, and the engines the helpers use there.
+
+A ``bind`` is anything :func:`~ledgerq.enqueue` or :func:`~ledgerq.aenqueue`
+accepts (a SQLAlchemy ``Session``, ``scoped_session``, ``Connection``,
+``AsyncSession``, ``async_scoped_session`` or ``AsyncConnection``, a psycopg 3
+connection, Django's connection) or an ``Engine`` / ``AsyncEngine``.
+
+:func:`~ledgerq.testing.drain` and :func:`~ledgerq.testing.advance` act as a
+worker does, on connections of their own, so they see what is committed. They
+reuse the caller's own engines where they can (so the handlers' ``ctx.session``
+opens where the application's sessions do) and otherwise open engines on the
+bind's URL (password included; the driver is psycopg 3, as ledgerq's own), which
+they dispose of before returning. :func:`~ledgerq.testing.enqueued` reads through
+the bind itself, in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import URL, Connection, Engine, create_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_scoped_session,
+    create_async_engine,
+)
+from sqlalchemy.orm import Session, scoped_session
+from sqlalchemy.pool import NullPool
+
+ACCEPTED = (
+    "a SQLAlchemy Engine, Connection, Session or scoped_session, their async "
+    "counterparts, a psycopg 3 connection or Django's connection"
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The database a bind points at: its URL (psycopg 3 driver), and the caller's
+    engines when the bind has them (None: the helper opens its own on ``url``)."""
+
+    url: URL
+    sync_engine: Engine | None = None
+    async_engine: AsyncEngine | None = None
+
+    def open_sync(self) -> tuple[Engine, bool]:
+        """A sync engine on the database, and whether the caller must dispose of it."""
+        if self.sync_engine is not None:
+            return self.sync_engine, False
+        return create_engine(self.url, poolclass=NullPool), True
+
+    def open_async(self, *, reuse: bool) -> tuple[AsyncEngine, bool]:
+        """An async engine on psycopg 3 (the caller's when ``reuse`` and it runs on
+        psycopg), and whether the caller must dispose of it."""
+        mine = self.async_engine
+        if reuse and mine is not None and mine.dialect.driver == "psycopg":
+            return mine, False
+        return create_async_engine(self.url, poolclass=NullPool), True
+
+
+def _psycopg_url(info: Any) -> URL:
+    """The URL of a psycopg 3 connection, from its ``info``."""
+    host = str(info.host or "")
+    query = {"host": host} if host.startswith("/") else {}
+    return URL.create(
+        "postgresql+psycopg",
+        username=info.user or None,
+        password=info.password or None,
+        host=None if query or not host else host,
+        port=int(info.port) if info.port else None,
+        database=info.dbname or None,
+        query=query,
+    )
+
+
+def _on_psycopg(url: URL) -> URL:
+    return url.set(drivername="postgresql+psycopg")
+
+
+def _unwrap(bind: object) -> object:
+    if isinstance(bind, scoped_session | async_scoped_session):
+        return bind()
+    if type(bind).__module__.startswith("django.") and callable(
+        getattr(bind, "ensure_connection", None)
+    ):  # Django's connection: its psycopg connection (Django is never imported)
+        wrapper: Any = bind
+        wrapper.ensure_connection()
+        return wrapper.connection
+    return bind
+
+
+def resolve(bind: object, caller: str) -> Target:
+    """The :class:`Target` of ``bind``; TypeError naming what is accepted."""
+    bind = _unwrap(bind)
+    if isinstance(bind, Session):
+        bind = bind.get_bind()
+    if isinstance(bind, AsyncSession):
+        bind = bind.bind if bind.bind is not None else bind.sync_session.get_bind()
+    if isinstance(bind, Connection):
+        bind = bind.engine
+    if isinstance(bind, AsyncConnection):
+        bind = bind.engine
+    if isinstance(bind, Engine):
+        sync = None if bind.dialect.is_async else bind
+        return Target(_on_psycopg(bind.url), sync_engine=sync)
+    if isinstance(bind, AsyncEngine):
+        return Target(_on_psycopg(bind.url), async_engine=bind)
+    if type(bind).__module__.startswith("psycopg") and hasattr(bind, "info"):
+        info: Any = getattr(bind, "info")  # psycopg is not imported here
+        return Target(_psycopg_url(info))
+    kind = type(bind)
+    raise TypeError(f"{caller}() takes {ACCEPTED}; got {kind.__module__}.{kind.__qualname__}")
+
+
+def in_transaction(bind: object) -> bool:
+    """Whether ``bind`` (a transaction-level handle) has a transaction open now."""
+    bind = _unwrap(bind)
+    if isinstance(bind, Session | Connection | AsyncSession | AsyncConnection):
+        return bind.in_transaction()
+    status = getattr(getattr(bind, "info", None), "transaction_status", None)
+    return status is not None and int(status) != 0  # psycopg's TransactionStatus.IDLE
