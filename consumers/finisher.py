@@ -63,6 +63,8 @@ class Finisher:
         self.alert = alert
         self.probe = probe
         self.succeeded = self.retried = self.dead = self.cancelled = 0
+        #: Outcomes given back unwritten (their leases lapse; the reconciler retries them).
+        self.unwritten = 0
         self._outbox: list[Ended] = []
         self._wake = asyncio.Event()
         self._closing = False
@@ -131,6 +133,7 @@ class Finisher:
         return started is not None and time.monotonic() - started > self.grace_s
 
     async def _give_back(self, batch: list[Ended]) -> None:
+        self.unwritten += sum(isinstance(e.result, Outcome) for e in batch)
         for ended in batch:
             self.leases.forget(ended.task.fence)
         await self.acker.reject([e.delivery for e in batch if e.delivery is not None], requeue=True)

@@ -10,6 +10,16 @@ says which tasks an operator asked to stop: their context's
 ``cancel_requested`` turns true. It also carries the handlers' progress
 reports (each beat stores the latest of each task) and stores their checkpoints
 (consumers.progress).
+
+A row another transaction holds locked is skipped, not waited for (SKIP LOCKED
+in ``heartbeat``): above all the rows of the worker's own batched windows,
+which stay locked until the window's COMMIT (consumers.window). Waiting for a
+long window held up the one beat of every other task, whose leases then ran
+out: the reconciler released them and they ran twice. A skipped row whose fence
+still held is *busy*, not lost; while any is, the next beat comes within
+``BUSY_RETRY_S``, so a window's rows get their leases extended about a second
+after it commits. While a window holds a row nobody else can move it, however
+old its lease.
 """
 
 from __future__ import annotations
@@ -25,6 +35,9 @@ from ledgerq.ledger.protocol import WorkerLedger
 
 log = logging.getLogger("ledgerq.worker")
 
+#: How soon the next beat comes when the last one found rows busy (locked).
+BUSY_RETRY_S = 1.0
+
 
 class Leases:
     def __init__(self, ledger: WorkerLedger, lease_s: float, heartbeat_s: float) -> None:
@@ -39,6 +52,8 @@ class Leases:
         self.outage = Outage("heartbeat (leases may lapse meanwhile)", log)
         #: The worker's event loop, on which sync handlers' checkpoints are stored.
         self.loop: asyncio.AbstractEventLoop | None = None
+        #: The last beat found rows locked by another transaction (not extended).
+        self.busy = 0
 
     def track(self, task: ClaimedTask) -> None:
         self._running[task.fence] = None
@@ -75,14 +90,15 @@ class Leases:
             snapshot, self.lease_s, {f[0]: r for f, r in reported.items()}
         )
         for fence, report in reported.items():  # stored, unless a newer one came since
-            if self._reported.get(fence) == report:
+            if fence[0] in held and self._reported.get(fence) == report:
                 self._reported.pop(fence, None)
+        self.busy = len(held.busy)
         lost = 0
         for fence, ctx in snapshot.items():
             if fence[0] in held.cancelling and ctx is not None and not ctx.cancel_requested:
                 log.info("task %s: an operator asked it to stop (ctx.cancel_requested)", fence[0])
                 ctx._cancel_requested = True
-            if fence[0] not in held and fence in self._running:
+            if fence[0] not in held and fence[0] not in held.busy and fence in self._running:
                 lost += 1
                 log.warning(
                     "task %s lost its lease (rescued by the reconciler); "
@@ -95,7 +111,9 @@ class Leases:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.heartbeat_s)
+            await asyncio.sleep(
+                min(self.heartbeat_s, BUSY_RETRY_S) if self.busy else self.heartbeat_s
+            )
             try:
                 await self.beat_once()
                 self.outage.succeeded()

@@ -20,6 +20,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
+from ledgerq.ledger.errors import first_line
 from ledgerq.ledger.outages import Outage
 from ledgerq.ledger.protocol import RoutingLedger
 from ledgerq.ledger.routing import Subscription
@@ -80,5 +81,8 @@ class Subscriber:
         self._task = None
         try:
             await self._ledger.unsubscribe(self._worker_id)
-        except Exception:
-            log.warning("expiring the worker's subscriptions failed", exc_info=True)
+        except Exception as exc:  # the database away: one line, as every outage is logged
+            log.warning(
+                "expiring the worker's subscriptions failed (%s); they expire within one lease",
+                first_line(exc),
+            )

@@ -55,6 +55,7 @@ from ledgerq.consumers.group import GroupCommitter
 from ledgerq.consumers.hung import HungThreads
 from ledgerq.consumers.intake import Intake
 from ledgerq.consumers.leases import Leases
+from ledgerq.consumers.liveness import Liveness
 from ledgerq.consumers.registry import Registry
 from ledgerq.consumers.subscriber import Subscriber
 from ledgerq.ledger.alerts import AlertHook, log_alert
@@ -88,6 +89,9 @@ class WorkerConfig:
     db_pool: int = 10
     lease_s: float = 60.0
     heartbeat_s: float = 15.0
+    #: Liveness beats stopped this long (while other workers' went on): the worker
+    #: is presumed dead and its running tasks rescued (consumers.liveness).
+    liveness_s: float = 5.0
     #: On SIGTERM, how long in-flight handlers get to finish.
     grace_s: float = 30.0
     #: A handler with no timeout of its own (task or @task option) gets this one,
@@ -115,8 +119,10 @@ class WorkerConfig:
             raise ValueError(f"db_pool must be 1..1000, got {self.db_pool}")
         if self.prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {self.prefetch}")
-        if not 0 < self.heartbeat_s < self.lease_s:
-            raise ValueError("heartbeat_s must be positive and shorter than lease_s")
+        if not 0 < self.heartbeat_s < self.lease_s or self.liveness_s <= 0:
+            raise ValueError(
+                "heartbeat_s must be positive and shorter than lease_s, and liveness_s positive"
+            )
         if self.grace_s < 0 or self.hang_limit_s <= 0:
             raise ValueError("grace_s must be >= 0 and hang_limit_s positive")
         if self.default_timeout_s is not None and self.default_timeout_s <= 0:
@@ -278,6 +284,9 @@ class Worker:
             if self.direct is None or direct is None or direct.fallback is None
             else Fallback(self.direct, direct.broker_up or (lambda: True), direct.fallback)
         )
+        self.liveness = (
+            None if routing is None else Liveness(routing, config.worker_id, config.liveness_s)
+        )
         self.subscriptions = config.subscriptions(registry.kinds())
         self.subscriber = (
             None
@@ -317,6 +326,8 @@ class Worker:
         return self.runner.threads_running
 
     async def start(self) -> None:
+        if self.liveness is not None:  # first: its tasks are rescued if it dies from here on
+            await self.liveness.start()
         self.finisher.start()
         self.leases.start()
         if self.direct is not None and self.fallback is None:
@@ -365,5 +376,7 @@ class Worker:
         await self.batcher.close()
         await self.finisher.close()  # every outcome written and acked
         await self.leases.stop()
+        if self.liveness is not None:
+            await self.liveness.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
         log.info("worker stopped: %s (%d acks sent)", self.counts, self.acker.acks_sent)

@@ -62,8 +62,9 @@ TRUNCATE ledgerq_tasks, ledgerq_history, ledgerq_unique_keys, ledgerq_audit_task
          ledgerq_rollup_latency, ledgerq_families, ledgerq_key_releases
 
 -- name: truncate_subscriptions
--- The workers' subscriptions (truncate's, unless the caller keeps them).
-TRUNCATE ledgerq_subscriptions
+-- The workers' subscriptions and liveness rows (truncate's, unless the caller
+-- keeps them).
+TRUNCATE ledgerq_subscriptions, ledgerq_workers
 
 -- name: reset_rollup
 -- After truncate: the rollup starts again from its backfill.

@@ -116,13 +116,19 @@ class Outcome:
 
 class Held(frozenset[int]):
     """The ids whose lease a heartbeat extended; ``cancelling`` those of them an
-    operator asked to stop (``cancel_requested_at`` is set)."""
+    operator asked to stop (``cancel_requested_at`` is set); ``busy`` the ids it
+    did not extend because another transaction held the row (the worker's own
+    batched window, say) while the fence still held: not lost, beaten again soon."""
 
     cancelling: frozenset[int]
+    busy: frozenset[int]
 
-    def __new__(cls, held: Iterable[int] = (), cancelling: Iterable[int] = ()) -> Held:
+    def __new__(
+        cls, held: Iterable[int] = (), cancelling: Iterable[int] = (), busy: Iterable[int] = ()
+    ) -> Held:
         self = super().__new__(cls, held)
         self.cancelling = frozenset(cancelling) & self
+        self.busy = frozenset(busy) - self
         return self
 
 
@@ -157,19 +163,24 @@ class ExpiredLease:
     retry: dict[str, Any] | None
     worker: str | None
     in_flight: int = 1
+    #: Taken before its lease ran out: its worker is presumed dead (its liveness
+    #: beats stopped while other workers' went on, migration 0017).
+    orphaned: bool = False
 
     def outcome(self) -> Outcome:
         fence = (self.id, self.epoch)
+        why = (
+            f"worker {self.worker} presumed dead (its liveness beats stopped)"
+            if self.orphaned
+            else f"lease expired: worker {self.worker} stopped heartbeating"
+        )
         if self.in_flight > 1:
             error = (
-                f"lease expired: worker {self.worker} stopped heartbeating with "
-                f"{self.in_flight} tasks in flight; attempt {self.attempts} not charged, "
-                "the task runs alone next"
+                f"{why} with {self.in_flight} tasks in flight; attempt {self.attempts} "
+                "not charged, the task runs alone next"
             )
             return Outcome(fence[0], fence[1], "release", error)
-        error = (
-            f"lease expired: worker {self.worker} stopped heartbeating (attempt {self.attempts})"
-        )
+        error = f"{why} (attempt {self.attempts})"
         delay = RetryPolicy.from_json(self.retry).delay_for(self.attempts)
         return Outcome.failed(fence, error, delay=delay)
 

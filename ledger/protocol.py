@@ -157,6 +157,16 @@ class RoutingLedger(Protocol):
         """``worker`` stops serving: its subscriptions expire now (its queues stay routed)."""
         ...
 
+    async def alive(self, worker: str, silence_s: float) -> None:
+        """``worker``'s liveness beat: if no other beat of it comes within ``silence_s``
+        while other workers' do, it is presumed dead and its running tasks are
+        rescued (:mod:`ledgerq.consumers.liveness`)."""
+        ...
+
+    async def gone(self, worker: str) -> None:
+        """``worker`` stopped: presumed dead from now on (what it still held is rescued)."""
+        ...
+
 
 class ReconcilerLedger(Protocol):
     def exclusive(self) -> AbstractAsyncContextManager[bool]:
@@ -191,6 +201,23 @@ class ReconcilerLedger(Protocol):
         """Lock a page (ids > ``after``) of running rows whose lease ran out and whose
         worker is in ``silent``, or whose lease ran out over ``settle_s`` ago; each
         row's ``in_flight`` is its worker's count from ``silent`` (1 if absent)."""
+        ...
+
+    async def dead_workers(self) -> dict[str, int]:
+        """Workers presumed dead (their liveness beats stopped for their silence while
+        other workers' went on) that left running rows, with how many each left."""
+        ...
+
+    async def lapse_dead_subscriptions(self) -> int:
+        """Expire now the subscriptions of workers presumed dead; how many."""
+        ...
+
+    def orphaned_batch(
+        self, after: int, limit: int, dead: Mapping[str, int]
+    ) -> AbstractAsyncContextManager[ExpiredBatch]:
+        """Lock a page (ids > ``after``) of running rows of the workers in ``dead``
+        still presumed dead, whatever their leases say (``orphaned`` set on each;
+        ``in_flight`` from ``dead``); finishing them is audited."""
         ...
 
 

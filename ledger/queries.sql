@@ -419,14 +419,37 @@ WHERE a.pid = :pid AND a.xact_start = :began
 -- name: heartbeat
 -- Extends the leases still held, writes the progress reported since the last
 -- beat (NULL: none, the stored one stays), and says which of those tasks an
--- operator asked to stop (ctx.cancel_requested).
-UPDATE ledgerq_tasks t
-SET heartbeat_at = now(), lease_until = clock_timestamp() + make_interval(secs => :lease_s),
-    progress = COALESCE(CAST(m.progress AS jsonb), t.progress)
-FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]), CAST(:progress AS text[]))
-     AS m(id, epoch, progress)
-WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
-RETURNING t.id, t.cancel_requested_at IS NOT NULL AS cancel_requested
+-- operator asked to stop (ctx.cancel_requested). SKIP LOCKED: a row another
+-- transaction holds (the worker's own batched window, which keeps its rows
+-- locked until its COMMIT; a finish; a reconciler's page) is not waited for,
+-- so one long window never holds up the beat of every other task. Such a row
+-- comes back as busy (its fence held in the last committed version, its lease
+-- not extended this time), not lost: the worker beats again soon. While it is
+-- locked nobody else can move it (every other writer waits or skips it too).
+WITH m AS (
+    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]),
+                         CAST(:progress AS text[])) AS m(id, epoch, progress)
+), held AS (
+    SELECT t.id, m.progress
+    FROM m CROSS JOIN LATERAL (
+        SELECT t.id FROM ledgerq_tasks t
+        WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
+        FOR UPDATE SKIP LOCKED
+    ) AS t
+), beat AS (
+    UPDATE ledgerq_tasks t
+    SET heartbeat_at = now(), lease_until = clock_timestamp() + make_interval(secs => :lease_s),
+        progress = COALESCE(CAST(h.progress AS jsonb), t.progress)
+    FROM held h
+    WHERE t.id = h.id
+    RETURNING t.id, t.cancel_requested_at IS NOT NULL AS cancel_requested
+)
+SELECT id, cancel_requested, false AS busy FROM beat
+UNION ALL
+SELECT m.id, false, true FROM m
+WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.id = m.id)
+  AND EXISTS (SELECT 1 FROM ledgerq_tasks t
+              WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running')
 
 -- name: save_checkpoint
 UPDATE ledgerq_tasks
@@ -509,6 +532,39 @@ FROM ledgerq_tasks
 WHERE status = 'running' AND worker IS NOT NULL
 GROUP BY worker
 HAVING max(lease_until) < now()
+
+-- name: dead_workers
+-- Workers presumed dead (ledgerq_worker_dead, migration 0017: their liveness
+-- beats stopped for their silence while other workers' went on) that still
+-- have running rows, and how many each left. Their rows are rescued at once
+-- (select_orphaned), without waiting for their leases.
+SELECT worker, count(*) AS in_flight
+FROM ledgerq_tasks
+WHERE status = 'running' AND worker IS NOT NULL AND lease_until IS NOT NULL
+GROUP BY worker
+HAVING ledgerq_worker_dead(worker)
+
+-- name: lapse_dead_subscriptions
+-- The subscriptions of workers presumed dead expire now instead of a lease
+-- later: the relay stops filling their windows, and unpublish_unserved takes
+-- back what was published to a route that no live worker serves any more.
+UPDATE ledgerq_subscriptions s SET expires_at = now()
+WHERE s.expires_at > now() AND ledgerq_worker_dead(s.worker)
+RETURNING s.worker
+
+-- name: select_orphaned
+-- The running rows of :workers (read by dead_workers at the start of the pass)
+-- whose worker is still presumed dead, whatever their lease says: they are
+-- finished like expired leases (finish, 'retry' or 'release'). A worker that
+-- beat again since is left to its leases. lease_until IS NOT NULL: the lease
+-- index (every running row has a lease).
+SELECT id, epoch, kind, attempts, retry, worker
+FROM ledgerq_tasks
+WHERE status = 'running' AND lease_until IS NOT NULL AND id > :after
+  AND worker = ANY(CAST(:workers AS text[])) AND ledgerq_worker_dead(worker)
+ORDER BY id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED
 
 -- name: select_expired
 -- Running rows whose lease ran out: their worker stopped heartbeating. A row is

@@ -69,6 +69,9 @@ GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens, ordering, on_children_don
 -- Routing: a worker registers what it serves (subscribe, unsubscribe); the
 -- relay and the reconciler read it (ledgerq_route, in select_due and the rest).
 GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_subscriptions TO ledgerq_service;
+-- Liveness (migration 0017): a worker beats its row (worker_alive, worker_gone);
+-- the reconciler reads them (ledgerq_worker_dead, in dead_workers).
+GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_workers TO ledgerq_service;
 -- The window (migration 0014): ledgerq_pick reads the due rule's view and locks
 -- the rows it picks through it (FOR UPDATE on a view needs UPDATE on one of its
 -- columns), and the live routes' windows; the reconciler takes back what was
@@ -84,7 +87,7 @@ GRANT USAGE ON SEQUENCE ledgerq_audit_id_seq TO ledgerq_service;
 -- tables whole.
 GRANT SELECT ON ledgerq_tasks, ledgerq_history, ledgerq_audit, ledgerq_audit_tasks,
                 ledgerq_pauses, ledgerq_kinds, ledgerq_families, ledgerq_subscriptions,
-                ledgerq_key_releases
+                ledgerq_key_releases, ledgerq_workers
     TO ledgerq_operator;
 -- Retention (the reconciler's pass) and `ledgerq purge`: history's day
 -- partitions are created, dropped and purged only through these functions,

@@ -68,3 +68,20 @@ ORDER BY g.queue, g.kind, g.shard
 SELECT queue, route, capacity, capacity - credit AS published, GREATEST(credit, 0) AS room
 FROM ledgerq_windows
 ORDER BY queue, route
+
+-- name: worker_alive
+-- A worker's liveness beat (migration 0017), every second or so from its start
+-- to the end of its stop: a dead worker's running tasks are rescued once its
+-- :silence_s ran out while other workers' beats went on (ledgerq_worker_dead).
+INSERT INTO ledgerq_workers AS w (worker, beat_at, silence_s)
+VALUES (:worker, now(), :silence_s)
+ON CONFLICT (worker) DO UPDATE SET beat_at = excluded.beat_at, silence_s = excluded.silence_s
+
+-- name: worker_gone
+-- A worker that stopped: its last beat says "presumed dead at once" (a task it
+-- still held, a sync handler that outlived the grace, is rescued on the next
+-- pass). Rows of workers gone over a week ago go.
+WITH stale AS (
+    DELETE FROM ledgerq_workers WHERE beat_at < now() - interval '7 days'
+)
+UPDATE ledgerq_workers SET beat_at = now(), silence_s = 0 WHERE worker = :worker

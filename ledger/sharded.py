@@ -133,7 +133,9 @@ class ShardedWorkerLedger(Generic[L]):
             lambda shard, part: shard.heartbeat(part, lease_s, progress),
         )
         return Held(
-            (i for held in helds for i in held), (i for held in helds for i in held.cancelling)
+            (i for held in helds for i in held),
+            (i for held in helds for i in held.cancelling),
+            (i for held in helds for i in held.busy),
         )
 
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
@@ -165,6 +167,12 @@ class ShardedRouting:
 
     async def unsubscribe(self, worker: str) -> None:
         await asyncio.gather(*(s.unsubscribe(worker) for s in self.shards))
+
+    async def alive(self, worker: str, silence_s: float) -> None:
+        await asyncio.gather(*(s.alive(worker, silence_s) for s in self.shards))
+
+    async def gone(self, worker: str) -> None:
+        await asyncio.gather(*(s.gone(worker) for s in self.shards))
 
 
 class ShardedDirectLedger(ShardedWorkerLedger[DirectLedger]):

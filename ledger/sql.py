@@ -75,6 +75,9 @@ class LedgerQueries:
     select_overdue: TextClause
     unpublish_unserved: TextClause
     silent_workers: TextClause
+    dead_workers: TextClause
+    lapse_dead_subscriptions: TextClause
+    select_orphaned: TextClause
     select_expired: TextClause
 
 
@@ -157,6 +160,8 @@ class RoutingQueries:
     list_subscriptions: TextClause
     unserved: TextClause
     list_windows: TextClause
+    worker_alive: TextClause
+    worker_gone: TextClause
 
 
 @dataclass(frozen=True)

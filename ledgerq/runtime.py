@@ -136,6 +136,14 @@ class WatchedLedger:
         with self._watch.watching():
             await self._ledger.unsubscribe(worker)
 
+    async def alive(self, worker: str, silence_s: float) -> None:
+        with self._watch.watching():
+            await self._ledger.alive(worker, silence_s)
+
+    async def gone(self, worker: str) -> None:
+        with self._watch.watching():
+            await self._ledger.gone(worker)
+
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
         with self._watch.watching():
             return await self._ledger.save_checkpoint(fence, state)

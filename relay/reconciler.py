@@ -27,6 +27,28 @@ One pass, under a PostgreSQL advisory lock so only one reconciler acts at a time
    worker running a suspect alone charges the suspect: the one case where a
    task pays for a death it did not cause, and only while it is a suspect.
    The relay publishes the retry like any other due row.
+
+   **Dead workers first.** A worker beats a liveness row every second or so
+   (:mod:`ledgerq.consumers.liveness`, migration 0017). One whose beats stopped
+   for its silence (5 s by default) while other workers' went on is presumed
+   dead (``ledgerq_worker_dead``): its running rows are judged now, as if all
+   its leases had run out (``dead_workers``, ``orphaned_batch``: the same
+   verdicts, the same fenced ``finish``, so an attempt of a worker that was
+   only slow cannot write over the rescue; each page audited, actor
+   ``ledgerq``), and its subscriptions expire now (so step 2 takes back what
+   was published to a route only it served). A SIGKILLed worker's tasks are
+   back in the ledger within its silence plus one pass, instead of a lease.
+   Silence is judged against the other workers' beats, never the clock alone:
+   after a PostgreSQL restart nobody is presumed dead until the others are
+   back. A worker without a liveness row keeps the lease as its only bound.
+
+   Races: a worker cut off from the database (or its event loop blocked) for
+   longer than its silence, but alive, is presumed dead like a dead one: its
+   tasks run again elsewhere while it may still be running them, and its own
+   writes are fenced out (its finish, heartbeat and checkpoints lose). The
+   broker's redelivery of its messages to another worker claims nothing while
+   the row is ``running`` (acked as a loser); the rescue puts the row back to
+   ``pending`` (or a scheduled retry) and the relay publishes it again.
 2. **Unserved deliveries.** A ``published`` row whose route no live worker
    serves any more (its workers stopped, or died and their subscriptions lapsed
    within one lease; or its queue is now served ``--direct``) goes back to
@@ -87,7 +109,7 @@ from typing import Any, TypeVar
 from ledgerq.ledger.alerts import AlertHook, AlertSender, log_alert
 from ledgerq.ledger.errors import TransientStorageError
 from ledgerq.ledger.model import Finished
-from ledgerq.ledger.protocol import PublishBatch, ReconcilerLedger
+from ledgerq.ledger.protocol import ExpiredBatch, PublishBatch, ReconcilerLedger
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S
 from ledgerq.relay.broker.base import Publisher, PublishOutcome
 from ledgerq.relay.retention import Retention, RetentionCounts
@@ -135,6 +157,8 @@ class ReconcileCounts:
     overdue_published: int = 0
     unpublished: int = 0
     expired: int = 0
+    #: Of ``expired``: rows of workers presumed dead, taken before their leases ran out.
+    orphaned: int = 0
     dead: int = 0
     released: int = 0
     unconfirmed: int = 0
@@ -157,13 +181,15 @@ class ReconcileCounts:
             f"reconcile: took back {self.unpublished} from unserved routes, "
             f"re-published {self.republished} stalled, published "
             f"{self.overdue_published} overdue, expired {self.expired} leases "
-            f"({self.dead} dead, {self.released} released as suspects), "
+            f"({self.orphaned} of dead workers, {self.dead} dead, "
+            f"{self.released} released as suspects), "
             f"{self.unconfirmed} unconfirmed, {self.pages} pages "
             f"in {self.elapsed_s * 1000:.0f} ms"
         ) + "".join("; " + c.line() for c in (self.rollup, self.retention) if c is not None)
 
 
 PageSource = Callable[[int], AbstractAsyncContextManager[PublishBatch]]
+ExpiredSource = Callable[[int], AbstractAsyncContextManager[ExpiredBatch]]
 T = TypeVar("T")
 
 
@@ -238,20 +264,43 @@ class Reconciler:
         await sender.close(ALERTS_WAIT_S)
 
     async def _expire(self, counts: ReconcileCounts, dead: list[Finished]) -> None:
+        """Step 1: the rows of workers presumed dead, then expired leases."""
+        cfg = self.config
+        if await self.ledger.lapse_dead_subscriptions():
+            log.info("subscriptions of workers presumed dead expired")
+        gone = await self.ledger.dead_workers()
+        if gone:
+            log.warning(
+                "workers presumed dead (liveness beats stopped): %s; rescuing %d running tasks",
+                ", ".join(sorted(gone)),
+                sum(gone.values()),
+            )
+            await self._finish_pages(
+                counts, dead, lambda after: self.ledger.orphaned_batch(after, cfg.page_size, gone)
+            )
         silent = await self.ledger.silent_workers()
-        after, cfg = 0, self.config
+        await self._finish_pages(
+            counts,
+            dead,
+            lambda after: self.ledger.expired_batch(after, cfg.page_size, silent, cfg.settle_s),
+        )
+
+    async def _finish_pages(
+        self, counts: ReconcileCounts, dead: list[Finished], pages: ExpiredSource
+    ) -> None:
+        after = 0
         while True:
-            async with self.ledger.expired_batch(
-                after, cfg.page_size, silent, cfg.settle_s
-            ) as batch:
+            async with pages(after) as batch:
                 if not batch.rows:
                     return
                 counts.pages += 1
                 outcomes = {lease.id: lease.outcome() for lease in batch.rows}
                 finished = await batch.finish(list(outcomes.values()))
                 after = batch.rows[-1].id
+            orphaned = {lease.id for lease in batch.rows if lease.orphaned}
             for row in finished:
                 counts.expired += 1
+                counts.orphaned += row.id in orphaned
                 if outcomes[row.id].verdict == "release":
                     counts.released += 1
                 elif row.status == "dead":

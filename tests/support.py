@@ -3,9 +3,12 @@ the test's database, broker and AMQP prefix."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Awaitable, Callable
 
 from ledgerq.ledger.config import Settings
 
@@ -45,3 +48,19 @@ def spawn(settings: Settings, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+async def until(
+    what: str, check: Callable[[], bool | Awaitable[bool]], timeout: float = 30.0
+) -> None:
+    """Wait for ``check`` to hold (polled every 0.1 s); fail with ``what`` if it never does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+        await asyncio.sleep(0.1)

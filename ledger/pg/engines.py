@@ -246,6 +246,7 @@ def connect_waiting(
     # is found here, at start, with the setting that fixes it.
     pooled = settings.pooled and target == settings.database_url
     deadline = time.monotonic() + settings.connect_wait_s
+    waited = False
     while True:
         remaining = deadline - time.monotonic()
         try:
@@ -262,11 +263,19 @@ def connect_waiting(
             if refusal is not None:
                 raise refusal from exc
             untrusted = _CERTIFICATE.search(str(exc)) is not None
+            reason = mask_text(first_line(exc), secrets_of(target))
             if untrusted or time.monotonic() + RETRY_EVERY_S > deadline:
-                reason = mask_text(first_line(exc), secrets_of(target))
                 if settings.connect_wait_s and not untrusted:
                     reason += f" (tried for {settings.connect_wait_s:g} s)"
                 raise ServiceUnavailableError("PostgreSQL", target, reason) from exc
+            if not waited:  # one line while it waits (-v), not one per attempt
+                log.info(
+                    "PostgreSQL at %s does not answer yet (%s); trying for up to %g s",
+                    mask_url(target),
+                    reason,
+                    settings.connect_wait_s,
+                )
+            waited = True
         time.sleep(RETRY_EVERY_S)
 
 

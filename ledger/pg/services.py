@@ -158,7 +158,9 @@ def _due(rows: Sequence[Row[Any]]) -> list[DueTask]:
 
 
 class PgExpiredBatch:
-    """Expired leases locked by the open transaction; finished inside it."""
+    """Expired leases (or a dead worker's rows) locked by the open transaction;
+    finished inside it. A dead worker's rows taken before their leases ran out
+    are audited (actor ``ledgerq``) in the same transaction."""
 
     def __init__(self, conn: AsyncConnection, rows: list[ExpiredLease]) -> None:
         self._conn = conn
@@ -168,7 +170,22 @@ class PgExpiredBatch:
         if not outcomes:
             return []
         with translated():
-            return _finished((await self._conn.execute(Q.finish, outcome_params(outcomes))).all())
+            finished = _finished(
+                (await self._conn.execute(Q.finish, outcome_params(outcomes))).all()
+            )
+            orphaned = {r.id: r.worker for r in self.rows if r.orphaned}
+            moved = [f.id for f in finished if f.id in orphaned]
+            if moved:
+                await record_audit(
+                    self._conn,
+                    "rescue_dead_worker",
+                    {"worker": sorted({str(orphaned[i]) for i in moved})},
+                    actor=SYSTEM_ACTOR,
+                    reason="its worker was presumed dead (its liveness beats stopped "
+                    "while other workers' went on) before the lease ran out",
+                    task_ids=moved,
+                )
+            return finished
 
 
 class PgServices(PgBase):
@@ -290,7 +307,11 @@ class PgServices(PgBase):
         params["lease_s"] = lease_s
         params["progress"] = [(progress or {}).get(task_id) for task_id in params["ids"]]
         rows = await self._rows(Q.heartbeat, params)
-        return Held((int(r.id) for r in rows), (int(r.id) for r in rows if r.cancel_requested))
+        return Held(
+            (int(r.id) for r in rows if not r.busy),
+            (int(r.id) for r in rows if r.cancel_requested),
+            (int(r.id) for r in rows if r.busy),
+        )
 
     async def subscribe(
         self,
@@ -320,6 +341,12 @@ class PgServices(PgBase):
     async def unsubscribe(self, worker: str) -> None:
         await self._rows(UQ.unsubscribe, {"worker": worker})
 
+    async def alive(self, worker: str, silence_s: float) -> None:
+        await self._rows(UQ.worker_alive, {"worker": worker, "silence_s": silence_s})
+
+    async def gone(self, worker: str) -> None:
+        await self._rows(UQ.worker_gone, {"worker": worker})
+
     async def subscriptions(self) -> list[dict[str, Any]]:
         """Every worker's subscription, live first (``ledgerq stats``)."""
         return [dict(r._mapping) for r in await self._rows(UQ.list_subscriptions, {})]
@@ -346,14 +373,36 @@ class PgServices(PgBase):
     async def silent_workers(self) -> dict[str, int]:
         return {str(r.worker): int(r.in_flight) for r in await self._rows(Q.silent_workers, {})}
 
-    @asynccontextmanager
-    async def expired_batch(
+    async def dead_workers(self) -> dict[str, int]:
+        return {str(r.worker): int(r.in_flight) for r in await self._rows(Q.dead_workers, {})}
+
+    async def lapse_dead_subscriptions(self) -> int:
+        return len(await self._rows(Q.lapse_dead_subscriptions, {}))
+
+    def orphaned_batch(
+        self, after: int, limit: int, dead: Mapping[str, int]
+    ) -> AbstractAsyncContextManager[PgExpiredBatch]:
+        params = {"after": after, "limit": limit, "workers": list(dead)}
+        return self._expired(Q.select_orphaned, params, dead, orphaned=True)
+
+    def expired_batch(
         self, after: int, limit: int, silent: Mapping[str, int], settle_s: float
-    ) -> AsyncIterator[PgExpiredBatch]:
+    ) -> AbstractAsyncContextManager[PgExpiredBatch]:
         params = {"after": after, "limit": limit, "workers": list(silent), "settle_s": settle_s}
+        return self._expired(Q.select_expired, params, silent)
+
+    @asynccontextmanager
+    async def _expired(
+        self,
+        statement: TextClause,
+        params: Mapping[str, Any],
+        silent: Mapping[str, int],
+        *,
+        orphaned: bool = False,
+    ) -> AsyncIterator[PgExpiredBatch]:
         with translated():
             async with self.engine.begin() as conn:
-                rows = await conn.execute(Q.select_expired, params)
+                rows = await conn.execute(statement, params)
                 yield PgExpiredBatch(
                     conn,
                     [
@@ -365,6 +414,7 @@ class PgServices(PgBase):
                             r.retry,
                             r.worker,
                             silent.get(r.worker, 1) if r.worker is not None else 1,
+                            orphaned,
                         )
                         for r in rows
                     ],

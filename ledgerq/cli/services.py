@@ -16,6 +16,7 @@ import click
 
 from ledgerq.cli.group import EX_USAGE, json_option, pass_settings
 from ledgerq.compose import serve_reconciler, serve_relay, serve_worker
+from ledgerq.compose.relay import GRACE_S as RELAY_GRACE_S
 from ledgerq.consumers.batch import BatchConfig
 from ledgerq.consumers.direct import DirectConfig, FallbackConfig
 from ledgerq.consumers.registry import Registry, default_registry
@@ -127,6 +128,14 @@ def load_tracing(path: str) -> None:
     help="Import MODULE (and call FUNCTION) at start to configure OpenTelemetry "
     "(trace.set_tracer_provider with your exporter): the relay's publish spans go there.",
 )
+@click.option(
+    "--grace",
+    "grace_s",
+    type=click.FloatRange(min=0),
+    default=RELAY_GRACE_S,
+    show_default=True,
+    help="Seconds the batch in hand gets to finish after SIGTERM (then its rows stay pending).",
+)
 @metrics_port_option
 @pass_settings
 def relay(
@@ -138,6 +147,7 @@ def relay(
     envelope_long_s: float,
     ledger_shards: tuple[int, ...],
     tracing: str | None,
+    grace_s: float,
     metrics_port: int | None,
 ) -> None:
     """Publish due tasks to RabbitMQ with publisher confirms (runs until SIGTERM):
@@ -157,7 +167,9 @@ def relay(
     if tracing:
         load_tracing(tracing)
     served = sorted(set(ledger_shards)) or None
-    run_service(serve_relay(settings, config, metrics_port or 0, served), settings.event_loop)
+    run_service(
+        serve_relay(settings, config, metrics_port or 0, served, grace_s), settings.event_loop
+    )
 
 
 @click.command("worker")
@@ -318,15 +330,23 @@ def worker(
             "--direct claims every kind its app registers, on every shard of its queues: "
             "it cannot be given --kinds or --shards (those route through RabbitMQ)"
         )
-    stuck = run_service(
+    drained = run_service(
         serve_worker(settings, registry, configs, metrics_port or 0, direct_config, fallback),
         settings.event_loop,
     )
-    if stuck:
+    problem = drained.problem()
+    if drained.threads_running:
         # A sync handler's thread cannot be stopped; waiting for it would hang the exit.
-        log.warning("%d sync handlers still running past the grace; exiting anyway", stuck)
+        log.warning(
+            "%d sync handlers still running past the grace; exiting anyway",
+            drained.threads_running,
+        )
         logging.shutdown()
-        os._exit(0)
+        if problem is not None:
+            click.echo(f"ledgerq: {problem}", err=True)
+        os._exit(0 if problem is None else problem.exit_code)
+    if problem is not None:
+        raise problem  # one line, exit 69
 
 
 def _parse_queue_stalls(values: tuple[str, ...]) -> dict[str, float]:

@@ -3,14 +3,22 @@ ledger (its broker connection, its ledger with the relay's planner settings, its
 publisher with confirms); :func:`serve_relay` is ``ledgerq relay``: one relay
 loop per ledger shard in one process, each woken by LISTEN on its database,
 until SIGTERM or until the schema is lost (then :class:`SchemaMissingError`
-after the loops have stopped)."""
+after the loops have stopped).
+
+The stop signals are caught before anything connects: a SIGTERM while
+PostgreSQL or RabbitMQ does not answer yet abandons the start-up and exits 0 at
+once. A running relay stops within its grace whatever state it is in (a batch
+in hand, a back-off after a failed batch, a wait for work)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
 
 from ledgerq.compose.ledgers import one_shard, schema_watched, topology, warn_if_no_autovacuum
 from ledgerq.compose.monitoring import monitoring, stop_event, watch_readiness
@@ -26,7 +34,12 @@ from ledgerq.ledger.protocol import RelayLedger
 from ledgerq.relay.broker.aio import AioPublisher, connect
 from ledgerq.relay.probes import Probe
 from ledgerq.relay.service import Relay, RelayConfig
-from ledgerq.runtime import SchemaWatch
+from ledgerq.runtime import SchemaWatch, off_loop, unless_stopped
+
+log = logging.getLogger("ledgerq")
+
+#: Seconds a stopping relay gives the batch in hand (``ledgerq relay --grace``).
+GRACE_S = 10.0
 
 
 @asynccontextmanager
@@ -46,7 +59,7 @@ async def open_relay(
     checked the schema already."""
     database = one_shard(settings, shard, "a relay (pass its ledger shard)")
     if not checked:
-        check_schema(settings)
+        await off_loop(partial(check_schema, settings))
     connection = await connect(
         settings.amqp_url,
         wait_s=settings.connect_wait_s,
@@ -83,46 +96,90 @@ async def serve_relay(
     config: RelayConfig,
     metrics_port: int = 0,
     shards: Sequence[int] | None = None,
+    grace_s: float = GRACE_S,
 ) -> None:
     """``ledgerq relay``: publish due rows until SIGTERM (or until the schema is lost:
     then :class:`SchemaMissingError`). With a metrics port (else the setting's),
     metrics and health are served on it. ``shards``: the ledger shards to serve, one
-    relay loop each in this process (default: every shard)."""
+    relay loop each in this process (default: every shard).
+
+    SIGTERM in every state (docs/howto.md, "Shut down gracefully"): during start-up
+    (PostgreSQL or RabbitMQ not answering yet) the start-up is abandoned and the
+    relay exits at once; in a back-off after a failed batch it exits at once; a
+    batch in hand gets ``grace_s`` to finish (publish, confirms, mark), then is
+    abandoned: its transaction rolls back and its rows stay ``pending`` (a message
+    confirmed meanwhile is published again later: a duplicate delivery, which the
+    claim's fence makes harmless)."""
     count = settings.ledger_shard_count
     served = list(range(count)) if shards is None else list(shards)
     for shard in served:
         settings.ledger_shard(shard)  # a ConfigError for a shard the list lacks
-    check_schema(settings)
     watch = SchemaWatch()
     async with (
         monitoring(metrics_port or settings.metrics_port, "relay") as (observer, health),
         contextlib.AsyncExitStack() as stack,
     ):
-        relays = [
-            await stack.enter_async_context(
-                open_relay(
-                    settings,
-                    config,
-                    watch=watch,
-                    observer=observer,
-                    health=health,
-                    shard=shard if count > 1 else None,
-                    checked=True,
-                )
-            )
-            for shard in served
-        ]
         wakeups = [Wakeup(settings.ledger_shard(shard)) for shard in served]
+        # The stop signals are caught before anything connects.
         stop = stop_event(*(w.event.set for w in wakeups), *([health.stopping] if health else []))
         watch.on_loss(stop.set)
+
+        async def start() -> list[Relay]:
+            await off_loop(partial(check_schema, settings))  # the loop hears SIGTERM meanwhile
+            return [
+                await stack.enter_async_context(
+                    open_relay(
+                        settings,
+                        config,
+                        watch=watch,
+                        observer=observer,
+                        health=health,
+                        shard=shard if count > 1 else None,
+                        checked=True,
+                    )
+                )
+                for shard in served
+            ]
+
+        relays = await unless_stopped(stop, start())
+        if relays is None:
+            log.info("stop requested during start-up; exiting")
+            return
         for wakeup in wakeups:
             watch.on_loss(wakeup.event.set)
             wakeup.start()
         try:
-            await asyncio.gather(
+            loops = asyncio.gather(
                 *(relay.run(stop, wakeup) for relay, wakeup in zip(relays, wakeups, strict=True))
             )
+            await _within_grace(loops, stop, grace_s)
         finally:
             for wakeup in wakeups:
                 await wakeup.stop()
     watch.raise_if_lost()
+
+
+async def _within_grace(loops: asyncio.Future[Any], stop: asyncio.Event, grace_s: float) -> None:
+    """Wait for the relay loops; once ``stop`` is set, for ``grace_s`` more at most,
+    then cancel them (the batch in hand rolls back)."""
+
+    async def grace_over() -> None:
+        await stop.wait()
+        await asyncio.sleep(grace_s)
+
+    timer: asyncio.Future[Any] = asyncio.ensure_future(grace_over())
+    try:
+        await asyncio.wait({loops, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+    if not loops.done():
+        log.warning(
+            "the batch in hand did not finish within the grace (%gs); abandoned: its rows "
+            "stay pending and are published again",
+            grace_s,
+        )
+        loops.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loops
+        return
+    loops.result()  # a loop's error (a lost schema, a configuration error) is raised

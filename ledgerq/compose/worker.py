@@ -6,9 +6,14 @@ and fan-out callbacks into the ledger and runs the periodic enqueuer beside it;
 :func:`serve_worker` is ``ledgerq worker``: one or more lanes until SIGTERM,
 then a drain.
 
-The stop signals are caught before the lanes start, so a SIGTERM during start-up
-registrations stops the worker once it is up (it drains and exits 0) instead of
-killing it mid-registration."""
+The stop signals are caught before anything connects, and the start-up runs
+until it completes or a stop comes first (:func:`~ledgerq.runtime.unless_stopped`):
+a SIGTERM while PostgreSQL or RabbitMQ does not answer yet, or during the
+start-up registrations, abandons the start-up (what it opened is closed; a lane
+already up drains as it closes) and the worker exits 0 at once, instead of after
+the connect wait. Once up, a stop drains every lane within one grace, whatever
+the broker and the database do meanwhile; outcomes that could not be written
+within it end the process with one line and exit 69 (:class:`UndrainedError`)."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import cast
 
@@ -31,6 +37,7 @@ from ledgerq.faults import probe_from_env
 from ledgerq.health import Health
 from ledgerq.ledger.alerts import AlertHook
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.errors import LedgerqError
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import DIRECT_PLANNER, WORKER_PLANNER, async_engine, sync_engine
@@ -45,7 +52,7 @@ from ledgerq.ledger.sharded import (
 )
 from ledgerq.relay.broker.aio import AioConsumption, connect, is_connected
 from ledgerq.relay.probes import Probe
-from ledgerq.runtime import SchemaWatch
+from ledgerq.runtime import SchemaWatch, off_loop, unless_stopped
 
 log = logging.getLogger("ledgerq")
 
@@ -108,7 +115,7 @@ async def open_worker(
     says when it claims from the ledger while the broker is away (broker-down mode)."""
     config = config or WorkerConfig()
     alert = alert or alert_hook(settings)
-    check_schema(settings)
+    await off_loop(partial(check_schema, settings))  # the loop hears SIGTERM meanwhile
     connection = (
         None
         if direct is not None
@@ -211,6 +218,32 @@ async def open_worker(
         await ledger.dispose()
 
 
+class UndrainedError(LedgerqError):
+    """A stopped worker could not write some outcomes (the database stayed away past
+    the grace): their leases lapse and the reconciler retries them. Exit 69."""
+
+    exit_code = 69  # EX_UNAVAILABLE (ledgerq.cli.group)
+
+
+@dataclass(frozen=True)
+class Drained:
+    """How a worker's stop went: what a clean exit could not settle."""
+
+    #: Sync handlers whose thread is still running (past their timeout or the grace).
+    threads_running: int = 0
+    #: Outcomes the finishers gave back unwritten (their leases lapse; retried).
+    unwritten: int = 0
+
+    def problem(self) -> UndrainedError | None:
+        if not self.unwritten:
+            return None
+        return UndrainedError(
+            f"stopped with {self.unwritten} outcomes not written (the database did not "
+            "answer within the grace): their leases lapse and `ledgerq reconcile` retries "
+            "those tasks"
+        )
+
+
 async def serve_worker(
     settings: Settings,
     registry: Registry,
@@ -218,42 +251,59 @@ async def serve_worker(
     metrics_port: int = 0,
     direct: DirectConfig | None = None,
     fallback: FallbackConfig | None = FallbackConfig(),
-) -> int:
-    """``ledgerq worker``: run handlers until SIGTERM, then drain. Returns how many
-    sync handlers' threads are still running (past their timeout or the grace).
-    Raises :class:`SchemaMissingError` after draining if the schema was lost.
+) -> Drained:
+    """``ledgerq worker``: run handlers until SIGTERM, then drain. Returns how the
+    drain went (:class:`Drained`: sync handlers' threads still running, outcomes
+    that could not be written). Raises :class:`SchemaMissingError` after draining
+    if the schema was lost.
     With a metrics port (else the setting's), metrics and health are served on it.
     Several configs (``--queues fast=50,slow=2``) run as lanes of one process, each
     a worker of its own (claims, slots, prefetch, broker channel), sharing the
-    metrics; readiness follows the first lane."""
+    metrics; readiness follows the first lane.
+
+    SIGTERM in every state (docs/howto.md, "Shut down gracefully"): during start-up
+    (PostgreSQL or RabbitMQ not answering yet, its registrations) the start-up is
+    abandoned and the worker exits at once; once up, every lane drains within one
+    grace whatever the broker and the database do meanwhile."""
     configs = [config] if isinstance(config, WorkerConfig) else list(config)
     watch = SchemaWatch()
     async with (
         monitoring(metrics_port or settings.metrics_port, "worker") as (observer, health),
         contextlib.AsyncExitStack() as lanes,
     ):
-        # The stop signals are caught before the lanes start: a SIGTERM while they
-        # register (subscriptions, limits, callbacks) stops the worker once it is up.
+        # The stop signals are caught before anything connects: a SIGTERM while the
+        # worker waits for a server, or registers, abandons the start-up.
         stop = stop_event(*([health.stopping] if health else []))
         watch.on_loss(stop.set)
-        workers = [
-            await lanes.enter_async_context(
-                open_worker(
-                    settings,
-                    registry,
-                    lane,
-                    watch=watch,
-                    observer=observer,
-                    health=health if index == 0 else None,
-                    direct=direct,
-                    fallback=fallback,
+
+        async def start() -> list[Worker]:
+            return [
+                await lanes.enter_async_context(
+                    open_worker(
+                        settings,
+                        registry,
+                        lane,
+                        watch=watch,
+                        observer=observer,
+                        health=health if index == 0 else None,
+                        direct=direct,
+                        fallback=fallback,
+                    )
                 )
-            )
-            for index, lane in enumerate(configs)
-        ]
+                for index, lane in enumerate(configs)
+            ]
+
+        started = await unless_stopped(stop, start())
+        if started is None:
+            log.info("stop requested during start-up; exiting")
+            return Drained()
+        workers = started
         await stop.wait()
         log.info("stop requested; draining")
         # Every lane drains at once: a stop takes one grace, not one per lane.
         await asyncio.gather(*(worker.stop() for worker in workers))
     watch.raise_if_lost()
-    return sum(worker.threads_running for worker in workers)
+    return Drained(
+        threads_running=sum(worker.threads_running for worker in workers),
+        unwritten=sum(worker.finisher.unwritten for worker in workers),
+    )

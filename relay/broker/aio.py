@@ -41,6 +41,7 @@ from pamqp.commands import Basic
 from pamqp.common import FieldTable
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry_if_exception_type,
     retry_if_not_exception_type,
     stop_after_delay,
@@ -79,6 +80,8 @@ _REFUSALS: tuple[type[Exception], ...] = (
 #: Seconds between connect attempts, and the client's own timeout for one.
 RETRY_EVERY_S = 0.5
 ATTEMPT_TIMEOUT_S = 5.0
+#: Longest wait for the broker to confirm a consumer's cancel at shutdown.
+CANCEL_WAIT_S = 2.0
 
 
 def _reason(exc: BaseException, url: str) -> str:
@@ -142,12 +145,25 @@ async def connect(
     deadline = loop.time() + wait_s
     urls = split_urls(url)
     tried = 0
+
+    def waiting(state: RetryCallState) -> None:  # one line while it waits (-v)
+        if state.attempt_number == 1 and state.outcome is not None:
+            error = state.outcome.exception()
+            reason = "?" if error is None else _reason(error, url)
+            log.info(
+                "RabbitMQ at %s does not answer yet (%s); trying for up to %g s",
+                mask_url(urls[0]),
+                reason,
+                wait_s,
+            )
+
     try:
         async for attempt in AsyncRetrying(
             stop=stop_after_delay(wait_s),
             wait=wait_fixed(RETRY_EVERY_S),
             retry=retry_if_exception_type(_CONNECTION_ERRORS)
             & retry_if_not_exception_type(_REFUSALS),
+            before_sleep=waiting,
             reraise=True,
         ):
             with attempt:
@@ -223,6 +239,9 @@ class AioPublisher:
     async def publish_many(
         self, envelopes: Sequence[Envelope], timeout: float
     ) -> list[PublishOutcome]:
+        if not is_connected(self._connection):  # aio-pika would raise a bare RuntimeError
+            self._channel = None
+            raise BrokerConnectionError("not connected to RabbitMQ (reconnecting)")
         try:
             messages = [self._topology.message(e) for e in envelopes]
             # Declared as the workers declare them: the broker queue of each
@@ -318,7 +337,10 @@ class AioDelivery:
 class AioConsumption:
     """Consumers on one channel, one per queue; see :meth:`consume`."""
 
-    def __init__(self, consumers: list[tuple[AbstractQueue, str]]) -> None:
+    def __init__(
+        self, connection: AbstractRobustConnection, consumers: list[tuple[AbstractQueue, str]]
+    ) -> None:
+        self._connection = connection
         self._consumers = consumers
 
     @classmethod
@@ -343,11 +365,35 @@ class AioConsumption:
         for name in queues:
             queue = await _declare_queue(channel, topology.task_queue(name))
             consumers.append((queue, await queue.consume(deliver, no_ack=False)))
-        return cls(consumers)
+        return cls(connection, consumers)
 
     async def cancel(self) -> None:
-        for queue, tag in self._consumers:
-            try:
-                await queue.cancel(tag)
-            except _CONNECTION_ERRORS as exc:
-                log.info("cancelling the consumer failed (%s); the channel is already gone", exc)
+        """Cancel every consumer, waiting at most :data:`CANCEL_WAIT_S` for the broker,
+        and not at all while the connection is down (aio-pika's cancel would wait for
+        the reconnect, which may never come: a stop must not). A consumer whose cancel
+        was not confirmed is still never restored by a reconnect (aio-pika drops it
+        from its restore list first); it ends with its channel, and the broker
+        requeues what it had delivered unacked."""
+        cancels = [asyncio.ensure_future(queue.cancel(tag)) for queue, tag in self._consumers]
+        if not cancels:
+            return
+        # Even with the connection down each cancel takes its first step (the one
+        # that stops its consumer's restoration) before the wait ends.
+        wait = CANCEL_WAIT_S if is_connected(self._connection) else 0.1
+        done, late = await asyncio.wait(cancels, timeout=wait)
+        for cancel in late:
+            cancel.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        if late:
+            log.info(
+                "RabbitMQ did not confirm the cancel of %d consumers within %.1fs (the "
+                "connection is down or slow); they end with the channel",
+                len(late),
+                wait,
+            )
+        for cancel in done:
+            exc = cancel.exception()
+            if isinstance(exc, _CONNECTION_ERRORS):
+                log.info("cancelling a consumer failed (%s); the channel is already gone", exc)
+            elif exc is not None:
+                raise exc

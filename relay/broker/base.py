@@ -48,7 +48,10 @@ class Publisher(Protocol):
         """Publish each envelope as one message (``mandatory``, persistent) and wait
         up to ``timeout`` seconds for each confirm. One outcome per envelope, in
         order, for every task in it; only ``CONFIRMED`` means the broker has it.
-        Never raises for a broker failure: those envelopes are ``FAILED``."""
+        Never raises for a broker failure met while publishing: those envelopes
+        are ``FAILED``. While the connection is down (reconnecting) it publishes
+        nothing and raises :class:`BrokerConnectionError`: the caller's batch fails
+        whole, its rows stay due, and its loop backs off until the broker is back."""
         ...
 
     async def close(self) -> None: ...
@@ -92,5 +95,6 @@ class Consumption(Protocol):
     async def cancel(self) -> None:
         """Stop the broker pushing more deliveries; those already received stay
         unacked until settled (or requeued by the broker when the channel closes).
-        Never raises for a connection that is already gone."""
+        Never raises for a connection that is already gone, and never waits for
+        one to come back (a stop must end while the broker is away)."""
         ...

@@ -94,12 +94,13 @@ class Cluster:
         workers: int = 2,
         worker_env: dict[str, str] | None = None,
         relay_env: dict[str, str] | None = None,
+        worker_args: Sequence[str] = WORKER_ARGS,
     ) -> None:
         self.settings = settings
         self.log_dir = log_dir
         self.members = [Member("relay", ("relay", "--poll-interval", "0.2"), relay_env or {})]
         self.members += [
-            Member(f"worker-{i}", WORKER_ARGS, dict(worker_env or {}) if i == 0 else {})
+            Member(f"worker-{i}", worker_args, dict(worker_env or {}) if i == 0 else {})
             for i in range(workers)
         ]
         self.reconciles: list[ReconcileCounts] = []

@@ -1,11 +1,20 @@
-"""Faults outside our processes: a broker restart, killed PostgreSQL backends."""
+"""Faults outside our processes: a broker restart, killed PostgreSQL backends, a
+database that refuses connections as a restarting server does."""
 
 from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from sqlalchemy.engine import make_url
 
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg.engines import libpq_url
 from tests.harness import db
 from tests.rabbit import RabbitNode
 
@@ -45,3 +54,33 @@ def kill_backends(settings: Settings, pattern: str = "ledgerq-%") -> int:
             ).fetchall()
         killed += sum(1 for r in rows if r[0])
     return killed
+
+
+def maintenance(settings: Settings) -> psycopg.Connection[tuple[Any, ...]]:
+    """A connection to the server's ``postgres`` database (not the suite's own)."""
+    url = make_url(settings.database_url).set(database="postgres")
+    return psycopg.connect(libpq_url(url.render_as_string(hide_password=False)), autocommit=True)
+
+
+@contextmanager
+def database_down(settings: Settings) -> Iterator[None]:
+    """The suite's database as a restart leaves it: every backend of the services
+    terminated (the test's own ``ledgerq-test*`` connections excepted), and new
+    connections refused until the block ends (then allowed again, whatever happened)."""
+    name = make_url(settings.database_url).database
+    assert name and name != "postgres"
+    with maintenance(settings) as conn:
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name))
+        )
+        try:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND application_name NOT LIKE 'ledgerq-test%%'",
+                (name,),
+            )
+            yield
+        finally:
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name))
+            )

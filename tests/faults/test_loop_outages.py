@@ -22,24 +22,19 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
-from sqlalchemy.engine import make_url
 
 from ledgerq import TaskSpec
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import libpq_url
+from tests.faults.outages import database_down
 from tests.harness import db, enqueue_committed
-from tests.support import ledgerq_env
+from tests.support import ledgerq_env, until
 
 #: What the loops log (ledger/outages.py): once when an outage begins, once when it ends.
 RECONCILER_DOWN = "reconciler pass failed ("
@@ -103,22 +98,6 @@ async def start(settings: Settings, tmp_path: Path) -> AsyncIterator[StartServic
     assert set(codes.values()) <= {0}, {s.name: s.text()[-3000:] for s in services}
 
 
-async def until(
-    what: str, check: Callable[[], bool | Awaitable[bool]], timeout: float = 30.0
-) -> None:
-    """Wait for ``check`` to hold (polled every 0.1 s); fail with ``what`` if it never does."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        await asyncio.sleep(0.1)
-
-
 def terminate(settings: Settings, application: str, *, only_idle: bool = False) -> int:
     """pg_terminate_backend on this database's backends named ``application`` (a LIKE
     pattern); ``only_idle``: those between two statements only. Never the test's own."""
@@ -131,36 +110,6 @@ def terminate(settings: Settings, application: str, *, only_idle: bool = False) 
             (application, only_idle),
         ).fetchall()
     return sum(1 for r in rows if r[0])
-
-
-def maintenance(settings: Settings) -> psycopg.Connection[tuple[Any, ...]]:
-    """A connection to the server's ``postgres`` database (not the suite's own)."""
-    url = make_url(settings.database_url).set(database="postgres")
-    return psycopg.connect(libpq_url(url.render_as_string(hide_password=False)), autocommit=True)
-
-
-@contextmanager
-def database_down(settings: Settings) -> Iterator[None]:
-    """The suite's database as a restart leaves it: every backend of the services
-    terminated (the test's own ``ledgerq-test*`` connections excepted), and new
-    connections refused until the block ends (then allowed again, whatever happened)."""
-    name = make_url(settings.database_url).database
-    assert name and name != "postgres"
-    with maintenance(settings) as conn:
-        conn.execute(
-            sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name))
-        )
-        try:
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND application_name NOT LIKE 'ledgerq-test%%'",
-                (name,),
-            )
-            yield
-        finally:
-            conn.execute(
-                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name))
-            )
 
 
 async def expired_lease(settings: Settings, ledger: PgLedger, worker: str) -> int:
