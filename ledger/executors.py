@@ -5,8 +5,10 @@ Accepted, and nothing else:
 
 - by ``enqueue`` and ``enqueue_many``: a SQLAlchemy ``Session`` (or a
   ``scoped_session``, such as Flask-SQLAlchemy's ``db.session``: its current
-  Session) or ``Connection``, or a psycopg 3 ``psycopg.Connection`` (Django's
-  ``django.db.connection.connection``, a plain psycopg application's);
+  Session) or ``Connection``, or a psycopg 3 ``psycopg.Connection`` (a plain
+  psycopg application's), or Django's connection (``django.db.connection`` or
+  ``connections[alias]``, on its PostgreSQL backend over psycopg 3: its open
+  psycopg connection is used, in whatever ``transaction.atomic()`` block it is in);
 - by ``aenqueue`` and ``aenqueue_many``: a SQLAlchemy ``AsyncSession`` (or an
   ``async_scoped_session``) or ``AsyncConnection``, or a ``psycopg.AsyncConnection``.
 
@@ -17,7 +19,9 @@ names what is accepted, raised before any statement runs.
 
 psycopg is imported (with :mod:`ledgerq.ledger.pg.raw`) only when the executor
 is not a SQLAlchemy one, so ``import ledgerq`` does not pay for it and the
-driver stays inside ``ledger/pg/``.
+driver stays inside ``ledger/pg/``. Django is never imported: its connection is
+recognised by its module and unwrapped through its own attributes
+(``ensure_connection()``, then ``.connection``).
 """
 
 from __future__ import annotations
@@ -50,7 +54,12 @@ ASYNC_ACCEPTED = (
     "a SQLAlchemy AsyncSession, async_scoped_session or AsyncConnection, "
     "or a psycopg.AsyncConnection (psycopg 3)"
 )
-_DJANGO_HINT = ": with Django, pass django.db.connection.connection inside transaction.atomic()"
+_DJANGO_HINT = ": with Django, pass django.db.connection inside transaction.atomic()"
+_DJANGO_ASYNC_HINT = (
+    ": Django's database connections are sync: call enqueue() (from async code, through "
+    "asgiref's sync_to_async)"
+)
+_PSYCOPG2_HINT = ": ledgerq takes psycopg 3 (Django 4.2+ uses it when it is installed)"
 
 
 def _rejected(caller: str, executor: object, accepted: str, hint: str = "") -> TypeError:
@@ -63,10 +72,36 @@ def _rejected(caller: str, executor: object, accepted: str, hint: str = "") -> T
     )
 
 
+def _is_django_connection(executor: object) -> bool:
+    """``django.db.connection`` (a ``ConnectionProxy``) or ``connections[alias]`` (a
+    ``DatabaseWrapper``), recognised without importing Django."""
+    return type(executor).__module__.startswith("django.") and callable(
+        getattr(executor, "ensure_connection", None)
+    )
+
+
+def _django_psycopg(executor: Any, caller: str) -> object:
+    """The psycopg connection under Django's ``executor``, opened if it was not yet (in
+    autocommit, as Django opens it outside ``atomic()``). Inside ``transaction.atomic()``
+    Django has already turned autocommit off on it, so the task joins the block's
+    transaction (and its savepoint, in a nested block)."""
+    if executor.vendor != "postgresql":
+        kind = type(executor)
+        raise TypeError(
+            f"{caller}() takes Django's PostgreSQL connection; got {kind.__module__}."
+            f"{kind.__qualname__} on Django's {executor.vendor!r} backend (the ledger is "
+            "in PostgreSQL)"
+        )
+    executor.ensure_connection()
+    return executor.connection
+
+
 def runner(executor: object, caller: str) -> Runner:
     """How ``caller`` (``enqueue``, ``enqueue_many``) runs a statement on ``executor``."""
     if isinstance(executor, scoped_session):
         executor = executor()
+    if _is_django_connection(executor):
+        executor = _django_psycopg(executor, caller)
     if isinstance(executor, Session | Connection):
         sa_executor = executor
 
@@ -82,6 +117,8 @@ def runner(executor: object, caller: str) -> Runner:
         return partial(raw.rows, executor)
     if raw.is_async_connection(executor):
         raise _rejected(caller, executor, SYNC_ACCEPTED, f": use a{caller}() for it")
+    if type(executor).__module__.startswith("psycopg2"):
+        raise _rejected(caller, executor, SYNC_ACCEPTED, _PSYCOPG2_HINT)
     raise _rejected(caller, executor, SYNC_ACCEPTED)
 
 
@@ -99,6 +136,8 @@ def async_runner(executor: object, caller: str) -> AsyncRunner:
     sync_name = caller.removeprefix("a")
     if isinstance(executor, Session | Connection | scoped_session):
         raise _rejected(caller, executor, ASYNC_ACCEPTED, f": use {sync_name}() for it")
+    if _is_django_connection(executor):
+        raise _rejected(caller, executor, ASYNC_ACCEPTED, _DJANGO_ASYNC_HINT)
     from ledgerq.ledger.pg import raw
 
     if raw.is_async_connection(executor):

@@ -30,7 +30,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -180,11 +180,18 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def run_cli(group: click.Group) -> None:
+def run_cli(
+    group: click.Group,
+    args: Sequence[str] | None = None,
+    prog_name: str | None = None,
+    default_map: dict[str, Any] | None = None,
+) -> None:
     """Invoke ``group``, turning every error a person can act on into one line per
-    problem and its exit code (see the module docstring)."""
+    problem and its exit code (see the module docstring). ``args`` default to the
+    command line; ``prog_name`` and ``default_map`` (click's per-command defaults)
+    are for a front end such as Django's ``manage.py ledgerq``."""
     try:
-        group.main(standalone_mode=False)
+        group.main(args=args, prog_name=prog_name, default_map=default_map, standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(EX_INTERRUPTED)

@@ -183,7 +183,7 @@ async def test_anything_else_is_a_type_error_naming_what_is_accepted(
     with pytest.raises(TypeError, match=rf"enqueue\(\) takes {accepted} .*; got builtins.str$"):
         enqueue("postgresql://db/shop", "t.k")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"enqueue_many\(\) takes .*; got builtins.NoneType: "
-                       r"with Django, pass django.db.connection.connection inside"):  # fmt: skip
+                       r"with Django, pass django.db.connection inside"):  # fmt: skip
         enqueue_many(None, [TaskSpec("t.k")])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"got psycopg.AsyncConnection: use aenqueue\(\) for it"):
         enqueue(aconn, "t.k")  # type: ignore[arg-type]

@@ -2,8 +2,8 @@
 """Django: a view saves a model and enqueues its receipt in one ``transaction.atomic()``.
 
 A one-file project (``settings.configure()``, no manage.py). Django's PostgreSQL
-backend runs on psycopg 3 when it is installed, and inside ``atomic()``
-``connection.connection`` is that psycopg connection, in the block's transaction.
+backend runs on psycopg 3 when it is installed; ``enqueue`` takes Django's
+``connection`` and runs on its psycopg connection, in the ``atomic()`` block's transaction.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Order(models.Model):
 def place_order(request: HttpRequest) -> JsonResponse:
     with transaction.atomic():  # commits the order and its task together, or neither
         order = Order.objects.create(email=request.POST["email"])
-        task_id = enqueue(connection.connection, "send_receipt", {"order_id": order.pk})
+        task_id = enqueue(connection, "send_receipt", {"order_id": order.pk})
     return JsonResponse({"order_id": order.pk, "task_id": task_id}, status=201)
 
 
