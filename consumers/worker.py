@@ -354,7 +354,11 @@ class Worker:
     async def stop(self) -> None:
         """Stop consuming and claiming; let in-flight handlers finish within the grace;
         write their outcomes; ack. Unclaimed deliveries stay unacked (the broker
-        requeues them when the channel closes). A second call waits for the first
+        requeues them when the channel closes). Nothing in it waits for the broker or
+        the database beyond the grace: with the broker away the consumers are dropped
+        and acks of deliveries from the lost channel skipped; with the database away
+        outcomes are retried until the grace is over, then given back unwritten
+        (:attr:`Finisher.unwritten`). A second call waits for the first
         (the lanes of one process are stopped together, then each closes), and a
         caller cancelled while it waits does not cancel the stop."""
         if self._stopping is None:
@@ -363,13 +367,13 @@ class Worker:
 
     async def _stop(self) -> None:
         self.finisher.stopping()
-        if self._consumption is not None:
+        if self.fallback is not None:  # first: a broker down now must not start direct claims
+            await self.fallback.stop()
+        if self._consumption is not None:  # never waits for a broker that is away
             await self._consumption.cancel()
         if self.subscriber is not None:
             await self.subscriber.stop()
         await self.claimer.stop()
-        if self.fallback is not None:
-            await self.fallback.stop()
         if self.direct is not None:
             await self.direct.stop()
         await self.dispatcher.drain(self.config.grace_s)

@@ -1,6 +1,15 @@
 """Process plumbing for the long-running services: the event loop, and what stops
 a service (the stop signals, and a ledger whose schema is gone).
 
+A stop signal is honoured in every state, start-up included: the services catch
+the signals before they connect, never block the event loop while they wait for
+a server (:func:`off_loop` runs the blocking waits in a thread of their own),
+and run their start-up through :func:`unless_stopped`, which abandons it when a
+stop comes first: what it opened is closed, nothing was claimed yet, and the
+process exits 0 at once instead of after the connect wait. Races: a stop that
+comes as the start-up completes is seen by the service's own loop, which drains
+as after any stop.
+
 The relay and workers spend much of their CPU in the event loop's socket
 handling, which uvloop does in C; ``LEDGERQ_EVENT_LOOP=asyncio`` (validated with
 the other settings) opts out.
@@ -16,8 +25,10 @@ drains), and the composition root raises it afterwards.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import signal
+import threading
 from collections.abc import (
     AsyncIterator,
     Callable,
@@ -50,6 +61,47 @@ def run_service(main: Coroutine[Any, Any, T], event_loop: str = "uvloop") -> T:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(main)
+
+
+async def off_loop(call: Callable[[], T]) -> T:
+    """``call()`` in a daemon thread of its own: the event loop (and with it the stop
+    signals) stays responsive while it blocks. A caller cancelled meanwhile stops
+    waiting at once; the thread runs on until ``call`` returns but never holds up
+    the process's exit (a default-executor thread would: ``asyncio.run`` joins it)."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(call())
+        except BaseException as exc:  # handed to the caller, raised there
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="ledgerq-off-loop", daemon=True).start()
+    return await asyncio.wrap_future(future)
+
+
+async def unless_stopped(stop: asyncio.Event, starting: Coroutine[Any, Any, T]) -> T | None:
+    """Run a service's start-up, ``starting``, until it completes (its result, or its
+    error raised) or ``stop`` is set first: then it is cancelled, what it opened is
+    closed (its own cleanup runs before this returns), and the answer is None."""
+    task = asyncio.ensure_future(starting)
+    stopped = asyncio.ensure_future(stop.wait())
+    abandoned = True
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        abandoned = not task.done()
+    finally:
+        stopped.cancel()
+        if abandoned:
+            task.cancel()
+            # However the cancelled start-up ends (a cleanup may raise), it was
+            # abandoned on purpose: what it raises now is noise.
+            for outcome in await asyncio.gather(task, return_exceptions=True):
+                if isinstance(outcome, Exception):
+                    log.debug("abandoned start-up ended with %r", outcome)
+    return None if abandoned else task.result()
 
 
 def on_stop_signal(stop: Callable[[], None]) -> None:
