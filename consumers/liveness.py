@@ -24,9 +24,9 @@ raises if the ledger refuses it (a schema older than migration 0017).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
+from ledgerq.consumers.beat import Beat
 from ledgerq.ledger.outages import Outage
 from ledgerq.ledger.protocol import RoutingLedger
 
@@ -38,43 +38,27 @@ BEATS_PER_SILENCE = 5
 GONE_WAIT_S = 2.0
 
 
-class Liveness:
+class Liveness(Beat):
     def __init__(self, ledger: RoutingLedger, worker_id: str, silence_s: float) -> None:
         if silence_s <= 0:
             raise ValueError(f"liveness silence must be positive, got {silence_s}")
+        super().__init__(
+            silence_s / BEATS_PER_SILENCE,
+            Outage("the worker's liveness beat (its tasks may be rescued)", log),
+        )
         self._ledger = ledger
         self._worker_id = worker_id
         self.silence_s = silence_s
-        self.beat_s = silence_s / BEATS_PER_SILENCE
-        self._task: asyncio.Task[None] | None = None
-        #: Beats that failed (logged once per outage), for tests and health.
-        self.failures = 0
-        self.outage = Outage("the worker's liveness beat (its tasks may be rescued)", log)
 
-    async def start(self) -> None:
-        """Beat now (raising if the ledger refuses), then every ``beat_s`` in the background."""
+    @property
+    def beat_s(self) -> float:
+        return self.every_s
+
+    async def beat(self) -> None:
         await self._ledger.alive(self._worker_id, self.silence_s)
-        self._task = asyncio.create_task(self._loop(), name="ledgerq-liveness")
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.beat_s)
-            try:
-                await self._ledger.alive(self._worker_id, self.silence_s)
-                self.outage.succeeded()
-            except Exception as exc:  # the database away: the next beat tries again
-                self.failures += 1
-                self.outage.failed(exc)
-
-    async def stop(self) -> None:
-        """Stop beating and mark the worker gone (best effort: else it is presumed dead
-        once its silence runs out)."""
-        if self._task is None:
-            return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+    async def farewell(self) -> None:
+        """Mark the worker gone (else it is presumed dead once its silence runs out)."""
         try:  # never holds up an exit for long (the database may be away)
             await asyncio.wait_for(self._ledger.gone(self._worker_id), GONE_WAIT_S)
         except Exception as exc:

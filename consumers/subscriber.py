@@ -15,11 +15,10 @@ refresh succeeds. Nothing is lost either way.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 
+from ledgerq.consumers.beat import Beat
 from ledgerq.ledger.errors import first_line
 from ledgerq.ledger.outages import Outage
 from ledgerq.ledger.protocol import RoutingLedger
@@ -28,7 +27,7 @@ from ledgerq.ledger.routing import Subscription
 log = logging.getLogger("ledgerq.worker")
 
 
-class Subscriber:
+class Subscriber(Beat):
     def __init__(
         self,
         ledger: RoutingLedger,
@@ -39,46 +38,21 @@ class Subscriber:
         every_s: float,
         direct: bool = False,
     ) -> None:
+        super().__init__(every_s, Outage("refreshing the worker's subscriptions", log))
         self._ledger = ledger
         self._worker_id = worker_id
         self.subscriptions = tuple(subscriptions)
         self._ttl_s = ttl_s
-        self._every_s = every_s
         #: The worker claims from the ledger itself: no relay publishes its queues.
         self.direct = direct
-        self._task: asyncio.Task[None] | None = None
-        #: Refreshes that failed (logged once per outage), for tests and health.
-        self.failures = 0
-        self.outage = Outage("refreshing the worker's subscriptions", log)
 
-    async def start(self) -> None:
-        """Register now (raising if the ledger refuses), then refresh in the background."""
+    async def beat(self) -> None:
         await self._ledger.subscribe(
             self._worker_id, self.subscriptions, self._ttl_s, direct=self.direct
         )
-        self._task = asyncio.create_task(self._loop(), name="ledgerq-subscriber")
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._every_s)
-            try:
-                await self._ledger.subscribe(
-                    self._worker_id, self.subscriptions, self._ttl_s, direct=self.direct
-                )
-                self.outage.succeeded()
-            except Exception as exc:  # the database away: the next beat tries again
-                self.failures += 1
-                self.outage.failed(exc)
-
-    async def stop(self) -> None:
-        """Stop refreshing; expire the subscriptions now (best effort: else they expire
-        by themselves within one lease)."""
-        if self._task is None:
-            return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+    async def farewell(self) -> None:
+        """Expire the subscriptions now (else they expire by themselves within one lease)."""
         try:
             await self._ledger.unsubscribe(self._worker_id)
         except Exception as exc:  # the database away: one line, as every outage is logged
