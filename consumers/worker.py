@@ -33,6 +33,7 @@ handlers the grace, write and ack every outcome, then stop heartbeating.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import secrets
@@ -57,11 +58,13 @@ from ledgerq.consumers.intake import Intake
 from ledgerq.consumers.leases import Leases
 from ledgerq.consumers.liveness import Liveness
 from ledgerq.consumers.registry import Registry
+from ledgerq.consumers.shard_pool import REFRESH_S, ShardPool
 from ledgerq.consumers.subscriber import Subscriber
 from ledgerq.ledger.alerts import AlertHook, log_alert
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.protocol import DirectLedger, RoutingLedger, WorkerLedger
 from ledgerq.ledger.routing import Subscription
+from ledgerq.ledger.sharding import MAX_SHARDS
 from ledgerq.ledger.validation import check_name
 from ledgerq.relay.broker.base import Consumption, OnDelivery
 from ledgerq.relay.probes import Probe, no_probe
@@ -81,6 +84,11 @@ class WorkerConfig:
     kinds: frozenset[str] | None = None
     #: The shards it serves (``--shards``); None: all.
     shards: frozenset[int] | None = None
+    #: ``--shards auto``: the shard count (LEDGERQ_SHARDS) the live workers of its
+    #: pool split among themselves (consumers.shard_pool); None: static ``shards``.
+    auto_shards: int | None = None
+    #: With ``auto_shards``: seconds between two reads of the pool's members.
+    pool_refresh_s: float = REFRESH_S
     #: Handlers running at once (async tasks on the loop, or threads for sync ones).
     concurrency: int = 100
     #: Unacked deliveries the broker may push; 0 means twice the concurrency.
@@ -131,21 +139,45 @@ class WorkerConfig:
             check_name(name, "queue")
         if frozenset() in (self.kinds, self.shards):
             raise ValueError("kinds and shards, when given, must name at least one each")
+        self._join_pool()
+
+    def _join_pool(self) -> None:
+        """``--shards auto``: check, and end the worker id with the pool's tag."""
+        if self.auto_shards is None:
+            return
+        if self.shards is not None or not 1 <= self.auto_shards <= MAX_SHARDS:
+            raise ValueError(f"auto shards: a shard count of 1..{MAX_SHARDS} and no static shards")
+        if self.pool_refresh_s <= 0:
+            raise ValueError("pool_refresh_s must be positive")
+        if not self.worker_id.endswith(self.pool_tag):  # the pool is read from the ids
+            object.__setattr__(self, "worker_id", self.worker_id + self.pool_tag)
+
+    @property
+    def pool_tag(self) -> str:
+        """With ``auto_shards``, the end of the id of every worker of its pool: a
+        digest of the queues, ``kinds`` and shard count ("" without)."""
+        if self.auto_shards is None:
+            return ""
+        kinds = "*" if self.kinds is None else ",".join(sorted(self.kinds))
+        text = f"{','.join(sorted(self.queues))};{kinds};{self.auto_shards}"
+        return "+auto." + hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
 
     def serves(self, registered: Iterable[str]) -> frozenset[str]:
         """The kinds served: those registered (handlers), narrowed by ``kinds``."""
         kinds = frozenset(registered)
         return kinds if self.kinds is None else kinds & self.kinds
 
-    def subscriptions(self, registered: Iterable[str]) -> tuple[Subscription, ...]:
+    def subscriptions(
+        self, registered: Iterable[str], shards: frozenset[int] | None = None
+    ) -> tuple[Subscription, ...]:
         """What this worker serves, one per queue: exactly the kinds it has handlers
-        for (narrowed by ``kinds``), its shards, and its prefetch as its share of
-        the route's window (a task of a kind no live worker registers waits in
-        the ledger, unattempted)."""
+        for (narrowed by ``kinds``), its shards (``shards`` if given: those of
+        ``--shards auto`` now), and its prefetch as its share of the route's
+        window (a task of a kind no live worker registers waits in the ledger,
+        unattempted)."""
         kinds = self.serves(registered)
-        return tuple(
-            Subscription(q, kinds, self.shards, self.effective_prefetch) for q in self.queues
-        )
+        served = self.shards if shards is None else shards
+        return tuple(Subscription(q, kinds, served, self.effective_prefetch) for q in self.queues)
 
     @property
     def effective_prefetch(self) -> int:
@@ -287,7 +319,8 @@ class Worker:
         self.liveness = (
             None if routing is None else Liveness(routing, config.worker_id, config.liveness_s)
         )
-        self.subscriptions = config.subscriptions(registry.kinds())
+        self._kinds = registry.kinds()
+        self.subscriptions = config.subscriptions(self._kinds)
         self.subscriber = (
             None
             if routing is None
@@ -300,6 +333,20 @@ class Worker:
                 direct=consume is None,
             )
         )
+        self.pool = (
+            None
+            if routing is None or config.auto_shards is None
+            else ShardPool(
+                routing,
+                config.worker_id,
+                config.pool_tag,
+                config.auto_shards,
+                self.reshard,
+                every_s=config.pool_refresh_s,
+            )
+        )
+        if config.auto_shards is not None and (consume is None or direct is not None):
+            raise ValueError("--shards auto routes through RabbitMQ: no direct claims")
 
     @property
     def counts(self) -> WorkerCounts:
@@ -337,10 +384,15 @@ class Worker:
             return
         self.claimer.start_loop()
         assert self._consume is not None
+        if self.pool is not None:  # after the first beat: it counts itself in
+            self.pool.shards = await self.pool.compute()
+            self._subscribe(self.pool.shards)
         names = [s.broker_name for s in self.subscriptions]
         self._consumption = await self._consume(names, self.config.effective_prefetch, self.intake)
         if self.subscriber is not None:
             await self.subscriber.start()  # after the declaration: never routed to nothing
+        if self.pool is not None:
+            await self.pool.start()
         log.info(
             "worker %s consuming %s (concurrency %d, prefetch %d)",
             self.config.worker_id,
@@ -365,8 +417,37 @@ class Worker:
             self._stopping = asyncio.create_task(self._stop(), name="ledgerq-worker-stop")
         await asyncio.shield(self._stopping)
 
+    def _subscribe(self, shards: frozenset[int]) -> None:
+        self.subscriptions = self.config.subscriptions(self._kinds, shards)
+        if self.subscriber is not None:
+            self.subscriber.subscriptions = self.subscriptions
+
+    async def reshard(self, shards: frozenset[int]) -> None:
+        """Serve ``shards`` from now on (``--shards auto``, consumers.shard_pool):
+        consume the new route's broker queue (declared first), rewrite the
+        subscriptions (the old route's row goes at once, and the reconciler
+        returns what was published there to pending), then cancel the old
+        consumers; deliveries already received from them are claimed or skipped
+        as ever and acked on their channel. Raises if the broker or the database
+        refuses: nothing is switched then but the consumers (the next refresh
+        tries again)."""
+        if self._consume is None or self._consumption is None or self.finisher.closing:
+            return
+        subscriptions = self.config.subscriptions(self._kinds, shards)
+        names = [s.broker_name for s in subscriptions]
+        consumption = await self._consume(names, self.config.effective_prefetch, self.intake)
+        old, self._consumption = self._consumption, consumption
+        self._subscribe(shards)
+        try:
+            if self.subscriber is not None:
+                await self.subscriber.beat()
+        finally:
+            await old.cancel()
+
     async def _stop(self) -> None:
         self.finisher.stopping()
+        if self.pool is not None:  # first: no switch while stopping
+            await self.pool.stop()
         if self.fallback is not None:  # first: a broker down now must not start direct claims
             await self.fallback.stop()
         if self._consumption is not None:  # never waits for a broker that is away

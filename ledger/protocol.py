@@ -167,6 +167,11 @@ class RoutingLedger(Protocol):
         """``worker`` stopped: presumed dead from now on (what it still held is rescued)."""
         ...
 
+    async def pool_members(self, tag: str) -> list[str]:
+        """The live workers whose id ends with ``tag``: a ``--shards auto`` pool
+        (not gone, not presumed dead), sorted (:mod:`ledgerq.consumers.shard_pool`)."""
+        ...
+
 
 class ReconcilerLedger(Protocol):
     def exclusive(self) -> AbstractAsyncContextManager[bool]:

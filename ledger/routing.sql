@@ -85,3 +85,13 @@ WITH stale AS (
     DELETE FROM ledgerq_workers WHERE beat_at < now() - interval '7 days'
 )
 UPDATE ledgerq_workers SET beat_at = now(), silence_s = 0 WHERE worker = :worker
+
+-- name: pool_members
+-- The live members of a `--shards auto` pool (consumers/shard_pool.py): the
+-- workers whose id ends with the pool's tag, not gone and not presumed dead
+-- (ledgerq_worker_dead: so after a PostgreSQL restart, every worker silent at
+-- once, nobody leaves the pool).
+SELECT worker FROM ledgerq_workers
+WHERE right(worker, length(:tag)) = :tag AND silence_s > 0
+  AND NOT ledgerq_worker_dead(worker)
+ORDER BY worker

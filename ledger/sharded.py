@@ -174,6 +174,10 @@ class ShardedRouting:
     async def gone(self, worker: str) -> None:
         await asyncio.gather(*(s.gone(worker) for s in self.shards))
 
+    async def pool_members(self, tag: str) -> list[str]:
+        """From the first shard: every worker beats on every shard."""
+        return await self.shards[0].pool_members(tag)
+
 
 class ShardedDirectLedger(ShardedWorkerLedger[DirectLedger]):
     """Direct claims (``worker --direct``, broker-down mode) over every shard: each

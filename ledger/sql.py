@@ -162,6 +162,7 @@ class RoutingQueries:
     list_windows: TextClause
     worker_alive: TextClause
     worker_gone: TextClause
+    pool_members: TextClause
 
 
 @dataclass(frozen=True)

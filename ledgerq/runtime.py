@@ -196,6 +196,10 @@ class WatchedLedger:
         with self._watch.watching():
             await self._ledger.gone(worker)
 
+    async def pool_members(self, tag: str) -> list[str]:
+        with self._watch.watching():
+            return await self._ledger.pool_members(tag)
+
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
         with self._watch.watching():
             return await self._ledger.save_checkpoint(fence, state)

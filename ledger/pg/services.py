@@ -347,6 +347,9 @@ class PgServices(PgBase):
     async def gone(self, worker: str) -> None:
         await self._rows(UQ.worker_gone, {"worker": worker})
 
+    async def pool_members(self, tag: str) -> list[str]:
+        return [str(r.worker) for r in await self._rows(UQ.pool_members, {"tag": tag})]
+
     async def subscriptions(self) -> list[dict[str, Any]]:
         """Every worker's subscription, live first (``ledgerq stats``)."""
         return [dict(r._mapping) for r in await self._rows(UQ.list_subscriptions, {})]

@@ -96,6 +96,8 @@ async def _stats(settings: Settings) -> dict[str, Any]:
                 "queue": row["queue"],
                 "kinds": row["kinds"],
                 "shards": row["shards"],
+                # --shards auto: its shards are its pool's split (consumers/shard_pool.py)
+                "auto": "+auto." in row["worker"],
                 "since": row["started_at"].isoformat(),
             }
             for row in await ledger.subscriptions()
@@ -145,7 +147,7 @@ def stats(settings: Settings, as_json: bool) -> None:
                     row["worker"],
                     row["queue"],
                     _listed(row["kinds"], "every kind"),
-                    _listed(row["shards"], "every shard"),
+                    _listed(row["shards"], "every shard") + (" (auto)" if row["auto"] else ""),
                     row["since"],
                 ]
                 for row in data["workers"]

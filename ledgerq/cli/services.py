@@ -190,7 +190,9 @@ def relay(
 @click.option(
     "--shards",
     default=None,
-    help="Serve only these shards of LEDGERQ_SHARDS (0-3, 0,2,5-7), routed by RabbitMQ.",
+    help="Serve only these shards of LEDGERQ_SHARDS (0-3, 0,2,5-7), routed by RabbitMQ; "
+    "auto: the live --shards auto workers of the same queues and kinds split them among "
+    "themselves, and take over a dead one's within seconds.",
 )
 @click.option("--concurrency", default=WorkerConfig.concurrency, show_default=True)
 @click.option("--prefetch", default=0, show_default=True, help="0 means 2 x concurrency.")
@@ -285,7 +287,8 @@ def worker(
     try:
         lanes = parse_queues(queues)
         served_kinds = parse_kinds(kinds)
-        served_shards = parse_shards(shards, settings.shards)
+        auto = shards is not None and shards.strip().lower() == "auto"
+        served_shards = None if auto else parse_shards(shards, settings.shards)
     except RoutingError as exc:
         raise click.BadParameter(str(exc)) from exc
     unknown = sorted((served_kinds or frozenset()) - {h.kind for h in registry})
@@ -303,6 +306,7 @@ def worker(
                 queues=names,
                 kinds=served_kinds,
                 shards=served_shards,
+                auto_shards=settings.shards if auto else None,
                 concurrency=lane_concurrency,
                 prefetch=prefetch,
                 db_pool=db_pool,
@@ -325,7 +329,7 @@ def worker(
         fallback = FallbackConfig(after_s=broker_fallback_s) if broker_fallback_s else None
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
-    if direct and (served_kinds or served_shards):
+    if direct and (served_kinds or served_shards or auto):
         raise click.BadParameter(
             "--direct claims every kind its app registers, on every shard of its queues: "
             "it cannot be given --kinds or --shards (those route through RabbitMQ)"

@@ -163,7 +163,7 @@ async def open_worker(
     claims: DirectLedger = claimers[0] if len(claimers) == 1 else ShardedDirectLedger(claimers)
     if connection is None:
         source: DirectSource | None = DirectSource(claims, woken, direct or DirectConfig())
-    elif fallback is not None and not (config.kinds or config.shards):
+    elif fallback is not None and not (config.kinds or config.shards or config.auto_shards):
         # (A worker that serves some kinds or shards only would claim the others
         # directly: it gets no fallback. docs/guarantees.md, broker-down mode.)
         source = DirectSource(
