@@ -213,7 +213,7 @@ def test_the_migrator_group_owns_every_ledger_object(roles: Roles) -> None:
         "ledgerq_pauses", "ledgerq_kinds", "ledgerq_families",
         "ledgerq_subscriptions",
         "ledgerq_rollup_counts", "ledgerq_rollup_latency", "ledgerq_rollup_state",
-        "ledgerq_ledger_shard", "ledgerq_key_releases",
+        "ledgerq_ledger_shard", "ledgerq_key_releases", "ledgerq_workers",
     }  # fmt: skip
     assert {"ledgerq_history_dead", "ledgerq_history_dead_default"} < set(partitions)
     assert len(functions) == 4
