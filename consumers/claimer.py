@@ -8,7 +8,8 @@ the same batch from taking the winner's place. Winners go to the dispatcher;
 losers (a row already finished, cancelled, or claimed by another worker) are
 acked at once, because the row moved on without them. If the claim itself fails
 (the database is away), the batch is requeued to the broker and the claimer
-backs off for a second.
+backs off for a second; an outage is logged once, when it begins and when it
+ends (:mod:`ledgerq.ledger.outages`).
 
 Suspects run alone. A message with ``"alone": true`` names a task whose last
 worker died with other tasks in flight (``relay/reconciler.py``). When one waits
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from ledgerq.consumers.acker import Acker
 from ledgerq.consumers.handoff import Arrival, Claimed
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
+from ledgerq.ledger.outages import Outage
 from ledgerq.ledger.protocol import WorkerLedger
 from ledgerq.relay.broker.base import Delivery
 
@@ -93,6 +95,8 @@ class Claimer:
         self.skipped = 0
         self._stopping = False
         self._loop: asyncio.Task[None] | None = None
+        #: Failed claims (the database away): one line per outage, not one per batch.
+        self.outage = Outage("claiming deliveries (returned to the broker meanwhile)", log)
 
     def offer(self, arrival: Arrival) -> None:
         self.inbox.append(arrival)
@@ -127,12 +131,13 @@ class Claimer:
             return 0
         try:
             won = await self.ledger.claim([a.fence for a in batch], self.worker_id, self.lease_s)
-        except Exception:
-            log.exception("claim failed; returning %d deliveries to the broker", len(batch))
+        except Exception as exc:  # logged once per outage, a traceback only for a bug
+            self.outage.failed(exc)
             self.slots.give(len(batch))
             await self.acker.reject([a.delivery for a in batch], requeue=True)
             await asyncio.sleep(1.0)
             return take
+        self.outage.succeeded()
         by_fence = {(t.id, t.epoch - 1): t for t in won}
         winners: list[Claimed] = []
         losers: list[Arrival] = []
