@@ -208,13 +208,17 @@ async def test_a_server_that_is_down_is_retried_three_times_then_given_up(
 async def test_alerts_run_a_few_at_a_time() -> None:
     with server("trickle") as srv:
         sender = AlertSender(webhook_alert(srv.url), concurrency=3, deadline_s=0.5)
+        started = time.monotonic()
         for i in range(9):
             sender.submit(dead(i))
         await sender.close(None)
+        elapsed = time.monotonic() - started
     assert len(srv.requests) == 9 and sender.timed_out == 9
-    # Three at a time: the fourth request starts only when the first met its deadline.
-    arrivals = sorted(srv.arrivals)
-    assert all(later - first >= 0.4 for first, later in zip(arrivals, arrivals[3:])), arrivals
+    # Three at a time: nine alerts that each run to their 0.5 s deadline take three
+    # rounds (all at once would take one). Measured on the sender's clock: when the
+    # server's accept loop lags on a busy machine, the arrivals it records bunch up
+    # and say nothing about the sender, but no delay can make three rounds shorter.
+    assert elapsed >= 3 * 0.5 - 0.05, elapsed
 
 
 async def test_a_blocking_sync_hook_is_abandoned_at_its_deadline() -> None:
