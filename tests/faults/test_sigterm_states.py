@@ -311,6 +311,11 @@ async def test_a_stop_in_the_reconnect_back_off_of_an_outage_exits_at_once(
                 await asyncio.to_thread(broker_node.ctl, "await_startup")
             assert await statuses(ledger, [waiting]) == ["pending"]
         else:
+            # The broker round's task runs now; its outcome must be written before
+            # the database goes, or the worker rightly spends its grace on it.
+            await until(
+                "the broker round's task done", lambda: all_in(ledger, [waiting], "succeeded")
+            )
             with database_down(settings):
                 await until(
                     "both backing off",
