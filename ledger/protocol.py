@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import date, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-from ledgerq.ledger.actions import Action, Report
-from ledgerq.ledger.filters import TaskFilter
+from ledgerq.ledger.actions import BATCH_SIZE, Action, Report
+from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.model import (
     ClaimedTask,
@@ -313,34 +313,6 @@ class InspectionLedger(Protocol):
         every claim and finish leaves a dead tuple behind and the table bloats."""
         ...
 
-    async def count_finished(self) -> int: ...
-
-    async def drain_span(self) -> tuple[int, float | None]:
-        """Finished tasks, and seconds from the first publication to the last finish."""
-        ...
-
-    async def timings(self, ids: Iterable[int]) -> list[TaskTiming]: ...
-
-    async def truncate(self, *, keep_subscriptions: bool = False) -> None:
-        """Delete every task, live and finished, every permanent key, the audit trail
-        and the dashboard's rollup (tests, demo and benchmark only); and the
-        workers' subscriptions unless ``keep_subscriptions`` (the benchmark's
-        workers run on between its drains)."""
-        ...
-
-    async def seed_history(self, rows: int) -> None:
-        """Add ``rows`` synthetic finished tasks (negative ids), then settle the table."""
-        ...
-
-    async def seed_varied_history(self, rows: int, chunk: int = 200_000) -> None:
-        """Add ``rows`` synthetic finished tasks of mixed status, kind and queue
-        (for measuring ``ledgerq tasks list`` on a large history)."""
-        ...
-
-    async def clear_finished(self) -> None:
-        """Delete the real finished tasks, keep the synthetic ones, settle the table."""
-        ...
-
 
 class RetentionLedger(Protocol):
     """History's day partitions and the purge of finished tasks (``retention.sql``).
@@ -389,7 +361,9 @@ class OperationsLedger(Protocol):
         ``location``, ``attempt_log`` and ``audit`` (the actions that touched it)."""
         ...
 
-    async def audit(self, limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
+    async def audit(
+        self, limit: int = DEFAULT_LIMIT, before: int | None = None
+    ) -> list[dict[str, Any]]:
         """The newest audit records (ids below ``before``)."""
         ...
 
@@ -401,7 +375,7 @@ class OperationsLedger(Protocol):
         actor: str,
         reason: str | None = None,
         dry_run: bool = False,
-        batch_size: int = 500,
+        batch_size: int = BATCH_SIZE,
         progress: Callable[[Report], None] | None = None,
     ) -> Report:
         """Apply ``action`` in batches of ``batch_size``, each its own transaction of
@@ -488,3 +462,59 @@ class Ledger(
     async def dispose(self) -> None:
         """Close every connection the ledger opened."""
         ...
+
+
+#: The timestamps of a live task :meth:`HarnessLedger.backdate` moves.
+TimeColumn = Literal["run_at", "published_at", "lease_until"]
+
+
+class HarnessLedger(Protocol):
+    """The testing protocol: what the tests, the demo and ``ledgerq bench`` ask of
+    a ledger besides the
+    seam: emptying it, filling its history, measuring a drain, and moving time.
+    No service holds it; :class:`~ledgerq.ledger.pg.PgLedger` and the sharded
+    ledger implement it next to the seam, so the conformance suite
+    (tests/conformance/) runs on every implementation without raw SQL."""
+
+    async def backdate(self, ids: Iterable[int], column: TimeColumn, seconds: float) -> int:
+        """Simulate time passing: set ``column`` of the live tasks ``ids`` to
+        ``seconds`` before now (negative: after); how many rows moved."""
+        ...
+
+    async def count_finished(self) -> int:
+        """Finished tasks in history (the synthetic ones aside)."""
+        ...
+
+    async def drain_span(self) -> tuple[int, float | None]:
+        """Finished tasks, and seconds from the first publication to the last finish."""
+        ...
+
+    async def timings(self, ids: Iterable[int]) -> list[TaskTiming]:
+        """When each of the finished tasks ``ids`` was created, published, started
+        and finished (epoch seconds)."""
+        ...
+
+    async def truncate(self, *, keep_subscriptions: bool = False) -> None:
+        """Delete every task, live and finished, every permanent key, the audit trail
+        and the dashboard's rollup (tests, demo and benchmark only); and the
+        workers' subscriptions unless ``keep_subscriptions`` (the benchmark's
+        workers run on between its drains)."""
+        ...
+
+    async def seed_history(self, rows: int) -> None:
+        """Add ``rows`` synthetic finished tasks (negative ids), then settle the table."""
+        ...
+
+    async def seed_varied_history(self, rows: int, chunk: int = 200_000) -> None:
+        """Add ``rows`` synthetic finished tasks of mixed status, kind and queue
+        (for measuring ``ledgerq tasks list`` on a large history)."""
+        ...
+
+    async def clear_finished(self) -> None:
+        """Delete the real finished tasks, keep the synthetic ones, settle the table."""
+        ...
+
+
+class LedgerWithHarness(Ledger, HarnessLedger, Protocol):
+    """The whole seam and its testing part: what the tests and ``ledgerq bench``
+    hold of one database."""

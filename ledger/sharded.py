@@ -18,13 +18,20 @@ on its own). An operator action over every shard is one action per shard
 untouched, and running the action again finishes it (actions are
 idempotent). Listing merges by id, newest first *within* each shard, the
 higher shards first: ids are the keyset, so ``--before`` pages stay exact.
+
+Each method is written once, in the protocol: most methods here are one line
+that says how the call spreads (:func:`everywhere`, :func:`by_ids`,
+:func:`on_shard_of`, :func:`on_first`) and how the answers merge, and pass the
+caller's arguments through as they came, so the shards' own defaults apply
+(none are restated here). Only the calls that plan across shards (claiming
+round-robin, listing, finding, acting) are written out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -32,18 +39,17 @@ from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.errors import TaskNotFoundError
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease
-from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome, TaskTiming
-from ledgerq.ledger.producer import TaskSpec
+from ledgerq.ledger.model import ClaimedTask, Fence, Held
 from ledgerq.ledger.protocol import (
     DirectLedger,
+    HarnessLedger,
     InspectionLedger,
     OperationsLedger,
     RoutingLedger,
     SchedulingLedger,
     WorkerLedger,
 )
-from ledgerq.ledger.routing import Subscription
-from ledgerq.ledger.scheduling import DEFAULT_AGING_S, PauseReport, RateLimit, Scope
+from ledgerq.ledger.scheduling import PauseReport
 from ledgerq.ledger.shard_ids import shard_of_id, split_by_shard
 
 log = logging.getLogger("ledgerq")
@@ -51,6 +57,8 @@ log = logging.getLogger("ledgerq")
 T = TypeVar("T")
 R = TypeVar("R")
 L = TypeVar("L", bound=WorkerLedger)
+
+Merge = Callable[[list[Any]], Any]
 
 
 class OperatorLedger(InspectionLedger, OperationsLedger, SchedulingLedger, Protocol):
@@ -60,14 +68,126 @@ class OperatorLedger(InspectionLedger, OperationsLedger, SchedulingLedger, Proto
     async def dispose(self) -> None: ...
 
 
-class ShardLedger(WorkerLedger, OperatorLedger, Protocol):
+class ShardLedger(WorkerLedger, OperatorLedger, HarnessLedger, Protocol):
     """One shard's ledger as :class:`ShardedLedger` uses it."""
 
 
-class ShardedWorkerLedger(Generic[L]):
-    """:class:`~ledgerq.ledger.protocol.WorkerLedger` over ``shards[k]``, the ledger of
-    shard k."""
+# -- how a call spreads over the shards ------------------------------------------------
 
+
+class _Spread:
+    """A method that calls the same-named method of the shards with the caller's
+    arguments (the protocol declares it; nothing is restated here)."""
+
+    name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, shards: Any, owner: type | None = None) -> Any:
+        if shards is None:
+            return self
+        spread = self
+
+        async def method(*args: Any, **kwargs: Any) -> Any:
+            return await spread.call(shards, *args, **kwargs)
+
+        method.__name__ = method.__qualname__ = self.name
+        return method
+
+    async def call(self, shards: Any, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+class _Everywhere(_Spread):
+    def __init__(self, merge: Merge) -> None:
+        self.merge = merge
+
+    async def call(self, shards: Any, *args: Any, **kwargs: Any) -> Any:
+        name = self.name
+        return self.merge(await shards._each(lambda s: getattr(s, name)(*args, **kwargs)))
+
+
+class _ByIds(_Spread):
+    def __init__(self, key: Callable[[Any], int], merge: Merge) -> None:
+        self.key, self.merge = key, merge
+
+    async def call(self, shards: Any, items: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
+        name = self.name
+        parts = await shards._by_id(
+            items, self.key, lambda s, part: getattr(s, name)(part, *args, **kwargs)
+        )
+        return self.merge(parts)
+
+
+class _OnShardOf(_Spread):
+    def __init__(self, key: Callable[[Any], int]) -> None:
+        self.key = key
+
+    async def call(self, shards: Any, first: Any, *args: Any, **kwargs: Any) -> Any:
+        shard = shards._shard(shard_of_id(self.key(first)))
+        return await getattr(shard, self.name)(first, *args, **kwargs)
+
+
+class _OnFirst(_Spread):
+    async def call(self, shards: Any, *args: Any, **kwargs: Any) -> Any:
+        return await getattr(shards.shards[0], self.name)(*args, **kwargs)
+
+
+def everywhere(merge: Merge = lambda parts: None) -> Any:
+    """Ask every shard, concurrently; ``merge`` the answers (in shard order)."""
+    return _Everywhere(merge)
+
+
+def by_ids(key: Callable[[Any], int] = int, merge: Merge = lambda parts: parts) -> Any:
+    """Split the first argument's items by the shard in each id (``key``), call each
+    shard that has some with its part, concurrently; ``merge`` the answers."""
+    return _ByIds(key, merge)
+
+
+def on_shard_of(key: Callable[[Any], int] = int) -> Any:
+    """Call the shard of the first argument's id."""
+    return _OnShardOf(key)
+
+
+def on_first() -> Any:
+    """Call shard 0 (what must happen once: a worker beats on every shard)."""
+    return _OnFirst()
+
+
+def _fence_id(fence: Fence) -> int:
+    return fence[0]
+
+
+def _concat(parts: list[list[T]]) -> list[T]:
+    return [item for part in parts for item in part]
+
+
+def _union(parts: list[dict[Any, Any]]) -> dict[Any, Any]:
+    return {k: v for part in parts for k, v in part.items()}
+
+
+def _changed(parts: list[list[str]]) -> list[str]:
+    return sorted({kind for part in parts for kind in part})
+
+
+def _tagged(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every shard's rows as one list, each row naming its ``ledger_shard``."""
+    return [{**row, "ledger_shard": k} for k, part in enumerate(parts) for row in part]
+
+
+def _helds(parts: list[Held]) -> Held:
+    return Held(
+        (i for held in parts for i in held),
+        (i for held in parts for i in held.cancelling),
+        (i for held in parts for i in held.busy),
+    )
+
+
+# -- the ledgers -------------------------------------------------------------------------
+
+
+class _Shards(Generic[L]):
     def __init__(self, shards: Sequence[L]) -> None:
         if not shards:
             raise ValueError("a sharded ledger needs at least one shard")
@@ -110,73 +230,27 @@ class ShardedWorkerLedger(Generic[L]):
             )
         )
 
-    # -- the worker's ----------------------------------------------------------
 
-    async def claim(
-        self, fences: Iterable[Fence], worker: str, lease_s: float
-    ) -> list[ClaimedTask]:
-        won = await self._by_id(
-            fences, lambda f: f[0], lambda shard, part: shard.claim(part, worker, lease_s)
-        )
-        return [task for part in won for task in part]
+class ShardedWorkerLedger(_Shards[L]):
+    """:class:`~ledgerq.ledger.protocol.WorkerLedger` over ``shards[k]``, the ledger of
+    shard k."""
 
-    async def whereabouts(self, ids: Iterable[int]) -> dict[int, str]:
-        found = await self._by_id(ids, int, lambda shard, part: shard.whereabouts(part))
-        return {k: v for part in found for k, v in part.items()}
-
-    async def heartbeat(
-        self, fences: Iterable[Fence], lease_s: float, progress: Mapping[int, str] | None = None
-    ) -> Held:
-        helds = await self._by_id(
-            fences,
-            lambda f: f[0],
-            lambda shard, part: shard.heartbeat(part, lease_s, progress),
-        )
-        return Held(
-            (i for held in helds for i in held),
-            (i for held in helds for i in held.cancelling),
-            (i for held in helds for i in held.busy),
-        )
-
-    async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
-        return await self._shard(shard_of_id(fence[0])).save_checkpoint(fence, state)
-
-    async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
-        done = await self._by_id(outcomes, lambda o: o.id, lambda shard, part: shard.finish(part))
-        return [row for part in done for row in part]
+    claim = by_ids(_fence_id, _concat)
+    whereabouts = by_ids(int, _union)
+    heartbeat = by_ids(_fence_id, _helds)
+    save_checkpoint = on_shard_of(_fence_id)
+    finish = by_ids(lambda outcome: outcome.id, _concat)
 
 
-class ShardedRouting:
+class ShardedRouting(_Shards[Any]):
     """What a worker serves, registered on every shard: each shard's relays route by
     their own database's subscriptions (:mod:`ledgerq.ledger.routing`)."""
 
-    def __init__(self, shards: Sequence[RoutingLedger]) -> None:
-        self.shards = list(shards)
-
-    async def subscribe(
-        self,
-        worker: str,
-        subscriptions: Sequence[Subscription],
-        ttl_s: float,
-        *,
-        direct: bool = False,
-    ) -> None:
-        await asyncio.gather(
-            *(s.subscribe(worker, subscriptions, ttl_s, direct=direct) for s in self.shards)
-        )
-
-    async def unsubscribe(self, worker: str) -> None:
-        await asyncio.gather(*(s.unsubscribe(worker) for s in self.shards))
-
-    async def alive(self, worker: str, silence_s: float) -> None:
-        await asyncio.gather(*(s.alive(worker, silence_s) for s in self.shards))
-
-    async def gone(self, worker: str) -> None:
-        await asyncio.gather(*(s.gone(worker) for s in self.shards))
-
-    async def pool_members(self, tag: str) -> list[str]:
-        """From the first shard: every worker beats on every shard."""
-        return await self.shards[0].pool_members(tag)
+    subscribe = everywhere()
+    unsubscribe = everywhere()
+    alive = everywhere()
+    gone = everywhere()
+    pool_members = on_first()  # every worker beats on every shard
 
 
 class ShardedDirectLedger(ShardedWorkerLedger[DirectLedger]):
@@ -195,10 +269,15 @@ class ShardedDirectLedger(ShardedWorkerLedger[DirectLedger]):
         limit: int,
         worker: str,
         lease_s: float,
-        aging_s: float = DEFAULT_AGING_S,
-        kinds: Iterable[str] | None = None,
+        *args: Any,
+        **kwargs: Any,
     ) -> list[ClaimedTask]:
-        wanted = None if kinds is None else frozenset(kinds)
+        """``aging_s`` and ``kinds`` as the caller gave them (their defaults: the
+        protocol's)."""
+        if "kinds" in kwargs and kwargs["kinds"] is not None:
+            kwargs["kinds"] = frozenset(kwargs["kinds"])
+        elif len(args) > 1 and args[1] is not None:
+            args = (args[0], frozenset(args[1]), *args[2:])
         first, count = self._next, len(self.shards)
         self._next = (first + 1) % count
         won: list[ClaimedTask] = []
@@ -206,92 +285,100 @@ class ShardedDirectLedger(ShardedWorkerLedger[DirectLedger]):
             if len(won) >= limit:
                 break
             shard = self.shards[(first + step) % count]
-            won += await shard.claim_due(queues, limit - len(won), worker, lease_s, aging_s, wanted)
+            won += await shard.claim_due(queues, limit - len(won), worker, lease_s, *args, **kwargs)
         return won
 
 
+def _stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    by_status: dict[str, int] = {}
+    by_kind: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for status, n in part["by_status"].items():
+            by_status[status] = by_status.get(status, 0) + n
+        for kind, counts in part["by_kind"].items():
+            merged = by_kind.setdefault(kind, {})
+            for status, n in counts.items():
+                merged[status] = merged.get(status, 0) + n
+    return {"total": sum(by_status.values()), "by_status": by_status, "by_kind": by_kind}
+
+
+def _latest_subscriptions(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A worker registers on every shard, so each (worker, queue) once, with its
+    latest expiry; live first."""
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in (row for part in parts for row in part):
+        key = (row["worker"], row["queue"])
+        if key not in latest or row["expires_at"] > latest[key]["expires_at"]:
+            latest[key] = row
+    return sorted(
+        latest.values(),
+        key=lambda r: (not r["live"], r["queue"], r["route"] or "", r["worker"]),
+    )
+
+
+def _autovacuum(parts: list[list[str]]) -> list[str]:
+    return [f"ledger shard {k}: {why}" for k, part in enumerate(parts) for why in part]
+
+
+def _spans(parts: list[tuple[int, float | None]]) -> tuple[int, float | None]:
+    """The finished tasks of every shard, and the longest shard's span (the shards
+    drain side by side, so that is the drain's span within a clock skew)."""
+    spans = [span for _, span in parts if span is not None]
+    return sum(n for n, _ in parts), max(spans) if spans else None
+
+
+def _kinds(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each kind's limit and pause (the same on every shard), its waiting tasks summed."""
+    merged: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for row in part:
+            seen = merged.get(row["kind"])
+            if seen is None:
+                merged[row["kind"]] = dict(row)
+            else:
+                seen["pending"] = int(seen.get("pending") or 0) + int(row["pending"] or 0)
+    return [merged[kind] for kind in sorted(merged)]
+
+
 class ShardedLedger(ShardedWorkerLedger[ShardLedger]):
-    """:class:`ShardedWorkerLedger` and :class:`OperatorLedger` over ``shards[k]``."""
+    """:class:`ShardedWorkerLedger`, :class:`OperatorLedger` and the testing protocol
+    over ``shards[k]``."""
 
-    # -- inspection ------------------------------------------------------------
+    # -- inspection: every shard asked, the answers merged --------------------------------
+    stats = everywhere(_stats)
+    unserved = everywhere(_tagged)  # each row naming its shard
+    windows = everywhere(_tagged)  # each shard's relays fill their own database's
+    subscriptions = everywhere(_latest_subscriptions)
+    show = on_shard_of(int)
+    ping = everywhere(all)
+    count_expired = everywhere(sum)
+    autovacuum_off = everywhere(_autovacuum)
 
-    async def stats(self) -> dict[str, Any]:
-        by_status: dict[str, int] = {}
-        by_kind: dict[str, dict[str, int]] = {}
-        for part in await self._each(lambda shard: shard.stats()):
-            for status, n in part["by_status"].items():
-                by_status[status] = by_status.get(status, 0) + n
-            for kind, counts in part["by_kind"].items():
-                merged = by_kind.setdefault(kind, {})
-                for status, n in counts.items():
-                    merged[status] = merged.get(status, 0) + n
-        return {"total": sum(by_status.values()), "by_status": by_status, "by_kind": by_kind}
+    # -- the testing protocol ---------------------------------------------------------
+    backdate = by_ids(int, sum)
+    count_finished = everywhere(sum)
+    drain_span = everywhere(_spans)
+    timings = by_ids(int, _concat)
+    truncate = everywhere()
+    seed_history = on_first()
+    seed_varied_history = on_first()
+    clear_finished = everywhere()
 
-    async def unserved(self) -> list[dict[str, Any]]:
-        """Every shard's due tasks no live worker serves, each row naming its shard."""
-        parts = await self._each(lambda shard: shard.unserved())
-        return [{**row, "ledger_shard": k} for k, part in enumerate(parts) for row in part]
+    # -- scheduling: every shard keeps the same pauses and limits ---------------------
+    pause = everywhere(lambda reports: _merge_pauses(reports))
+    resume = everywhere(lambda reports: _merge_pauses(reports))
+    pauses = everywhere(lambda parts: parts[0])
+    set_limit = everywhere()
+    register_limits = everywhere(_changed)
+    register_ordering = everywhere(_changed)
+    register_children_done = everywhere(_changed)
+    #: The periodic enqueuer's: on shard 0, whose permanent keys let one task per
+    #: period through (keys are unique per database, not across them).
+    enqueue = on_first()
+    kinds = everywhere(_kinds)
+    dispose = everywhere()
 
-    async def windows(self) -> list[dict[str, Any]]:
-        """Every shard's windows, each row naming its shard (each shard's relays
-        fill their own database's windows)."""
-        parts = await self._each(lambda shard: shard.windows())
-        return [{**row, "ledger_shard": k} for k, part in enumerate(parts) for row in part]
-
-    async def subscriptions(self) -> list[dict[str, Any]]:
-        """Every shard's subscriptions as one list: a worker registers on every shard,
-        so each (worker, queue) appears once, with its latest expiry."""
-        parts = await self._each(lambda shard: shard.subscriptions())
-        latest: dict[tuple[str, str], dict[str, Any]] = {}
-        for row in (row for part in parts for row in part):
-            key = (row["worker"], row["queue"])
-            if key not in latest or row["expires_at"] > latest[key]["expires_at"]:
-                latest[key] = row
-        return sorted(
-            latest.values(),
-            key=lambda r: (not r["live"], r["queue"], r["route"] or "", r["worker"]),
-        )
-
-    async def show(self, task_id: int) -> dict[str, Any]:
-        return await self._shard(shard_of_id(task_id)).show(task_id)
-
-    async def ping(self) -> bool:
-        return all(await self._each(lambda shard: shard.ping()))
-
-    async def count_expired(self) -> int:
-        return sum(await self._each(lambda shard: shard.count_expired()))
-
-    async def autovacuum_off(self) -> list[str]:
-        answers = await self._each(lambda shard: shard.autovacuum_off())
-        return [f"ledger shard {k}: {why}" for k, part in enumerate(answers) for why in part]
-
-    async def count_finished(self) -> int:
-        return sum(await self._each(lambda shard: shard.count_finished()))
-
-    async def drain_span(self) -> tuple[int, float | None]:
-        """The finished tasks of every shard, and the longest shard's span (the shards
-        drain side by side, so that is the drain's span within a clock skew)."""
-        parts = await self._each(lambda shard: shard.drain_span())
-        spans = [span for _, span in parts if span is not None]
-        return sum(n for n, _ in parts), max(spans) if spans else None
-
-    async def timings(self, ids: Iterable[int]) -> list[TaskTiming]:
-        found = await self._by_id(ids, int, lambda shard, part: shard.timings(part))
-        return [row for part in found for row in part]
-
-    async def truncate(self, *, keep_subscriptions: bool = False) -> None:
-        await self._each(lambda shard: shard.truncate(keep_subscriptions=keep_subscriptions))
-
-    async def seed_history(self, rows: int) -> None:
-        await self.shards[0].seed_history(rows)
-
-    async def seed_varied_history(self, rows: int, chunk: int = 200_000) -> None:
-        await self.shards[0].seed_varied_history(rows, chunk)
-
-    async def clear_finished(self) -> None:
-        await self._each(lambda shard: shard.clear_finished())
-
-    # -- operations ------------------------------------------------------------
+    # -- operations: planned across the shards ----------------------------------------
 
     async def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
         parts = await self._each(lambda shard: shard.list_tasks(selection))
@@ -316,24 +403,14 @@ class ShardedLedger(ShardedWorkerLedger[ShardLedger]):
     ) -> list[dict[str, Any]]:
         """The newest audit records of every shard (``before``: an audit id, per shard),
         newest first, each with its ``ledger_shard``."""
-        parts = await self._each(lambda shard: shard.audit(limit, before))
-        rows = [{**row, "ledger_shard": k} for k, part in enumerate(parts) for row in part]
+        rows = _tagged(await self._each(lambda shard: shard.audit(limit, before)))
         rows.sort(key=lambda row: str(row.get("at") or ""), reverse=True)
         return rows[:limit]
 
-    async def act(
-        self,
-        action: Action,
-        selection: TaskFilter,
-        *,
-        actor: str,
-        reason: str | None = None,
-        dry_run: bool = False,
-        batch_size: int = 500,
-        progress: Callable[[Report], None] | None = None,
-    ) -> Report:
-        """The action on each shard in turn (named ids: on their shards only); one
-        report adding theirs up, ``audit_id`` the first shard's record."""
+    async def act(self, action: Action, selection: TaskFilter, **options: Any) -> Report:
+        """The action on each shard in turn (named ids: on their shards only), with the
+        caller's options; one report adding theirs up, ``audit_id`` the first shard's
+        record."""
         if selection.ids:
             groups = split_by_shard(selection.ids, int)
             plan = [
@@ -343,22 +420,12 @@ class ShardedLedger(ShardedWorkerLedger[ShardLedger]):
             plan = [(shard, selection) for shard in self.shards]
         total: Report | None = None
         for shard, part in plan:
-            report = await shard.act(
-                action,
-                part,
-                actor=actor,
-                reason=reason,
-                dry_run=dry_run,
-                batch_size=batch_size,
-                progress=progress,
-            )
+            report = await shard.act(action, part, **options)
             total = report if total is None else _add(total, report)
         assert total is not None
         return total
 
-    async def release_key(
-        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
-    ) -> KeyRelease:
+    async def release_key(self, key: str, **options: Any) -> KeyRelease:
         """The key released on each shard that has it, in turn (a shard's release is
         its own transaction and audit record); one report adding theirs up,
         ``audit_id`` the first shard's record. Unknown on every shard: the first
@@ -367,7 +434,7 @@ class ShardedLedger(ShardedWorkerLedger[ShardLedger]):
         unknown: TaskNotFoundError | None = None
         for shard in self.shards:
             try:
-                part = await shard.release_key(key, actor=actor, reason=reason, dry_run=dry_run)
+                part = await shard.release_key(key, **options)
             except TaskNotFoundError as exc:
                 unknown = unknown or exc
                 continue
@@ -376,55 +443,6 @@ class ShardedLedger(ShardedWorkerLedger[ShardLedger]):
             assert unknown is not None
             raise unknown
         return total
-
-    # -- scheduling: every shard keeps the same pauses and limits ---------------
-
-    async def pause(
-        self, scope: Scope, name: str, *, actor: str, reason: str | None = None
-    ) -> PauseReport:
-        reports = await self._each(lambda s: s.pause(scope, name, actor=actor, reason=reason))
-        return _merge_pauses(reports)
-
-    async def resume(self, scope: Scope, name: str, *, actor: str) -> PauseReport:
-        return _merge_pauses(await self._each(lambda s: s.resume(scope, name, actor=actor)))
-
-    async def pauses(self) -> list[dict[str, Any]]:
-        return (await self._each(lambda shard: shard.pauses()))[0]
-
-    async def set_limit(self, kind: str, limit: RateLimit | None, *, actor: str) -> None:
-        await self._each(lambda shard: shard.set_limit(kind, limit, actor=actor))
-
-    async def register_limits(self, limits: Mapping[str, RateLimit]) -> list[str]:
-        changed = await self._each(lambda shard: shard.register_limits(limits))
-        return sorted({kind for part in changed for kind in part})
-
-    async def register_ordering(self, orderings: Mapping[str, str]) -> list[str]:
-        changed = await self._each(lambda shard: shard.register_ordering(orderings))
-        return sorted({kind for part in changed for kind in part})
-
-    async def register_children_done(self, callbacks: Mapping[str, str | None]) -> list[str]:
-        changed = await self._each(lambda shard: shard.register_children_done(callbacks))
-        return sorted({kind for part in changed for kind in part})
-
-    async def enqueue(self, specs: Sequence[TaskSpec]) -> list[int]:
-        """The periodic enqueuer's: on shard 0, whose permanent keys let one task per
-        period through (keys are unique per database, not across them)."""
-        return await self.shards[0].enqueue(specs)
-
-    async def kinds(self) -> list[dict[str, Any]]:
-        """Each kind's limit and pause (the same on every shard), its waiting tasks summed."""
-        merged: dict[str, dict[str, Any]] = {}
-        for part in await self._each(lambda shard: shard.kinds()):
-            for row in part:
-                seen = merged.get(row["kind"])
-                if seen is None:
-                    merged[row["kind"]] = dict(row)
-                else:
-                    seen["pending"] = int(seen.get("pending") or 0) + int(row["pending"] or 0)
-        return [merged[kind] for kind in sorted(merged)]
-
-    async def dispose(self) -> None:
-        await self._each(lambda shard: shard.dispose())
 
 
 def _add(a: Report, b: Report) -> Report:
@@ -468,3 +486,4 @@ if TYPE_CHECKING:  # mypy checks the classes against the protocols they serve
     _direct: type[DirectLedger] = ShardedDirectLedger
     _routing: type[RoutingLedger] = ShardedRouting
     _operator: type[OperatorLedger] = ShardedLedger
+    _harness: type[HarnessLedger] = ShardedLedger

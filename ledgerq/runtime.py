@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
+import inspect
 import logging
 import signal
 import threading
@@ -33,22 +35,15 @@ from collections.abc import (
     AsyncIterator,
     Callable,
     Coroutine,
-    Iterable,
     Iterator,
-    Mapping,
-    Sequence,
 )
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from typing import Any, TypeVar, cast
 
 from ledgerq.ledger.errors import SchemaMissingError
-from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
-from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.protocol import PublishBatch
-from ledgerq.ledger.routing import Subscription
-from ledgerq.ledger.scheduling import DEFAULT_AGING_S
 
 T = TypeVar("T")
+L = TypeVar("L")
 log = logging.getLogger("ledgerq")
 
 
@@ -139,71 +134,50 @@ class SchemaWatch:
 
 
 class WatchedLedger:
-    """The relay's and the worker's ledger, reporting a lost schema to a watch."""
+    """Any ledger, reporting a lost schema to a watch: every awaited method of the
+    wrapped ledger runs in :meth:`SchemaWatch.watching`, and so does the whole block
+    of every method that returns an async context manager (a publish batch is
+    watched until its block exits). Everything else is the wrapped ledger's own.
+    Written once for every protocol: a new storage method is watched without a
+    line here. Build it with :func:`watched`, which keeps the ledger's type."""
 
-    def __init__(self, ledger: PgLedger, watch: SchemaWatch) -> None:
+    def __init__(self, ledger: object, watch: SchemaWatch) -> None:
         self._ledger = ledger
         self._watch = watch
 
-    @asynccontextmanager
-    async def publish_batch(
-        self, limit: int, aging_s: float = DEFAULT_AGING_S
-    ) -> AsyncIterator[PublishBatch]:
-        with self._watch.watching():
-            async with self._ledger.publish_batch(limit, aging_s) as batch:
-                yield batch
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._ledger, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+        watch = self._watch
+        if inspect.iscoroutinefunction(attr):
 
-    async def kind_durations(self) -> dict[str, float]:
-        with self._watch.watching():
-            return await self._ledger.kind_durations()
+            @functools.wraps(attr)
+            async def awaited(*args: Any, **kwargs: Any) -> Any:
+                with watch.watching():
+                    return await attr(*args, **kwargs)
 
-    async def claim(
-        self, fences: Iterable[Fence], worker: str, lease_s: float
-    ) -> list[ClaimedTask]:
-        with self._watch.watching():
-            return await self._ledger.claim(fences, worker, lease_s)
+            return awaited
 
-    async def whereabouts(self, ids: Iterable[int]) -> dict[int, str]:
-        with self._watch.watching():
-            return await self._ledger.whereabouts(ids)
+        @functools.wraps(attr)
+        def called(*args: Any, **kwargs: Any) -> Any:
+            result = attr(*args, **kwargs)
+            if isinstance(result, AbstractAsyncContextManager):
+                return _watched_block(result, watch)
+            return result
 
-    async def heartbeat(
-        self, fences: Iterable[Fence], lease_s: float, progress: Mapping[int, str] | None = None
-    ) -> Held:
-        with self._watch.watching():
-            return await self._ledger.heartbeat(fences, lease_s, progress)
+        return called
 
-    async def subscribe(
-        self,
-        worker: str,
-        subscriptions: Sequence[Subscription],
-        ttl_s: float,
-        *,
-        direct: bool = False,
-    ) -> None:
-        with self._watch.watching():
-            await self._ledger.subscribe(worker, subscriptions, ttl_s, direct=direct)
 
-    async def unsubscribe(self, worker: str) -> None:
-        with self._watch.watching():
-            await self._ledger.unsubscribe(worker)
+@asynccontextmanager
+async def _watched_block(
+    block: AbstractAsyncContextManager[T], watch: SchemaWatch
+) -> AsyncIterator[T]:
+    with watch.watching():
+        async with block as entered:
+            yield entered
 
-    async def alive(self, worker: str, silence_s: float) -> None:
-        with self._watch.watching():
-            await self._ledger.alive(worker, silence_s)
 
-    async def gone(self, worker: str) -> None:
-        with self._watch.watching():
-            await self._ledger.gone(worker)
-
-    async def pool_members(self, tag: str) -> list[str]:
-        with self._watch.watching():
-            return await self._ledger.pool_members(tag)
-
-    async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
-        with self._watch.watching():
-            return await self._ledger.save_checkpoint(fence, state)
-
-    async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
-        with self._watch.watching():
-            return await self._ledger.finish(outcomes)
+def watched(ledger: L, watch: SchemaWatch) -> L:
+    """``ledger`` (of whatever protocol) reporting a lost schema to ``watch``."""
+    return cast(L, WatchedLedger(ledger, watch))

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from sqlalchemy.engine import make_url
 
-from ledgerq.compose import open_operator_ledger
+from ledgerq.compose import open_ledger
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg.migrate import upgrade
 from tests.conftest import recreate_database
@@ -37,5 +37,6 @@ def create_shards(base: Settings, count: int, tag: str = "s") -> Settings:
 
 
 async def empty(settings: Settings) -> None:
-    async with open_operator_ledger(settings, "ledgerq-test-setup") as ledger:
-        await ledger.truncate()
+    for shard in range(settings.ledger_shard_count):
+        async with open_ledger(settings, "ledgerq-test-setup", pool_size=1, shard=shard) as ledger:
+            await ledger.truncate()

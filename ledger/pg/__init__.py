@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ledgerq.ledger.pg.harness import PgHarness
 from ledgerq.ledger.pg.inspection import PgInspection
 from ledgerq.ledger.pg.operations import PgOperations
 from ledgerq.ledger.pg.overview import PgOverview
@@ -14,15 +15,19 @@ from ledgerq.ledger.pg.scheduling import PgScheduling
 from ledgerq.ledger.pg.services import PgServices
 
 if TYPE_CHECKING:
-    from ledgerq.ledger.protocol import Ledger
+    from ledgerq.ledger.protocol import LedgerWithHarness
 
 
-class PgLedger(PgServices, PgInspection, PgRetention, PgOperations, PgScheduling, PgOverview):
-    """:class:`~ledgerq.ledger.protocol.Ledger` on PostgreSQL, over one async engine."""
+class PgLedger(
+    PgServices, PgInspection, PgRetention, PgOperations, PgScheduling, PgOverview, PgHarness
+):
+    """:class:`~ledgerq.ledger.protocol.Ledger` on PostgreSQL, over one async engine, and
+    the testing protocol (:class:`~ledgerq.ledger.protocol.HarnessLedger`)."""
 
 
 if TYPE_CHECKING:
-    _implements: type[Ledger] = PgLedger  # mypy checks PgLedger against the whole seam
+    # mypy checks PgLedger against the whole seam and its testing part
+    _implements: type[LedgerWithHarness] = PgLedger
 
 
 __all__ = ["PgLedger"]

@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session
 
 from ledgerq import TaskSpec, enqueue, enqueue_many
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.protocol import Ledger
-from ledgerq.ledger.sharded import ShardedLedger
+from ledgerq.ledger.protocol import LedgerWithHarness
+from ledgerq.ledger.sharded import ShardLedger
 from ledgerq.processes import Services
 
 T = TypeVar("T")
@@ -66,7 +66,7 @@ class Bench:
     settings: Settings
     engine: Engine
     #: With ledger shards (``--ledger-shards``), every shard's: only the drains run.
-    ledger: Ledger | ShardedLedger
+    ledger: LedgerWithHarness | ShardLedger
     run: RunCoroutine
     log_dir: Path
     workers: int

@@ -23,7 +23,7 @@ from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.protocol import InspectionLedger
 from ledgerq.ledger.sharded import OperatorLedger, ShardedLedger
 from ledgerq.relay.broker.topology import Topology
-from ledgerq.runtime import SchemaWatch, WatchedLedger
+from ledgerq.runtime import SchemaWatch, watched
 
 log = logging.getLogger("ledgerq")
 
@@ -100,9 +100,9 @@ async def warn_if_no_autovacuum(ledger: InspectionLedger) -> None:
         )
 
 
-def schema_watched(ledger: PgLedger, watch: SchemaWatch | None) -> PgLedger | WatchedLedger:
+def schema_watched(ledger: PgLedger, watch: SchemaWatch | None) -> PgLedger:
     """A service's ledger that reports a lost schema to ``watch`` (None: as it is)."""
-    return ledger if watch is None else WatchedLedger(ledger, watch)
+    return ledger if watch is None else watched(ledger, watch)
 
 
 def topology(settings: Settings) -> Topology:
