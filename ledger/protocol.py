@@ -87,6 +87,11 @@ class RelayLedger(Protocol):
         behind. A route with no live subscriber gets nothing."""
         ...
 
+    async def return_unpublished(self, rows: Sequence[DueTask]) -> set[int]:
+        """published -> pending (epoch + 1, fenced on the rows' epochs) for rows
+        committed published whose publish failed; the ids that moved."""
+        ...
+
     async def kind_durations(self) -> dict[str, float]:
         """Each recently run kind's typical attempt, in seconds (the mean of the
         last minutes' attempts, or the age of one running now if longer): the

@@ -209,12 +209,12 @@ WITH r AS (
 SELECT kind FROM named UNION ALL SELECT kind FROM cleared
 
 -- name: mark_published
--- After a confirmed publish, by the relay (the row is pending and locked since
--- select_due) or the reconciler (a stalled published row, or an overdue pending
--- one): published_at restarts the stall clock; route is where it went (its
--- window's outstanding count). published_at is the wall clock after the
--- confirm (clock_timestamp()): the relay's transaction began at select_due,
--- before the publish, and now() would date it there.
+-- By the relay before it publishes (the row is pending and locked since
+-- select_due; the transaction commits, then the messages go out), or by the
+-- reconciler after a confirmed publish (a stalled published row, or an overdue
+-- pending one): published_at restarts the stall clock; route is where it went
+-- (its window's outstanding count). published_at is the wall clock
+-- (clock_timestamp()), not the transaction's start.
 -- transitions: pending -> published, published -> published
 UPDATE ledgerq_tasks t
 SET status = 'published', published_at = clock_timestamp(), publishes = t.publishes + 1,
@@ -224,10 +224,25 @@ FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]), CAST(:routes AS t
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
 RETURNING t.id
 
+-- name: return_unpublished
+-- The relay committed these rows published, then their publish failed (nacked,
+-- returned, unconfirmed, or the broker away): they go back to pending at once
+-- (not after the stall window), their epoch bumped so a message that reached
+-- the broker after all (an unconfirmed publish) claims nothing. Fenced: a row a
+-- worker claimed meanwhile, or the reconciler moved, is left alone.
+-- transitions: published -> pending
+UPDATE ledgerq_tasks t
+SET status = 'pending', epoch = t.epoch + 1, published_at = NULL, publishes = 0, route = NULL
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'published'
+RETURNING t.id
+
 -- name: claim
 -- The consumer's claim. It accepts 'pending' as well as 'published': the
--- delivery can overtake the relay's commit (the UPDATE then waits on the
--- relay's row lock and re-checks), or the relay can die after the publish.
+-- delivery can overtake the reconciler's commit (it publishes its overdue
+-- rows before it marks them; the UPDATE then waits on its row lock and
+-- re-checks), or a stale copy can meet a row returned to pending (its epoch no
+-- longer matches). The relay commits its marks before it publishes.
 -- The epoch in the message must match, so a stale message cannot claim a
 -- later attempt (for instance one waiting out its retry backoff), and the row
 -- must be due: a message forged for a task scheduled later (or a copy that

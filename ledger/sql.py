@@ -58,6 +58,7 @@ class LedgerQueries:
     register_ordering: TextClause
     register_children_done: TextClause
     mark_published: TextClause
+    return_unpublished: TextClause
     claim: TextClause
     whereabouts: TextClause
     finish: TextClause

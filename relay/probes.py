@@ -15,7 +15,8 @@ Point = Literal[
     "worker.after_receive",  # a delivery arrived, nothing claimed
     "worker.mid_handler",  # claimed, handler about to run
     "worker.after_commit",  # terminal status committed, not yet acked
-    "relay.after_publish",  # published and confirmed, not yet marked published
+    "relay.after_commit",  # marked published and committed, nothing published yet
+    "relay.after_publish",  # published and confirmed, failures not yet returned
 ]
 POINTS: frozenset[str] = frozenset(Point.__args__)  # type: ignore[attr-defined]
 

@@ -204,6 +204,16 @@ class PgServices(PgBase):
     ) -> AbstractAsyncContextManager[PgPublishBatch]:
         return self._locked(Q.select_due, {"limit": limit, "aging_s": aging_param(aging_s)})
 
+    async def return_unpublished(self, rows: Sequence[DueTask]) -> set[int]:
+        if not rows:
+            return set()
+        ordered = sorted(rows, key=lambda r: r.id)
+        params = {"ids": [r.id for r in ordered], "epochs": [r.epoch for r in ordered]}
+        with translated():
+            async with self.engine.begin() as conn:
+                result = await conn.execute(Q.return_unpublished, params)
+                return {int(r[0]) for r in result}
+
     async def kind_durations(self) -> dict[str, float]:
         rows = await self._rows(Q.kind_durations, {})
         return {str(r.kind): float(r.seconds) for r in rows if r.seconds is not None}

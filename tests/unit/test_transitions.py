@@ -452,6 +452,7 @@ def test_the_statements_that_change_status_are_the_ones_expected() -> None:
         "mark_published",
         "reschedule",
         "retry_history",
+        "return_unpublished",
         "unpublish_paused",
         "unpublish_unserved",
     ]
