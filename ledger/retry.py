@@ -3,8 +3,10 @@
 Three shapes cover what Celery, River and Oban users ask for:
 
 * ``RetryPolicy.fixed(60)`` - the same wait after every failure;
-* ``RetryPolicy.exponential(base=1, maximum=3600)`` - ``base * 2**(n-1)`` plus up
-  to ``base`` seconds of jitter, capped at ``maximum`` (the default policy);
+* ``RetryPolicy.exponential(base=1, maximum=3600, multiplier=2)`` -
+  ``base * multiplier**(n-1)`` plus up to ``base`` seconds of jitter, capped at
+  ``maximum`` (the default policy, with multiplier 2; Celery's
+  ``retry_backoff`` doubles likewise, Oban's default backoff grows by 2 too);
 * ``RetryPolicy.schedule(60, 300, 1200)`` - an explicit list; past its end the
   last entry repeats.
 
@@ -46,6 +48,21 @@ def _seconds(value: object, what: str) -> float:
     return number
 
 
+MAX_MULTIPLIER = 100.0
+
+
+def _multiplier(value: object) -> float:
+    """A backoff's growth factor: 1 (a constant wait) to 100."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRetryPolicyError(f"retry multiplier must be a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or not 1.0 <= number <= MAX_MULTIPLIER:
+        raise InvalidRetryPolicyError(
+            f"retry multiplier must be between 1 and {MAX_MULTIPLIER:.0f}, got {value!r}"
+        )
+    return number
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     kind: PolicyKind
@@ -53,6 +70,7 @@ class RetryPolicy:
     base: float = 1.0
     maximum: float = 3600.0
     delays: tuple[float, ...] = field(default=())
+    multiplier: float = 2.0
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
@@ -64,6 +82,7 @@ class RetryPolicy:
         _seconds(self.maximum, "maximum")
         for d in self.delays:
             _seconds(d, "schedule entry")
+        _multiplier(self.multiplier)
         if self.kind == "schedule" and not self.delays:
             raise InvalidRetryPolicyError("a retry schedule needs at least one delay")
 
@@ -73,8 +92,15 @@ class RetryPolicy:
         return cls("fixed", delay=_seconds(seconds, "delay"))
 
     @classmethod
-    def exponential(cls, base: float = 1.0, maximum: float = 3600.0) -> RetryPolicy:
-        return cls("exponential", base=_seconds(base, "base"), maximum=_seconds(maximum, "maximum"))
+    def exponential(
+        cls, base: float = 1.0, maximum: float = 3600.0, multiplier: float = 2.0
+    ) -> RetryPolicy:
+        return cls(
+            "exponential",
+            base=_seconds(base, "base"),
+            maximum=_seconds(maximum, "maximum"),
+            multiplier=_multiplier(multiplier),
+        )
 
     @classmethod
     def schedule(cls, *delays: float) -> RetryPolicy:
@@ -98,7 +124,11 @@ class RetryPolicy:
         if self.kind == "fixed":
             return {"kind": "fixed", "delay": self.delay}
         if self.kind == "exponential":
-            return {"kind": "exponential", "base": self.base, "maximum": self.maximum}
+            shape: dict[str, Any] = {"kind": "exponential", "base": self.base}
+            shape["maximum"] = self.maximum
+            if self.multiplier != 2.0:  # rows written before the option read the same
+                shape["multiplier"] = self.multiplier
+            return shape
         return {"kind": "schedule", "delays": list(self.delays)}
 
     @classmethod
@@ -109,7 +139,9 @@ class RetryPolicy:
         if kind == "fixed":
             return cls.fixed(data.get("delay", 0.0))
         if kind == "exponential":
-            return cls.exponential(data.get("base", 1.0), data.get("maximum", 3600.0))
+            return cls.exponential(
+                data.get("base", 1.0), data.get("maximum", 3600.0), data.get("multiplier", 2.0)
+            )
         if kind == "schedule":
             delays = data.get("delays")
             if not isinstance(delays, list):
@@ -123,7 +155,11 @@ class RetryPolicy:
         if self.kind == "fixed":
             return wait_fixed(self.delay)
         if self.kind == "exponential":
-            capped: wait_base = wait_exponential(multiplier=self.base, max=self.maximum)
+            # tenacity's names: its ``multiplier`` is our base delay, its
+            # ``exp_base`` our multiplier.
+            capped: wait_base = wait_exponential(
+                multiplier=self.base, max=self.maximum, exp_base=self.multiplier
+            )
             return capped + wait_random(0, self.base)
         return wait_chain(*(wait_fixed(d) for d in self.delays))
 

@@ -24,6 +24,24 @@ def test_exponential_doubles_within_its_jitter_and_is_capped() -> None:
     assert policy.delay_for(30) == 100
 
 
+def test_a_multiplier_sets_how_fast_the_backoff_grows() -> None:
+    policy = RetryPolicy.exponential(base=1, maximum=10_000, multiplier=3)
+    for attempt, floor in ((1, 1), (2, 3), (3, 9), (4, 27), (5, 81)):
+        delay = policy.delay_for(attempt)
+        assert floor <= delay <= floor + 1, (attempt, delay)
+    flat = RetryPolicy.exponential(base=5, maximum=100, multiplier=1)
+    assert all(5 <= flat.delay_for(n) <= 10 for n in (1, 2, 7))
+
+
+def test_the_multiplier_is_stored_only_when_it_is_not_the_default() -> None:
+    assert "multiplier" not in DEFAULT_POLICY.to_json()
+    tripled = RetryPolicy.exponential(base=2, multiplier=3)
+    assert tripled.to_json()["multiplier"] == 3
+    assert RetryPolicy.from_json(tripled.to_json()) == tripled
+    # a row written before the option reads as doubling
+    assert RetryPolicy.from_json({"kind": "exponential", "base": 1, "maximum": 60}).multiplier == 2
+
+
 def test_json_round_trip_and_coercion() -> None:
     for policy in (RetryPolicy.fixed(5), RetryPolicy.schedule(1, 2), DEFAULT_POLICY):
         assert RetryPolicy.from_json(policy.to_json()) == policy
@@ -41,6 +59,10 @@ def test_json_round_trip_and_coercion() -> None:
         {"kind": "fixed", "delay": -1},
         {"kind": "fixed", "delay": float("nan")},
         {"kind": "fixed", "delay": True},
+        {"kind": "exponential", "multiplier": 0.5},
+        {"kind": "exponential", "multiplier": 1000},
+        {"kind": "exponential", "multiplier": "2"},
+        {"kind": "exponential", "multiplier": float("inf")},
     ],
 )
 def test_bad_policies_are_refused(bad: dict[str, object]) -> None:
