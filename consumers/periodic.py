@@ -7,6 +7,17 @@ Every worker whose registry has periodic kinds runs a :class:`PeriodicEnqueuer`
 enqueuer tries to enqueue the same task for the same period, and the ledger lets
 exactly one through.
 
+**Why in the worker, not in the reconciler's maintenance loop**
+(:mod:`ledgerq.relay.maintenance`, whose services have this same shape): the
+schedules are the worker's registry, which only a process given ``--app`` has
+(``ledgerq reconcile`` takes none), and docs/howto.md ("Run a task
+periodically") promises that every worker whose app has periodic kinds
+enqueues them, so a deployment of relays and workers without a reconciler (it
+is a cron job, and optional) still gets its periodic tasks. Moving it into the
+loop that holds the advisory lock would break that promise and buy nothing the
+ledger does not already give: the permanent key, not a lock or a leader,
+makes one task per period.
+
 Contract:
 
 * **One task per period**, however many workers run. A period is named by its

@@ -5,17 +5,17 @@ each a duty with a validated config and a ``run_once()`` that returns counts
 (River's maintenance services, Oban's plugins). One pass, under a PostgreSQL
 advisory lock so only one reconciler acts at a time:
 
-1. **Rescue** (:mod:`~ledgerq.relay.maintenance.rescue`): the running rows of
+1. **Rescue** (:mod:`~ledgerq.relay.rescue`): the running rows of
    workers presumed dead (their liveness beats stopped), then expired leases,
    judged by crash attribution (charged alone, released as suspects with
    others) and finished, fenced.
-2. **Unserved deliveries** (:mod:`~ledgerq.relay.maintenance.unserved`): a
+2. **Unserved deliveries** (:mod:`~ledgerq.relay.unserved`): a
    ``published`` row whose route no live worker serves goes back to ``pending``,
    its epoch bumped, audited.
-3. **Stalled deliveries** (:mod:`~ledgerq.relay.maintenance.stalled`): a
+3. **Stalled deliveries** (:mod:`~ledgerq.relay.stalled`): a
    ``published`` row nobody claimed within its stall window, on a served route,
    is published again under the same epoch.
-4. **Overdue pending rows** (:mod:`~ledgerq.relay.maintenance.overdue`): due rows
+4. **Overdue pending rows** (:mod:`~ledgerq.relay.overdue`): due rows
    no relay published within the stall window are published here instead,
    exactly as a relay would.
 
@@ -64,12 +64,12 @@ from ledgerq.ledger.model import Finished
 from ledgerq.ledger.protocol import ReconcilerLedger
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S
 from ledgerq.relay.broker.base import Publisher
-from ledgerq.relay.maintenance.overdue import Overdue, OverdueConfig
-from ledgerq.relay.maintenance.rescue import RescueConfig, Rescuer
-from ledgerq.relay.maintenance.stalled import Stalled, StalledConfig
-from ledgerq.relay.maintenance.unserved import Unserved, UnservedConfig
+from ledgerq.relay.overdue import Overdue, OverdueConfig
+from ledgerq.relay.rescue import RescueConfig, Rescuer
 from ledgerq.relay.retention import Retention, RetentionCounts
 from ledgerq.relay.rollup import Rollup, RollupCounts
+from ledgerq.relay.stalled import Stalled, StalledConfig
+from ledgerq.relay.unserved import Unserved, UnservedConfig
 
 log = logging.getLogger("ledgerq.reconciler")
 

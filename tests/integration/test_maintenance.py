@@ -1,5 +1,5 @@
 """Each maintenance service on its own: its ``run_once()`` called directly, against
-the real PostgreSQL and RabbitMQ (relay/maintenance). The loop that runs them all
+the real PostgreSQL and RabbitMQ (relay/maintenance.py). The loop that runs them all
 under the lock is tests/integration/test_reconciler.py's."""
 
 from __future__ import annotations
@@ -15,17 +15,11 @@ from ledgerq.compose import open_reconciler
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.relay.broker.base import Publisher
-from ledgerq.relay.maintenance import (
-    Overdue,
-    OverdueConfig,
-    RescueConfig,
-    Rescuer,
-    Stalled,
-    StalledConfig,
-    Unserved,
-    UnservedConfig,
-)
+from ledgerq.relay.overdue import Overdue, OverdueConfig
 from ledgerq.relay.reconciler import ReconcilerConfig
+from ledgerq.relay.rescue import RescueConfig, Rescuer
+from ledgerq.relay.stalled import Stalled, StalledConfig
+from ledgerq.relay.unserved import Unserved, UnservedConfig
 from tests.harness import Pipeline, enqueue_committed, subscribe_queues
 
 T = TypeVar("T")

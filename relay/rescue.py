@@ -33,7 +33,7 @@ for its silence (5 s by default) while other workers' went on is presumed dead
 leases had run out (``dead_workers``, ``orphaned_batch``: the same verdicts,
 the same fenced ``finish``, so an attempt of a worker that was only slow
 cannot write over the rescue; each page audited, actor ``ledgerq``), and its
-subscriptions expire now (so :mod:`~ledgerq.relay.maintenance.unserved` takes
+subscriptions expire now (so :mod:`~ledgerq.relay.unserved` takes
 back what was published to a route only it served). A SIGKILLed worker's tasks
 are back in the ledger within its silence plus one pass, instead of a lease.
 Silence is judged against the other workers' beats, never the clock alone:
@@ -68,7 +68,7 @@ from typing import Any
 
 from ledgerq.ledger.model import Finished
 from ledgerq.ledger.protocol import ExpiredBatch, ReconcilerLedger
-from ledgerq.relay.maintenance.base import check_page_size
+from ledgerq.relay.maintenance import check_page_size
 
 log = logging.getLogger("ledgerq.reconciler")
 

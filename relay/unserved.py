@@ -7,9 +7,9 @@ claims nothing, and is audited (actor ``ledgerq``). The relay then gives the
 row to any live window that covers it (docs/design.md, "The window").
 
 Contract: run under the reconciler's advisory lock, after
-:mod:`~ledgerq.relay.maintenance.rescue` (which lapses dead workers'
+:mod:`~ledgerq.relay.rescue` (which lapses dead workers'
 subscriptions, so their routes count as unserved in the same pass) and before
-:mod:`~ledgerq.relay.maintenance.stalled`.
+:mod:`~ledgerq.relay.stalled`.
 
 Races: a worker subscribing to the route while the page moves: the page saw
 no live subscription and moved the row; the new worker's window is filled by
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ledgerq.ledger.protocol import ReconcilerLedger
-from ledgerq.relay.maintenance.base import check_page_size
+from ledgerq.relay.maintenance import check_page_size
 
 log = logging.getLogger("ledgerq.reconciler")
 

@@ -7,7 +7,7 @@ confirms and marks the confirmed ones published.
 
 Contract: run under the reconciler's advisory lock, last of the locked
 services. It asks for a page at a time until one comes back short or wins no
-confirm (:func:`~.base.publish_pages`); a route without a live window gets
+confirm (:func:`~.maintenance.publish_pages`); a route without a live window gets
 nothing, as from a relay.
 
 Races: a relay that comes back meanwhile selects with ``SKIP LOCKED`` and
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from ledgerq.ledger.protocol import ReconcilerLedger
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S
 from ledgerq.relay.broker.base import Publisher
-from ledgerq.relay.maintenance.base import PublishCounts, check_page_size, publish_pages
+from ledgerq.relay.maintenance import PublishCounts, check_page_size, publish_pages
 
 
 @dataclass(frozen=True)

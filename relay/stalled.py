@@ -6,9 +6,9 @@ again, to the same route under the same epoch, and marks it published again
 times since its last claim stalls after ``stall * 2**min(n - 1, 6)``).
 
 Contract: run under the reconciler's advisory lock, after
-:mod:`~ledgerq.relay.maintenance.unserved` (a row of an unserved route goes back
+:mod:`~ledgerq.relay.unserved` (a row of an unserved route goes back
 to pending instead of being published again to nobody). Pages through rows by
-id, each page locked while it is published (:func:`~.base.publish_pages`).
+id, each page locked while it is published (:func:`~.maintenance.publish_pages`).
 
 Races: the first message was only slow: both are delivered, one claim wins
 (the fenced compare-and-set on (id, epoch, published)) and the other is
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ledgerq.ledger.protocol import ReconcilerLedger
 from ledgerq.relay.broker.base import Publisher
-from ledgerq.relay.maintenance.base import PublishCounts, check_page_size, publish_pages
+from ledgerq.relay.maintenance import PublishCounts, check_page_size, publish_pages
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,33 @@
-"""What every maintenance service shares: the :class:`Service` shape, and the
+"""The reconciler's duties, each a maintenance service of its own module.
+
+Shaped like River's maintenance services and Oban's plugins: each module holds
+one duty, a frozen ``*Config`` that validates its fields when built, and a
+service whose ``run_once()`` does one pass and returns that duty's counts
+(:class:`Service`). The tests call each ``run_once()`` directly against
+the real database. One loop runs them all: :class:`ledgerq.relay.reconciler.Reconciler`
+holds the advisory lock around the locked services, in this order, then runs
+the upkeep services after releasing it:
+
+==================  ======================================================  ==============
+service             duty                                                    runs
+==================  ======================================================  ==============
+:mod:`.rescue`      dead workers' and expired leases' running rows judged   under the lock
+                    (crash attribution) and finished; dead ones alerted
+:mod:`.unserved`    published rows of routes nobody serves back to pending  under the lock
+:mod:`.stalled`     published rows unclaimed past their stall window,       under the lock
+                    published again
+:mod:`.overdue`     due rows no relay published, published as a relay       under the lock
+                    would
+:mod:`.rollup`      finished tasks counted per minute for the dashboard     after the lock
+:mod:`.retention`   history's day partitions created and dropped            after the lock
+==================  ======================================================  ==============
+
+The periodic enqueuer (:mod:`ledgerq.consumers.periodic`) has the same shape
+but runs in every worker, not in this loop: its schedules are the worker's
+registry (its ``--app``), and a deployment without a reconciler must still get
+its periodic tasks (docs/howto.md, "Run a task periodically").
+
+This module holds what they share: the :class:`Service` shape, and the
 publishing pass the stalled and overdue services both run.
 
 :func:`publish_pages` takes a page of rows locked by its own transaction
