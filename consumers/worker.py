@@ -18,10 +18,14 @@ It is made of parts, one job each, that hand typed values along
   only then hands the deliveries to the :class:`~.acker.Acker`;
 * :class:`~.leases.Leases` heartbeats every task from claim to finish.
 
-With ``direct`` (``ledgerq worker --direct``) there is no broker: a
-:class:`~.direct.DirectClaimer` claims due tasks straight from the ledger into
-the same slots and dispatcher, and Intake, Claimer and Acker stay idle
-(:mod:`.direct`).
+Where claims come from is one :class:`~.sources.ClaimSource`, chosen by the
+composition root: the broker (Intake and Claimer, as drawn), the ledger itself
+(``ledgerq worker --direct``: a :class:`~.direct.DirectClaimer` claims due tasks
+straight into the same slots and dispatcher, and the Acker stays idle), or the
+broker with a fallback to the ledger while it is down (:mod:`.sources`). The
+worker builds the pipeline's entry (:class:`~.sources.Feed`) and the source is
+bound to it. The cross-cutting observers (alerts, fault probes, metrics) come
+as one :class:`~ledgerq.relay.hooks.Hooks`.
 
 Acks go to the channel the delivery came on; if that channel died the ack is
 dropped, never sent on a new channel, and the broker's redelivery is skipped
@@ -33,169 +37,35 @@ handlers the grace, write and ack every outcome, then stop heartbeating.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import os
-import secrets
-import socket
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ledgerq.consumers.acker import Acker
-from ledgerq.consumers.batch import BatchConfig, Batcher
-from ledgerq.consumers.claimer import Claimer, Slots
-from ledgerq.consumers.direct import DirectClaimer, DirectConfig, Fallback, FallbackConfig
+from ledgerq.consumers.batch import Batcher
+from ledgerq.consumers.claimer import Slots
 from ledgerq.consumers.dispatcher import Dispatcher
 from ledgerq.consumers.execute import TaskRunner
 from ledgerq.consumers.finisher import Finisher
 from ledgerq.consumers.group import GroupCommitter
 from ledgerq.consumers.hung import HungThreads
-from ledgerq.consumers.intake import Intake
 from ledgerq.consumers.leases import Leases
 from ledgerq.consumers.liveness import Liveness
 from ledgerq.consumers.registry import Registry
-from ledgerq.consumers.shard_pool import REFRESH_S, ShardPool
+from ledgerq.consumers.shard_pool import ShardPool
+from ledgerq.consumers.sources import Feed, SourceFactory
 from ledgerq.consumers.subscriber import Subscriber
-from ledgerq.ledger.alerts import AlertHook, log_alert
-from ledgerq.ledger.observer import NO_OBSERVER, Observer
-from ledgerq.ledger.protocol import DirectLedger, RoutingLedger, WorkerLedger
-from ledgerq.ledger.routing import Subscription
-from ledgerq.ledger.sharding import MAX_SHARDS
-from ledgerq.ledger.validation import check_name
-from ledgerq.relay.broker.base import Consumption, OnDelivery
-from ledgerq.relay.probes import Probe, no_probe
+from ledgerq.consumers.worker_config import WorkerConfig
+from ledgerq.ledger.protocol import RoutingLedger, WorkerLedger
+from ledgerq.relay.hooks import NO_HOOKS, Hooks
+
+__all__ = ["Worker", "WorkerConfig", "WorkerCounts"]
 
 log = logging.getLogger("ledgerq.worker")
-
-#: Starts consuming ``queues`` with ``prefetch`` into ``on_delivery`` (the broker adapter's).
-Consume = Callable[[Sequence[str], int, OnDelivery], Awaitable[Consumption]]
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    queues: tuple[str, ...] = ("default",)
-    #: The kinds of those queues this worker serves (``--kinds``), of those its
-    #: registry has handlers for; None: all of those. Routed by RabbitMQ, not
-    #: filtered here: see :mod:`ledgerq.ledger.routing`.
-    kinds: frozenset[str] | None = None
-    #: The shards it serves (``--shards``); None: all.
-    shards: frozenset[int] | None = None
-    #: ``--shards auto``: the shard count (LEDGERQ_SHARDS) the live workers of its
-    #: pool split among themselves (consumers.shard_pool); None: static ``shards``.
-    auto_shards: int | None = None
-    #: With ``auto_shards``: seconds between two reads of the pool's members.
-    pool_refresh_s: float = REFRESH_S
-    #: Handlers running at once (async tasks on the loop, or threads for sync ones).
-    concurrency: int = 100
-    #: Unacked deliveries the broker may push; 0 means twice the concurrency.
-    prefetch: int = 0
-    #: Connections handlers' ``ctx.session`` may hold at once (per kind: sync/async).
-    db_pool: int = 10
-    lease_s: float = 60.0
-    heartbeat_s: float = 15.0
-    #: Liveness beats stopped this long (while other workers' went on): the worker
-    #: is presumed dead and its running tasks rescued (consumers.liveness).
-    liveness_s: float = 5.0
-    #: On SIGTERM, how long in-flight handlers get to finish.
-    grace_s: float = 30.0
-    #: A handler with no timeout of its own (task or @task option) gets this one,
-    #: so a task that always hangs still ends ``dead`` after its attempts.
-    default_timeout_s: float | None = 1800.0
-    #: A sync handler's thread still running this long past its timeout ends the
-    #: worker process (exit 70, crash-only), so that its retry never overlaps it
-    #: (consumers.hung). Until then the attempt keeps its lease and its retry waits.
-    hang_limit_s: float = 60.0
-    max_batch: int = 500
-    #: Batched commit for handlers that write through ``ctx.session`` (consumers.batch).
-    batch: BatchConfig = field(default_factory=BatchConfig)
-    #: Unique per process start (a restarted container often has the same host
-    #: name and pid 1): the reconciler counts a dead worker's tasks by this id.
-    worker_id: str = field(
-        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-    )
-
-    def __post_init__(self) -> None:
-        if not self.queues:
-            raise ValueError("a worker needs at least one queue")
-        if not 1 <= self.concurrency <= 10_000:
-            raise ValueError(f"concurrency must be 1..10000, got {self.concurrency}")
-        if not 1 <= self.db_pool <= 1000:
-            raise ValueError(f"db_pool must be 1..1000, got {self.db_pool}")
-        if self.prefetch < 0:
-            raise ValueError(f"prefetch must be >= 0, got {self.prefetch}")
-        if not 0 < self.heartbeat_s < self.lease_s or self.liveness_s <= 0:
-            raise ValueError(
-                "heartbeat_s must be positive and shorter than lease_s, and liveness_s positive"
-            )
-        if self.grace_s < 0 or self.hang_limit_s <= 0:
-            raise ValueError("grace_s must be >= 0 and hang_limit_s positive")
-        if self.default_timeout_s is not None and self.default_timeout_s <= 0:
-            raise ValueError("default_timeout_s must be positive (or None for no limit)")
-        for name in self.queues:
-            check_name(name, "queue")
-        if frozenset() in (self.kinds, self.shards):
-            raise ValueError("kinds and shards, when given, must name at least one each")
-        self._join_pool()
-
-    def _join_pool(self) -> None:
-        """``--shards auto``: check, and end the worker id with the pool's tag."""
-        if self.auto_shards is None:
-            return
-        if self.shards is not None or not 1 <= self.auto_shards <= MAX_SHARDS:
-            raise ValueError(f"auto shards: a shard count of 1..{MAX_SHARDS} and no static shards")
-        if self.pool_refresh_s <= 0:
-            raise ValueError("pool_refresh_s must be positive")
-        if not self.worker_id.endswith(self.pool_tag):  # the pool is read from the ids
-            object.__setattr__(self, "worker_id", self.worker_id + self.pool_tag)
-
-    @property
-    def pool_tag(self) -> str:
-        """With ``auto_shards``, the end of the id of every worker of its pool: a
-        digest of the queues, ``kinds`` and shard count ("" without)."""
-        if self.auto_shards is None:
-            return ""
-        kinds = "*" if self.kinds is None else ",".join(sorted(self.kinds))
-        text = f"{','.join(sorted(self.queues))};{kinds};{self.auto_shards}"
-        return "+auto." + hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
-
-    def serves(self, registered: Iterable[str]) -> frozenset[str]:
-        """The kinds served: those registered (handlers), narrowed by ``kinds``."""
-        kinds = frozenset(registered)
-        return kinds if self.kinds is None else kinds & self.kinds
-
-    def subscriptions(
-        self, registered: Iterable[str], shards: frozenset[int] | None = None
-    ) -> tuple[Subscription, ...]:
-        """What this worker serves, one per queue: exactly the kinds it has handlers
-        for (narrowed by ``kinds``), its shards (``shards`` if given: those of
-        ``--shards auto`` now), and its prefetch as its share of the route's
-        window (a task of a kind no live worker registers waits in the ledger,
-        unattempted)."""
-        kinds = self.serves(registered)
-        served = self.shards if shards is None else shards
-        return tuple(Subscription(q, kinds, served, self.effective_prefetch) for q in self.queues)
-
-    @property
-    def effective_prefetch(self) -> int:
-        return self.prefetch or 2 * self.concurrency
-
-
-@dataclass(frozen=True)
-class DirectSource:
-    """What a worker without a broker claims from (consumers/direct.py)."""
-
-    ledger: DirectLedger
-    #: Set on every enqueue notification (:class:`~ledgerq.ledger.pg.notify.Wakeup`).
-    wake: asyncio.Event
-    config: DirectConfig = field(default_factory=DirectConfig)
-    #: Beside a broker (broker-down mode): whether its connection is up, and when
-    #: to fall back. Without a broker (``--direct``) both are None.
-    broker_up: Callable[[], bool] | None = None
-    fallback: FallbackConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -218,24 +88,22 @@ class Worker:
         registry: Registry,
         config: WorkerConfig,
         *,
-        consume: Consume | None,
-        direct: DirectSource | None = None,
+        source: SourceFactory,
         sync_engine: Engine | None,
         async_engine: AsyncEngine,
-        alert: AlertHook = log_alert,
-        probe: Probe = no_probe,
-        observer: Observer = NO_OBSERVER,
+        hooks: Hooks = NO_HOOKS,
         shard_engines: Sequence[tuple[Engine | None, AsyncEngine]] = (),
         routing: RoutingLedger | None = None,
     ) -> None:
-        """``shard_engines``: with ledger shards, the handlers' (sync, async) engines of
-        each shard, so a task's ``ctx.session`` is on its own shard's database; batch
-        windows are then off (a window is one transaction, in one database).
-        ``routing``: where the worker registers what it serves (None: nowhere, so
-        its queues are published to as if no worker had subscribed: unit tests)."""
+        """``source``: where its claims come from (:mod:`.sources`), bound to the
+        pipeline built here. ``shard_engines``: with ledger shards, the handlers'
+        (sync, async) engines of each shard, so a task's ``ctx.session`` is on its
+        own shard's database; batch windows are then off (a window is one
+        transaction, in one database). ``routing``: where the worker registers what
+        it serves (None: nowhere, so its queues are published to as if no worker
+        had subscribed: unit tests)."""
         self.config = config
-        self._consume = consume
-        self._consumption: Consumption | None = None
+        self.hooks = hooks
         self._stopping: asyncio.Task[None] | None = None
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="ledgerq-handler")
         self.acker = Acker(max_waiting=max(8, config.effective_prefetch // 4))
@@ -246,9 +114,9 @@ class Worker:
             self.leases,
             max_batch=config.max_batch,
             grace_s=config.grace_s,
-            alert=alert,
-            probe=probe,
-            observer=observer,
+            alert=hooks.alert,
+            probe=hooks.probe,
+            observer=hooks.observer,
         )
         self.runner = TaskRunner(
             registry,
@@ -258,8 +126,8 @@ class Worker:
             async_engine,
             on_context=self.leases.attach,
             default_timeout_s=config.default_timeout_s,
-            probe=probe,
-            observer=observer,
+            probe=hooks.probe,
+            observer=hooks.observer,
             shard_engines=shard_engines,
             hung=HungThreads(config.hang_limit_s),
         )
@@ -277,44 +145,22 @@ class Worker:
         self.dispatcher = Dispatcher(
             registry, self.runner, group, self.batcher, slots, self.leases, self.finisher.put
         )
-        self.claimer = Claimer(
-            ledger,
-            self.acker,
-            slots,
-            self.dispatcher.start,
-            worker_id=config.worker_id,
-            lease_s=config.lease_s,
-            max_batch=config.max_batch,
-            observer=observer,
-            lease_kinds=frozenset(h.kind for h in registry if h.lease),
-        )
-        self.intake = Intake(self.acker, self.claimer.offer, probe)
-        if consume is None and (direct is None or direct.fallback is not None):
-            raise ValueError(
-                "a worker without a broker claims directly (and falls back to nothing)"
-            )
-        if consume is not None and direct is not None and direct.fallback is None:
-            raise ValueError("a direct source beside a broker is its fallback: give it one")
-        self.direct = (
-            None
-            if direct is None
-            else DirectClaimer(
-                direct.ledger,
+        self.source = source(
+            Feed(
+                ledger,
+                self.acker,
                 slots,
                 self.dispatcher.start,
-                direct.wake,
-                queues=config.queues,
+                hooks,
                 worker_id=config.worker_id,
+                queues=config.queues,
                 lease_s=config.lease_s,
-                config=direct.config,
-                observer=observer,
+                max_batch=config.max_batch,
+                prefetch=config.effective_prefetch,
+                concurrency=config.concurrency,
                 kinds=config.serves(registry.kinds()),
+                lease_kinds=frozenset(h.kind for h in registry if h.lease),
             )
-        )
-        self.fallback = (
-            None
-            if self.direct is None or direct is None or direct.fallback is None
-            else Fallback(self.direct, direct.broker_up or (lambda: True), direct.fallback)
         )
         self.liveness = (
             None if routing is None else Liveness(routing, config.worker_id, config.liveness_s)
@@ -330,7 +176,7 @@ class Worker:
                 self.subscriptions,
                 ttl_s=config.lease_s,
                 every_s=config.heartbeat_s,
-                direct=consume is None,
+                direct=self.source.direct,
             )
         )
         self.pool = (
@@ -345,27 +191,26 @@ class Worker:
                 every_s=config.pool_refresh_s,
             )
         )
-        if config.auto_shards is not None and (consume is None or direct is not None):
+        if config.auto_shards is not None and not self.source.reshardable:
             raise ValueError("--shards auto routes through RabbitMQ: no direct claims")
 
     @property
     def counts(self) -> WorkerCounts:
         return WorkerCounts(
-            received=self.intake.received,
-            claimed=self.claimer.claimed + (self.direct.claimed if self.direct else 0),
-            skipped=self.claimer.skipped,
+            received=self.source.received,
+            claimed=self.source.claimed,
+            skipped=self.source.skipped,
             succeeded=self.finisher.succeeded,
             retried=self.finisher.retried,
             dead=self.finisher.dead,
-            rejected=self.intake.rejected,
+            rejected=self.source.rejected,
             cancelled=self.finisher.cancelled,
         )
 
     @property
     def consuming(self) -> bool:
         """Whether deliveries are coming in (started, and not stopping)."""
-        started = self._consumption is not None or (self.direct is not None and self.direct.running)
-        return started and not self.finisher.closing
+        return self.source.running and not self.finisher.closing
 
     @property
     def threads_running(self) -> int:
@@ -377,31 +222,17 @@ class Worker:
             await self.liveness.start()
         self.finisher.start()
         self.leases.start()
-        if self.direct is not None and self.fallback is None:
-            if self.subscriber is not None:  # first: no relay publishes these queues now
-                await self.subscriber.start()
-            self.direct.start_loop()
-            return
-        self.claimer.start_loop()
-        assert self._consume is not None
         if self.pool is not None:  # after the first beat: it counts itself in
             self.pool.shards = await self.pool.compute()
             self._subscribe(self.pool.shards)
-        names = [s.broker_name for s in self.subscriptions]
-        self._consumption = await self._consume(names, self.config.effective_prefetch, self.intake)
-        if self.subscriber is not None:
-            await self.subscriber.start()  # after the declaration: never routed to nothing
+        await self.source.start([s.broker_name for s in self.subscriptions], self._announce)
         if self.pool is not None:
             await self.pool.start()
-        log.info(
-            "worker %s consuming %s (concurrency %d, prefetch %d)",
-            self.config.worker_id,
-            ", ".join(names),
-            self.config.concurrency,
-            self.config.effective_prefetch,
-        )
-        if self.fallback is not None:
-            self.fallback.start()
+
+    async def _announce(self) -> None:
+        """Register what it serves (the source says when: :mod:`.sources`)."""
+        if self.subscriber is not None:
+            await self.subscriber.start()
 
     async def stop(self) -> None:
         """Stop consuming and claiming; let in-flight handlers finish within the grace;
@@ -431,32 +262,25 @@ class Worker:
         as ever and acked on their channel. Raises if the broker or the database
         refuses: nothing is switched then but the consumers (the next refresh
         tries again)."""
-        if self._consume is None or self._consumption is None or self.finisher.closing:
+        if self.finisher.closing:
             return
-        subscriptions = self.config.subscriptions(self._kinds, shards)
-        names = [s.broker_name for s in subscriptions]
-        consumption = await self._consume(names, self.config.effective_prefetch, self.intake)
-        old, self._consumption = self._consumption, consumption
-        self._subscribe(shards)
-        try:
+
+        async def announce() -> None:
+            self._subscribe(shards)
             if self.subscriber is not None:
                 await self.subscriber.beat()
-        finally:
-            await old.cancel()
+
+        subscriptions = self.config.subscriptions(self._kinds, shards)
+        await self.source.resubscribe([s.broker_name for s in subscriptions], announce)
 
     async def _stop(self) -> None:
         self.finisher.stopping()
         if self.pool is not None:  # first: no switch while stopping
             await self.pool.stop()
-        if self.fallback is not None:  # first: a broker down now must not start direct claims
-            await self.fallback.stop()
-        if self._consumption is not None:  # never waits for a broker that is away
-            await self._consumption.cancel()
+        await self.source.stop_intake()  # never waits for a broker that is away
         if self.subscriber is not None:
             await self.subscriber.stop()
-        await self.claimer.stop()
-        if self.direct is not None:
-            await self.direct.stop()
+        await self.source.stop()  # the claim in flight: its tasks drain with the others
         await self.dispatcher.drain(self.config.grace_s)
         await self.batcher.close()
         await self.finisher.close()  # every outcome written and acked

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -32,7 +32,16 @@ from ledgerq.compose.monitoring import monitoring, stop_event, watch_readiness
 from ledgerq.consumers.direct import DirectConfig, FallbackConfig
 from ledgerq.consumers.periodic import CatchUp, PeriodicConfig, PeriodicEnqueuer
 from ledgerq.consumers.registry import Registry
-from ledgerq.consumers.worker import DirectSource, Worker, WorkerConfig
+from ledgerq.consumers.sources import (
+    BrokerSource,
+    ClaimSource,
+    Consume,
+    DirectSource,
+    FallbackSource,
+    Feed,
+    SourceFactory,
+)
+from ledgerq.consumers.worker import Worker, WorkerConfig
 from ledgerq.faults import probe_from_env
 from ledgerq.health import Health
 from ledgerq.ledger.alerts import AlertHook
@@ -51,6 +60,7 @@ from ledgerq.ledger.sharded import (
     ShardedWorkerLedger,
 )
 from ledgerq.relay.broker.aio import AioConsumption, connect, is_connected
+from ledgerq.relay.hooks import Hooks
 from ledgerq.relay.probes import Probe
 from ledgerq.runtime import SchemaWatch, off_loop, unless_stopped
 
@@ -95,6 +105,36 @@ async def scheduling(
         await loop
 
 
+def claim_source(
+    settings: Settings,
+    config: WorkerConfig,
+    broker: tuple[Consume, Callable[[], bool]] | None,
+    claims: DirectLedger,
+    woken: asyncio.Event,
+    direct: DirectConfig | None,
+    fallback: FallbackConfig | None,
+) -> tuple[SourceFactory, bool]:
+    """Where the worker's claims come from (:mod:`ledgerq.consumers.sources`), and
+    whether it claims from the ledger at all (so it LISTENs for enqueues): with
+    no ``broker`` (its consume, and whether its connection is up), the ledger
+    (``--direct``); else the broker, with a fallback to the ledger while it is
+    down, unless ``fallback`` is None or the worker serves some kinds or shards
+    only (it would claim the others directly:
+    docs/guarantees.md, broker-down mode)."""
+    if broker is None:
+        chosen = direct or DirectConfig()
+        return (lambda feed: DirectSource(feed, claims, woken, chosen)), True
+    consume, up = broker
+    if fallback is None or config.kinds or config.shards or config.auto_shards:
+
+        def consumed(feed: Feed) -> ClaimSource:
+            return BrokerSource(feed, consume)
+
+        return consumed, False
+    checked, after = DirectConfig(aging_s=settings.priority_aging_s), fallback
+    return (lambda feed: FallbackSource(feed, consume, claims, woken, checked, up, after)), True
+
+
 @asynccontextmanager
 async def open_worker(
     settings: Settings,
@@ -114,7 +154,7 @@ async def open_worker(
     ledger, woken by LISTEN (consumers/direct.py); without, ``fallback`` (None: never)
     says when it claims from the ledger while the broker is away (broker-down mode)."""
     config = config or WorkerConfig()
-    alert = alert or alert_hook(settings)
+    hooks = Hooks(alert or alert_hook(settings), probe or probe_from_env(), observer)
     await off_loop(partial(check_schema, settings))  # the loop hears SIGTERM meanwhile
     connection = (
         None
@@ -161,38 +201,28 @@ async def open_worker(
         for db in databases
     ]
     claims: DirectLedger = claimers[0] if len(claimers) == 1 else ShardedDirectLedger(claimers)
-    if connection is None:
-        source: DirectSource | None = DirectSource(claims, woken, direct or DirectConfig())
-    elif fallback is not None and not (config.kinds or config.shards or config.auto_shards):
-        # (A worker that serves some kinds or shards only would claim the others
-        # directly: it gets no fallback. docs/guarantees.md, broker-down mode.)
-        source = DirectSource(
-            claims,
-            woken,
-            DirectConfig(aging_s=settings.priority_aging_s),
-            broker_up=partial(is_connected, connection),
-            fallback=fallback,
+    broker = (
+        None
+        if connection is None
+        else (
+            partial(AioConsumption.consume, connection, topology(settings)),
+            partial(is_connected, connection),
         )
-    else:
-        source = None
+    )
+    source, woken_used = claim_source(settings, config, broker, claims, woken, direct, fallback)
     worker = Worker(
         worker_ledger,
         registry,
         config,
-        consume=None
-        if connection is None
-        else partial(AioConsumption.consume, connection, topology(settings)),
-        direct=source,
+        source=source,
         sync_engine=handlers_sync,
         async_engine=handlers_async,
-        alert=alert,
-        probe=probe or probe_from_env(),
-        observer=observer,
+        hooks=hooks,
         shard_engines=engines if len(engines) > 1 else (),
         routing=routing,
     )
     try:
-        if source is not None:
+        if woken_used:
             for wakeup in wakeups:
                 wakeup.start()
         await worker.start()
