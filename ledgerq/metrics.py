@@ -175,6 +175,18 @@ class WorkerMetrics(Observer):
         child.inc()
 
 
+def multiprocess_registry(path: str) -> CollectorRegistry:
+    """``ledgerq worker --processes N``'s one endpoint: every child's metrics, which
+    they write to files in ``path`` (prometheus-client's multiprocess mode, the
+    children started with ``PROMETHEUS_MULTIPROC_DIR=path``), summed at each scrape.
+    A dead child's counters stay in the sums (its files are kept)."""
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+    return registry
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True

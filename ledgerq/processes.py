@@ -1,7 +1,19 @@
-"""Start and stop ledgerq's own services as child processes (used by demo and bench)."""
+"""Start and stop ledgerq's own services as child processes (used by demo and bench),
+and the child's side of ``ledgerq worker --processes N`` (:mod:`ledgerq.compose.supervisor`).
+
+A supervised child is an ordinary ``ledgerq worker`` started with
+:data:`SUPERVISED_ENV` naming a report file. Its hang limit is then
+:data:`HARD_STOP_S` (a sync handler past its timeout ends the child at once,
+exit 70, consumers/hung.py) and :func:`report_hung` copies the one critical
+line the worker logs as it ends into that file, so the supervisor knows which
+task it was (the line names it: ``task <id> (<kind>) attempt <n>: ...``).
+:func:`child_argv` is the supervisor's command line minus the options that are
+the supervisor's own.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -12,6 +24,14 @@ from pathlib import Path
 from typing import IO
 
 from ledgerq.ledger.config import Settings
+
+#: Set in a supervised child's environment: the file its hung-handler line goes to.
+SUPERVISED_ENV = "LEDGERQ_SUPERVISED_REPORT"
+#: A supervised child's hang limit: a sync handler past its timeout ends its process
+#: as soon as the worker's watchdog fires (milliseconds), and the child is replaced.
+HARD_STOP_S = 0.001
+#: The supervisor's own options, never passed to a child (with their value).
+SUPERVISOR_OPTIONS = ("--processes", "--metrics-port")
 
 
 def service_env(settings: Settings) -> dict[str, str]:
@@ -64,3 +84,41 @@ class Services:
 
     def dead(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.procs if p.poll() is not None]
+
+
+class _HungReport(logging.Handler):
+    """Appends each critical line of the worker's logger to the report file, with
+    one ``write`` (the process ends right after: consumers/hung.py's ``crash``)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(logging.CRITICAL)
+        self.path = path
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = record.getMessage().replace("\n", " ") + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+def report_hung(path: str) -> None:
+    """In a supervised child: copy the worker's critical lines (the hung watchdog's)
+    to ``path`` for the supervisor."""
+    logging.getLogger("ledgerq.worker").addHandler(_HungReport(path))
+
+
+def child_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` (a ``ledgerq ... worker --processes N ...`` command line, without the
+    program) minus :data:`SUPERVISOR_OPTIONS` and their values."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in SUPERVISOR_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(f"{name}=" for name in SUPERVISOR_OPTIONS)):
+            out.append(arg)
+    return out

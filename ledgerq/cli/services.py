@@ -17,6 +17,7 @@ import click
 from ledgerq.cli.group import EX_USAGE, json_option, pass_settings
 from ledgerq.compose import serve_reconciler, serve_relay, serve_worker
 from ledgerq.compose.relay import GRACE_S as RELAY_GRACE_S
+from ledgerq.compose.supervisor import MAX_PROCESSES, SupervisorConfig, supervise
 from ledgerq.consumers.batch import BatchConfig
 from ledgerq.consumers.direct import DirectConfig, FallbackConfig
 from ledgerq.consumers.registry import Registry, default_registry
@@ -25,6 +26,7 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.errors import LedgerqError
 from ledgerq.ledger.routing import RoutingError, parse_kinds, parse_queues, parse_shards
 from ledgerq.ledger.validation import check_name
+from ledgerq.processes import HARD_STOP_S, SUPERVISED_ENV, child_argv, report_hung
 from ledgerq.relay.reconciler import ReconcileCounts, ReconcilerConfig
 from ledgerq.relay.service import RelayConfig
 from ledgerq.runtime import run_service
@@ -59,6 +61,12 @@ def load_app(module: str) -> Registry:
     return default_registry
 
 
+class ProcessesError(LedgerqError):
+    """``--processes`` out of range (a usage error: one line, exit 64)."""
+
+    exit_code = EX_USAGE
+
+
 class TracingSetupError(LedgerqError):
     """``--tracing`` names a module or function that cannot be loaded (exit 64)."""
 
@@ -88,6 +96,18 @@ def load_tracing(path: str) -> None:
         setup()
     except Exception as exc:
         raise TracingSetupError(f"--tracing {path!r} failed: {type(exc).__name__}: {exc}") from None
+
+
+def _processes_mode(processes: int | None, hang_limit_s: float) -> float:
+    """Check ``--processes``; the hang limit to run with (a child of ``--processes``,
+    :data:`SUPERVISED_ENV` set: a sync handler's timeout ends it, ledgerq.processes)."""
+    if processes is not None and not 1 <= processes <= MAX_PROCESSES:
+        raise ProcessesError(f"--processes must be 1..{MAX_PROCESSES}, got {processes}")
+    report = os.environ.get(SUPERVISED_ENV)
+    if not report:
+        return hang_limit_s
+    report_hung(report)
+    return HARD_STOP_S
 
 
 @click.command("relay")
@@ -259,6 +279,14 @@ def relay(
     help="Seconds the broker connection may be down before the worker claims due tasks "
     "straight from the ledger until it is back (0: never).",
 )
+@click.option(
+    "--processes",
+    type=int,
+    default=None,
+    help="Run N worker processes, each with --concurrency slots, under one supervisor "
+    "that restarts a dead one, drains them all on SIGTERM and serves one --metrics-port; "
+    "a sync handler past its timeout is stopped with its process (docs/howto.md).",
+)
 @metrics_port_option
 @pass_settings
 def worker(
@@ -280,9 +308,11 @@ def worker(
     direct_batch: int,
     direct_poll_s: float,
     broker_fallback_s: float,
+    processes: int | None,
 ) -> None:
     """Run handlers for tasks delivered from RabbitMQ, or with --direct claimed straight
     from the ledger (runs until SIGTERM)."""
+    hang_limit_s = _processes_mode(processes, hang_limit_s)
     registry = load_app(app)
     try:
         lanes = parse_queues(queues)
@@ -334,6 +364,11 @@ def worker(
             "--direct claims every kind its app registers, on every shard of its queues: "
             "it cannot be given --kinds or --shards (those route through RabbitMQ)"
         )
+    if processes is not None:
+        supervisor = SupervisorConfig(processes, grace_s=grace_s)
+        argv = child_argv(sys.argv[1:])
+        port = metrics_port or settings.metrics_port
+        sys.exit(run_service(supervise(settings, argv, supervisor, port), settings.event_loop))
     drained = run_service(
         serve_worker(settings, registry, configs, metrics_port or 0, direct_config, fallback),
         settings.event_loop,

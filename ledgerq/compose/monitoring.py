@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -64,8 +65,11 @@ def stop_event(*also: Callable[[], None]) -> asyncio.Event:
 @asynccontextmanager
 async def monitoring(port: int, service: str) -> AsyncIterator[tuple[Observer, Health | None]]:
     """With a port: the service's metrics and its health, served on it (before the
-    service connects: /readyz says "starting" meanwhile). Without: no-ops."""
-    if not port:
+    service connects: /readyz says "starting" meanwhile). Without: no-ops, except
+    in a child of ``ledgerq worker --processes`` (``PROMETHEUS_MULTIPROC_DIR`` set):
+    metrics recorded to that directory, served by the supervisor, and no endpoint."""
+    multiprocess = not port and bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+    if not port and not multiprocess:
         yield NO_OBSERVER, None
         return
     from ledgerq import metrics  # only now: prometheus_client loads with a metrics port only
@@ -74,6 +78,9 @@ async def monitoring(port: int, service: str) -> AsyncIterator[tuple[Observer, H
     observer: Observer = (
         metrics.RelayMetrics(registry) if service == "relay" else metrics.WorkerMetrics(registry)
     )
+    if multiprocess:
+        yield observer, None
+        return
     health = Health()
     server = metrics.MetricsServer(port, health, registry)
     health.start_ticking()
