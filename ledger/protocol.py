@@ -452,7 +452,8 @@ class OverviewLedger(Protocol):
 
 class Ledger(
     RelayLedger,
-    WorkerLedger,
+    DirectLedger,
+    RoutingLedger,
     ReconcilerLedger,
     InspectionLedger,
     RetentionLedger,

@@ -57,6 +57,7 @@ log = logging.getLogger("ledgerq")
 T = TypeVar("T")
 R = TypeVar("R")
 L = TypeVar("L", bound=WorkerLedger)
+D = TypeVar("D", bound=DirectLedger)
 
 Merge = Callable[[list[Any]], Any]
 
@@ -68,7 +69,7 @@ class OperatorLedger(InspectionLedger, OperationsLedger, SchedulingLedger, Proto
     async def dispose(self) -> None: ...
 
 
-class ShardLedger(WorkerLedger, OperatorLedger, HarnessLedger, Protocol):
+class ShardLedger(DirectLedger, RoutingLedger, OperatorLedger, HarnessLedger, Protocol):
     """One shard's ledger as :class:`ShardedLedger` uses it."""
 
 
@@ -253,13 +254,13 @@ class ShardedRouting(_Shards[Any]):
     pool_members = on_first()  # every worker beats on every shard
 
 
-class ShardedDirectLedger(ShardedWorkerLedger[DirectLedger]):
+class ShardedDirectLedger(ShardedWorkerLedger[D]):
     """Direct claims (``worker --direct``, broker-down mode) over every shard: each
     call starts at the next shard and takes what it finds there, then from the
     following ones until ``limit`` is met, so no shard waits behind another's backlog
     for more than one call per shard."""
 
-    def __init__(self, shards: Sequence[DirectLedger]) -> None:
+    def __init__(self, shards: Sequence[D]) -> None:
         super().__init__(shards)
         self._next = 0
 
@@ -340,9 +341,10 @@ def _kinds(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [merged[kind] for kind in sorted(merged)]
 
 
-class ShardedLedger(ShardedWorkerLedger[ShardLedger]):
-    """:class:`ShardedWorkerLedger`, :class:`OperatorLedger` and the testing protocol
-    over ``shards[k]``."""
+class ShardedLedger(ShardedDirectLedger[ShardLedger], ShardedRouting):
+    """Every protocol of the processes that meet tasks of every shard (the worker's,
+    direct claims and routing included; :class:`OperatorLedger`) and the testing
+    protocol, over ``shards[k]``."""
 
     # -- inspection: every shard asked, the answers merged --------------------------------
     stats = everywhere(_stats)
@@ -486,4 +488,5 @@ if TYPE_CHECKING:  # mypy checks the classes against the protocols they serve
     _direct: type[DirectLedger] = ShardedDirectLedger
     _routing: type[RoutingLedger] = ShardedRouting
     _operator: type[OperatorLedger] = ShardedLedger
+    _every: type[ShardLedger] = ShardedLedger
     _harness: type[HarnessLedger] = ShardedLedger

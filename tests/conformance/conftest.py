@@ -1,0 +1,122 @@
+"""The conformance suite's implementations: every test runs once per storage
+implementation that serves its protocol.
+
+``ledger`` is the implementation under test. A module's ``IMPLEMENTATIONS``
+names the ones it runs on: :data:`EVERY` (the default: ``PgLedger`` on one
+database, and :class:`~ledgerq.ledger.sharded.ShardedLedger` over two shard
+databases) for what the processes that meet every shard ask (the worker's,
+routing, operations, inspection, scheduling, the testing protocol), and
+:data:`ONE_DATABASE` for the protocols that work on one database at a time
+(the relay's, the reconciler's, retention, the rollup, the overview). A new
+implementation (the MySQL ledger, issue 29) is one more name here and one more
+branch in :func:`ledger`.
+
+``enqueue`` creates tasks as a producer does (``enqueue_many`` in a committed
+transaction); with shards, each task on the next shard in turn, so batches
+cross shards. Time passes only through the testing protocol's ``backdate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from ledgerq import TaskSpec, enqueue_many
+from ledgerq.ledger.config import Settings
+from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.pg.engines import async_engine, sync_engine
+from ledgerq.ledger.sharded import ShardedLedger
+from tests.conformance.support import SUBSCRIBER, Enqueue, window
+from tests.shard_dbs import create_shards
+
+#: Every implementation, and those of the single-database protocols.
+EVERY = ("pg", "sharded")
+ONE_DATABASE = ("pg",)
+SHARDS = 2
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "implementation" in metafunc.fixturenames:
+        names = getattr(metafunc.module, "IMPLEMENTATIONS", EVERY)
+        metafunc.parametrize("implementation", names)
+
+
+@pytest.fixture(scope="session")
+def shard_settings(base_settings: Settings) -> Settings:
+    """Two shard databases (``<test db>_c1``, ``_c2``), created once a session."""
+    return create_shards(base_settings, SHARDS, tag="c")
+
+
+@pytest.fixture
+def databases(implementation: str, request: pytest.FixtureRequest) -> list[Settings]:
+    """The databases under ``implementation``, one per shard."""
+    if implementation == "sharded":
+        sharded: Settings = request.getfixturevalue("shard_settings")
+        return sharded.ledger_shards()
+    base: Settings = request.getfixturevalue("base_settings")
+    return [base]
+
+
+@pytest.fixture
+async def ledger(implementation: str, databases: list[Settings]) -> AsyncIterator[Any]:
+    """The implementation under test, emptied, with a live whole-queue subscriber on
+    "default" and "other" whose window is larger than any test's rows (the relay's
+    and the reconciler's batches pick only what a live window has room for)."""
+    shards = [PgLedger(async_engine(db, "ledgerq-conformance", pool_size=3)) for db in databases]
+    opened: PgLedger | ShardedLedger = (
+        shards[0] if implementation == "pg" else ShardedLedger(shards)
+    )
+    try:
+        await opened.truncate()
+        await window(opened, 10_000)
+        yield opened
+    finally:
+        await opened.unsubscribe(SUBSCRIBER)
+        await opened.dispose()
+
+
+@pytest.fixture
+def enqueue(databases: list[Settings]) -> Iterator[Enqueue]:
+    """Create tasks as a producer does: ``enqueue_many`` in a committed transaction
+    (one per shard the tasks go to; the i-th task to shard i mod the shard count)."""
+    engines: list[Engine] = [
+        sync_engine(db, "ledgerq-conformance-producer", pool_size=1) for db in databases
+    ]
+
+    def create(*specs: TaskSpec | str, **options: Any) -> list[int]:
+        tasks = [s if isinstance(s, TaskSpec) else TaskSpec(s, **options) for s in specs]
+        ids: list[int] = [0] * len(tasks)
+        for k, engine in enumerate(engines):
+            mine = list(range(k, len(tasks), len(engines)))
+            if not mine:
+                continue
+            with Session(engine) as session, session.begin():
+                for position, task_id in zip(
+                    mine, enqueue_many(session, [tasks[i] for i in mine]), strict=True
+                ):
+                    ids[position] = task_id
+        return ids
+
+    yield create
+    for engine in engines:
+        engine.dispose()
+
+
+@pytest.fixture
+async def rival(implementation: str, databases: list[Settings]) -> AsyncIterator[Any]:
+    """A second instance of the implementation on the same databases (another
+    process's), for the tests of what two holders may not share."""
+    shards = [
+        PgLedger(async_engine(db, "ledgerq-conformance-rival", pool_size=1)) for db in databases
+    ]
+    opened: PgLedger | ShardedLedger = (
+        shards[0] if implementation == "pg" else ShardedLedger(shards)
+    )
+    try:
+        yield opened
+    finally:
+        await opened.dispose()

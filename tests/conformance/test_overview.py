@@ -1,0 +1,81 @@
+"""The dashboard's rollup and what its overview and task pages read, on every
+single-database implementation."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from ledgerq import TaskSpec
+from ledgerq.ledger.model import Outcome
+from ledgerq.ledger.protocol import LedgerWithHarness
+from tests.conformance.conftest import ONE_DATABASE
+from tests.conformance.support import LEASE_S, WORKER, Enqueue, publish
+
+IMPLEMENTATIONS = ONE_DATABASE
+
+
+async def finish_some(ledger: LedgerWithHarness, enqueue: Enqueue) -> list[int]:
+    """Two succeeded and one dead task of "conf.v", finished by WORKER."""
+    ids = enqueue("conf.v", "conf.v", "conf.v")
+    await publish(ledger)
+    won = await ledger.claim([(i, 0) for i in ids], WORKER, LEASE_S)
+    fences = {t.id: t.fence for t in won}
+    await ledger.finish(
+        [
+            Outcome.succeeded(fences[ids[0]]),
+            Outcome.succeeded(fences[ids[1]]),
+            Outcome.failed(fences[ids[2]], "ValueError: bad input", final=True),
+        ]
+    )
+    return ids
+
+
+async def test_the_rollup_counts_settled_finishes_and_prunes_old_rows(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    assert await ledger.rolled_upto() is None  # never ran since the ledger was emptied
+    await finish_some(ledger, enqueue)
+
+    step = await ledger.roll_up(settle_s=0.0, max_span_s=86_400.0, backfill_s=3600.0)
+
+    assert step.rolled_upto is not None and await ledger.rolled_upto() == step.rolled_upto
+    assert await ledger.prune_rollup(keep_s=86_400.0) == 0  # nothing that old
+    assert await ledger.prune_rollup(keep_s=0.0) >= 0
+
+
+async def test_throughput_latency_and_dead_errors_read_history(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    await finish_some(ledger, enqueue)
+    since = await ledger.database_now() - timedelta(hours=1)
+
+    bins = await ledger.throughput(since, 60.0, None)
+    assert {r["status"]: 0 for r in bins} == {"succeeded": 0, "dead": 0}
+    assert sum(r["n"] for r in bins if r["status"] == "succeeded") == 2
+    assert sum(r["n"] for r in await ledger.latency(since, None) if r["kind"] == "conf.v") > 0
+    [error] = await ledger.dead_errors(since, None)
+    assert (error["kind"], error["n"]) == ("conf.v", 1) and "bad input" in str(error)
+
+
+async def test_live_counts_and_workers_show_whats_waiting_and_who_runs_it(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    pending, running = enqueue("conf.live", "conf.live")
+    await ledger.claim([(running, 0)], WORKER, LEASE_S)
+
+    [counts] = [r for r in await ledger.live_counts() if r["kind"] == "conf.live"]
+    assert (counts["pending"], counts["running"]) == (1, 1)
+    assert WORKER in {r["worker"] for r in await ledger.workers()}
+    assert await ledger.whereabouts([pending]) == {pending: "pending"}
+
+
+async def test_children_lists_the_tasks_a_task_enqueued(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    [parent] = enqueue("conf.parent")
+    kids = enqueue(TaskSpec("conf.kid", parent_id=parent), TaskSpec("conf.kid", parent_id=parent))
+
+    rows = await ledger.children(parent)
+
+    assert [r["id"] for r in rows] == sorted(kids, reverse=True)  # newest first
+    assert await ledger.children(parent, limit=1) == rows[:1]

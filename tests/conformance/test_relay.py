@@ -1,0 +1,200 @@
+"""The relay's side: ``publish_batch`` and its ``mark_published``, within the live
+windows of the workers' subscriptions (routing), on every single-database
+implementation."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from ledgerq import TaskSpec
+from ledgerq.ledger.model import DueTask
+from ledgerq.ledger.protocol import LedgerWithHarness
+from ledgerq.ledger.routing import Subscription
+from tests.conformance.conftest import ONE_DATABASE
+from tests.conformance.support import (
+    SUBSCRIBER,
+    Enqueue,
+    claim_one,
+    publish,
+    when,
+    window,
+)
+
+IMPLEMENTATIONS = ONE_DATABASE
+
+
+# -- publish_batch and mark_published --------------------------------------------------
+
+
+async def test_publish_batch_returns_only_due_pending_rows(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    due, later, running, published = enqueue("conf.pub", "conf.pub", "conf.pub", "conf.pub")
+    [not_yet] = enqueue(TaskSpec("conf.pub", delay=3600))
+    [urgent] = enqueue(TaskSpec("conf.pub", priority=5))
+    await claim_one(ledger, running)
+    assert await publish(ledger, [published]) == {published}
+
+    async with ledger.publish_batch(10) as batch:
+        rows = batch.rows
+
+    assert [r.id for r in rows] == [urgent, due, later]  # priority first, then due order
+    assert not_yet not in {r.id for r in rows}
+    assert rows[0] == DueTask(urgent, "conf.pub", "default", 5, 0)
+
+
+async def test_publish_batch_takes_at_most_its_limit(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    ids = enqueue(*["conf.pub"] * 5)
+
+    async with ledger.publish_batch(2) as batch:
+        assert [r.id for r in batch.rows] == ids[:2]
+
+
+async def test_publish_batches_open_at_once_never_share_a_row(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    first, second = enqueue("conf.pub", "conf.pub")
+
+    async with ledger.publish_batch(1) as one, ledger.publish_batch(10) as other:
+        assert [r.id for r in one.rows] == [first]
+        assert [r.id for r in other.rows] == [second]  # SKIP LOCKED: first is held
+
+
+async def test_mark_published_moves_pending_rows_to_published(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    first, second = enqueue("conf.pub", "conf.pub")
+
+    async with ledger.publish_batch(10) as batch:
+        marked = await batch.mark_published([r for r in batch.rows if r.id == first])
+
+    assert marked == {first}
+    row = await ledger.show(first)
+    assert (row["status"], row["publishes"], row["epoch"]) == ("published", 1, 0)
+    assert row["published_at"] is not None
+    assert (await ledger.show(second))["status"] == "pending"  # confirmed rows only
+
+
+async def test_mark_published_republishes_a_published_row_and_counts_it(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    [task_id] = enqueue("conf.pub")
+    await publish(ledger)
+    await ledger.backdate([task_id], "published_at", 3600)  # simulate an hour without a claim
+    stale_clock = when((await ledger.show(task_id))["published_at"])
+
+    async with ledger.stalled_batch(0, 10, 60.0, {}) as batch:
+        assert [r.id for r in batch.rows] == [task_id]
+        marked = await batch.mark_published(batch.rows)
+
+    assert marked == {task_id}
+    row = await ledger.show(task_id)
+    assert (row["status"], row["publishes"]) == ("published", 2)
+    assert when(row["published_at"]) > stale_clock + timedelta(seconds=3000)  # clock restarted
+
+
+async def test_mark_published_skips_a_row_whose_fence_moved_on(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    claimed, stale = enqueue("conf.pub", "conf.pub")
+    await claim_one(ledger, claimed)  # a consumer won it: running under epoch 1
+
+    async with ledger.publish_batch(10) as batch:
+        assert [r.id for r in batch.rows] == [stale]
+        marked = await batch.mark_published(
+            [
+                DueTask(claimed, "conf.pub", "default", 0, 0),  # running now
+                DueTask(stale, "conf.pub", "default", 0, 99),  # an epoch it never had
+            ]
+        )
+
+    assert marked == set()
+    assert (await ledger.show(claimed))["status"] == "running"
+    assert ((await ledger.show(stale))["status"], (await ledger.show(stale))["publishes"]) == (
+        "pending",
+        0,
+    )
+
+
+async def test_a_publish_batch_whose_block_raises_rolls_back(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    ids = enqueue("conf.pub", "conf.pub")
+
+    class PublisherCrashed(Exception):
+        pass
+
+    with pytest.raises(PublisherCrashed):
+        async with ledger.publish_batch(10) as batch:
+            assert await batch.mark_published(batch.rows) == set(ids)
+            raise PublisherCrashed
+
+    for task_id in ids:
+        row = await ledger.show(task_id)
+        assert (row["status"], row["publishes"], row["published_at"]) == ("pending", 0, None)
+    async with ledger.publish_batch(10) as batch:
+        assert [r.id for r in batch.rows] == ids  # and the locks were released
+
+
+async def test_publish_batch_picks_nothing_for_a_queue_no_live_subscriber_serves(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    [served] = enqueue("conf.win")
+    [unserved] = enqueue(TaskSpec("conf.win", queue="other"))
+    await window(ledger, 10, "default")  # "other" has no live subscriber now
+
+    async with ledger.publish_batch(10) as batch:
+        assert [r.id for r in batch.rows] == [served]
+    await ledger.unsubscribe(SUBSCRIBER)
+    async with ledger.publish_batch(10) as batch:
+        assert batch.rows == []
+    assert await ledger.whereabouts([served, unserved]) == {served: "pending", unserved: "pending"}
+
+
+async def test_publish_batch_takes_at_most_each_windows_room(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    ids = enqueue(*["conf.win"] * 5)
+    await window(ledger, 3, "default")
+
+    assert await publish(ledger) == set(ids[:3])  # capacity 3, nothing published yet
+    async with ledger.publish_batch(10) as batch:
+        assert batch.rows == []  # room: 3 - 3 published
+    await claim_one(ledger, ids[0])  # a claim frees a place in the window
+    assert await publish(ledger) == {ids[3]}
+    assert {w["queue"]: w["room"] for w in await ledger.windows()} == {"default": 0}
+
+
+async def test_publish_batch_gives_a_routed_subscription_only_its_kinds_on_its_route(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    mine, theirs = enqueue("conf.mine", "conf.theirs")
+    await window(ledger, 10, "default", kinds=frozenset({"conf.mine"}))
+    route = Subscription("default", frozenset({"conf.mine"})).route
+    assert route is not None
+
+    async with ledger.publish_batch(10) as batch:
+        assert batch.rows == [DueTask(mine, "conf.mine", "default", 0, 0, route=route)]
+        await batch.mark_published(batch.rows)
+    assert (await ledger.show(theirs))["status"] == "pending"  # no live route covers it
+
+
+async def test_return_unpublished_takes_back_rows_whose_publish_failed(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    ids = enqueue("conf.pub", "conf.pub")
+    async with ledger.publish_batch(10) as batch:
+        rows = batch.rows
+        assert await batch.mark_published(rows) == set(ids)
+
+    assert await ledger.return_unpublished(rows) == set(ids)  # the broker refused them
+
+    for task_id in ids:
+        row = await ledger.show(task_id)
+        assert (row["status"], row["epoch"]) == ("pending", 1)
+    assert await ledger.return_unpublished(rows) == set()  # fenced: their epoch moved on
+    assert await ledger.return_unpublished([]) == set()

@@ -1,0 +1,79 @@
+"""Scheduling: pauses, rate limits, the settings workers register for their kinds,
+and the periodic enqueuer's ``enqueue``, on every implementation."""
+
+from __future__ import annotations
+
+from ledgerq import TaskSpec
+from ledgerq.ledger.routing import Subscription
+from ledgerq.ledger.scheduling import RateLimit
+from ledgerq.ledger.sharded import ShardLedger
+from tests.conformance.support import LEASE_S, WORKER, Enqueue
+
+
+async def test_a_paused_queue_gives_nothing_until_it_is_resumed(
+    ledger: ShardLedger, enqueue: Enqueue
+) -> None:
+    await ledger.subscribe(WORKER, [Subscription("default")], 600.0, direct=True)
+    ids = enqueue("conf.p", "conf.p")
+
+    paused = await ledger.pause("queue", "default", actor="conformance", reason="maintenance")
+    assert (paused.action, paused.changed) == ("pause", True)
+    assert (await ledger.pause("queue", "default", actor="conformance")).changed is False
+    [row] = await ledger.pauses()
+    assert (row["scope"], row["name"], row["actor"], row["reason"]) == (
+        "queue",
+        "default",
+        "conformance",
+        "maintenance",
+    )
+    assert await ledger.claim_due(["default"], 10, WORKER, LEASE_S) == []
+
+    resumed = await ledger.resume("queue", "default", actor="conformance")
+    assert (resumed.action, resumed.changed) == ("resume", True)
+    assert (await ledger.resume("queue", "default", actor="conformance")).changed is False
+    assert await ledger.pauses() == []
+    won = await ledger.claim_due(["default"], 10, WORKER, LEASE_S)
+    assert {t.id for t in won} == set(ids)
+
+
+async def test_limits_set_by_an_operator_and_registered_by_workers_show_in_kinds(
+    ledger: ShardLedger, enqueue: Enqueue
+) -> None:
+    enqueue("conf.limited", "conf.limited")
+
+    await ledger.set_limit("conf.limited", RateLimit(2.0, 2.0), actor="conformance")
+    [row] = [k for k in await ledger.kinds() if k["kind"] == "conf.limited"]
+    assert int(row["pending"]) == 2
+
+    assert await ledger.register_limits({"conf.worker": RateLimit(5.0, 5.0)}) == ["conf.worker"]
+    assert await ledger.register_limits({"conf.worker": RateLimit(5.0, 5.0)}) == []
+    assert await ledger.register_limits({"conf.worker": RateLimit(1.0, 1.0)}) == ["conf.worker"]
+    assert {"conf.limited", "conf.worker"} <= {k["kind"] for k in await ledger.kinds()}
+
+    await ledger.set_limit("conf.limited", None, actor="conformance")
+    assert "conf.limited" not in {k["kind"] for k in await ledger.kinds()} or all(
+        k.get("rate_per_s") is None for k in await ledger.kinds() if k["kind"] == "conf.limited"
+    )
+
+
+async def test_registered_orderings_and_callbacks_report_only_what_changed(
+    ledger: ShardLedger,
+) -> None:
+    assert await ledger.register_ordering({"conf.o": "block"}) == ["conf.o"]
+    assert await ledger.register_ordering({"conf.o": "block"}) == []
+    assert await ledger.register_ordering({"conf.o": "release"}) == ["conf.o"]
+
+    assert await ledger.register_children_done({"conf.parent": "conf.done"}) == ["conf.parent"]
+    assert await ledger.register_children_done({"conf.parent": "conf.done"}) == []
+    assert await ledger.register_children_done({"conf.parent": None}) == ["conf.parent"]
+
+
+async def test_enqueue_commits_the_specs_in_the_ledgers_own_transaction(
+    ledger: ShardLedger,
+) -> None:
+    ids = await ledger.enqueue([TaskSpec("conf.periodic", {"n": 1}), TaskSpec("conf.periodic")])
+
+    assert len(ids) == 2
+    assert await ledger.whereabouts(ids) == {i: "pending" for i in ids}
+    assert (await ledger.show(ids[0]))["payload"] == {"n": 1}
+    assert await ledger.enqueue([]) == []
