@@ -55,6 +55,8 @@ _NO_DATABASE = re.compile(r'database "(?P<name>.*)" does not exist')
 #: libpq's words for a server certificate it did not accept (wrong CA, wrong host
 #: name): retrying cannot help, so the command stops at once, as for RabbitMQ.
 _CERTIFICATE = re.compile(r"certificate verify failed|does not match host name")
+#: One ``host:port`` of a multi-host URL in SQLAlchemy's form (not a socket path).
+_HOST_PORT = re.compile(r"^(?P<host>[^/].*):(?P<port>\d+)$")
 #: PgBouncer's answer to the startup options ledgerq sends a server by default.
 _POOLER_OPTIONS = re.compile(r"unsupported startup parameter: options")
 log = logging.getLogger("ledgerq")
@@ -204,8 +206,25 @@ def session_engine(settings: Settings, application_name: str) -> AsyncEngine | N
 
 
 def libpq_url(database_url: str) -> str:
-    """The SQLAlchemy URL as a plain libpq URL, for raw psycopg connections."""
-    return make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    """The SQLAlchemy URL as a plain libpq URL, for raw psycopg connections.
+
+    A multi-host URL in SQLAlchemy's form (``?host=a:5432&host=b:5433``, for a
+    primary and its standbys with ``target_session_attrs=read-write``) becomes
+    libpq's (``?host=a,b&port=5432,5433``): libpq would take ``a:5432`` for a
+    host name, and keep only the last ``host``."""
+    url = make_url(database_url).set(drivername="postgresql")
+    hosts = url.query.get("host")
+    if hosts is not None and (not isinstance(hosts, str) or _HOST_PORT.match(hosts)):
+        names, ports = [], []
+        for host in (hosts,) if isinstance(hosts, str) else hosts:
+            split = _HOST_PORT.match(host)
+            names.append(split["host"] if split else host)
+            ports.append(split["port"] if split else "")
+        query = {"host": ",".join(names)}
+        if any(ports):
+            query["port"] = ",".join(ports)
+        url = url.update_query_dict(query)
+    return url.render_as_string(hide_password=False)
 
 
 def _refusal(exc: psycopg.Error, url: str) -> LedgerqError | None:
