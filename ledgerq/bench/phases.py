@@ -181,10 +181,21 @@ class Bench:
             relay.wait(30)
         self._relays = []
 
-    def worker_cpu_s(self) -> float:
-        """CPU seconds (user + system) the worker processes have used so far."""
-        ticks = 0
+    def _worker_tree(self) -> list[int]:
+        """The worker processes and their children (``worker --processes N``)."""
+        pids = list(self._worker_pids)
         for pid in self._worker_pids:
+            try:
+                pids += map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+            except OSError:
+                continue
+        return pids
+
+    def worker_cpu_s(self) -> float:
+        """CPU seconds (user + system) the worker processes (and their children, with
+        ``--processes``: the live ones) have used so far."""
+        ticks = 0
+        for pid in self._worker_tree():
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
             except OSError:
@@ -194,7 +205,7 @@ class Bench:
 
     def worker_peak_rss_mb(self) -> float:
         peaks = []
-        for pid in self._worker_pids:
+        for pid in self._worker_tree():
             try:
                 status = Path(f"/proc/{pid}/status").read_text()
             except OSError:

@@ -24,6 +24,8 @@ DRAINS = {
     "async-db": ("demo.awrite", "drain_async_db_per_s", "drain, async handler, one row"),
     "noop": ("demo.noop", "drain_per_s", "drain, no-op"),
     "group": ("demo.receipt", "drain_db_per_s", "drain, one row, group_commit=True"),
+    # Threads vs ``worker --processes N`` (issue 26): holds the GIL for its whole run.
+    "cpu": ("demo.cpu", "drain_cpu_per_s", "drain, sync CPU-bound handler"),
 }
 #: What each ``--handler`` choice runs, in the order the drains run.
 HANDLER_CHOICES = {

@@ -53,8 +53,9 @@ from ledgerq.ledger.sharded import ShardedLedger
     default="all",
     show_default=True,
     help="Which drains to run: sync-db / async-db (one row through ctx.session, no "
-    "option), noop, group (one row, group_commit=True); all: every one; both: noop "
-    "and group; db: group.",
+    "option), noop, group (one row, group_commit=True), cpu (a sync CPU-bound handler, "
+    "about 10 ms of pure Python; not in all); all: every one; both: noop and group; "
+    "db: group.",
 )
 @click.option(
     "--idle-rate",
@@ -132,6 +133,13 @@ from ledgerq.ledger.sharded import ShardedLedger
     help="An extra option for the workers (repeatable), e.g. --worker-arg=--no-batch-commit.",
 )
 @click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Run each worker as `ledgerq worker --processes N` (N processes of --concurrency "
+    "slots each); compare with --handler cpu.",
+)
+@click.option(
     "--ledger-shards",
     type=click.IntRange(1, MAX_LEDGER_SHARDS),
     default=1,
@@ -162,8 +170,11 @@ def bench(
     peer: str,
     ledger_shards: int,
     direct: bool,
+    processes: int | None,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
+    if processes is not None:
+        worker_args = (*worker_args, "--processes", str(processes))
     _check(tasks, (workers, relays, concurrency, repeat), ordering_keys, direct, ledger_shards)
     if plot_path:
         require_plotting()
@@ -201,6 +212,7 @@ def bench(
             "metrics_port": metrics_port,
             "ordering_keys": ordering_keys,
             "worker_args": list(worker_args),
+            "processes": processes,
             "peer": peer,
             "ledger_shards": ledger_shards,
             "direct": direct,

@@ -111,6 +111,13 @@ class SupervisorConfig:
         if not 0 < self.backoff_s <= self.backoff_max_s or self.stable_s <= 0:
             raise ValueError("backoff_s must be positive, at most backoff_max_s; stable_s too")
 
+    def restart_delay(self, quick_deaths: int) -> float:
+        """Seconds before a dead child starts again, after ``quick_deaths`` deaths in a
+        row within ``stable_s`` of their start (0: at once)."""
+        if quick_deaths <= 0:
+            return 0.0
+        return min(self.backoff_max_s, self.backoff_s * 2.0 ** min(quick_deaths - 1, 32))
+
 
 @dataclass
 class Child:
@@ -177,14 +184,7 @@ class Supervisor:
             child.quick_deaths = (
                 0 if hard_stopped or lived >= self.config.stable_s else (child.quick_deaths + 1)
             )
-            delay = (
-                0.0
-                if not child.quick_deaths
-                else min(
-                    self.config.backoff_max_s,
-                    self.config.backoff_s * 2 ** (child.quick_deaths - 1),
-                )
-            )
+            delay = self.config.restart_delay(child.quick_deaths)
             child.restart_at = now + delay
             log.warning(
                 "child %d (pid %d) %s after %.1f s; restarting it in %.1f s",

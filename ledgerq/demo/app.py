@@ -4,7 +4,9 @@
 ``demo.awrite`` (``async def``) write one row through ``ctx.session`` with no
 option, as the README's handler does (the row and ``succeeded`` commit
 together); ``demo.receipt`` does the same with ``group_commit=True``;
-``demo.flaky`` fails its first attempt; ``demo.sleep`` sleeps ``payload["seconds"]``.
+``demo.flaky`` fails its first attempt; ``demo.sleep`` sleeps ``payload["seconds"]``;
+``demo.cpu`` (a plain function) works the CPU for about 10 ms of pure Python, holding
+the GIL throughout (``ledgerq bench --handler cpu``: threads vs ``--processes``).
 """
 
 from __future__ import annotations
@@ -45,3 +47,15 @@ async def flaky(payload: Any, ctx: AsyncTaskContext) -> None:
 @task("demo.sleep")
 async def sleep(payload: Any, ctx: AsyncTaskContext) -> None:
     await asyncio.sleep(float(payload.get("seconds", 1.0)))
+
+
+#: demo.cpu's work: this many loop iterations (about 10 ms of CPython on one core).
+CPU_WORK = 100_000
+
+
+@task("demo.cpu")
+def cpu(payload: Any, ctx: TaskContext) -> int:
+    total = 0
+    for i in range(CPU_WORK):
+        total = (total + i * i) % 1_000_003
+    return total
