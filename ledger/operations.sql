@@ -12,82 +12,39 @@
 -- ((status, id), (status, kind, id), (status, queue, id), business_key,
 -- created_at, or the primary key for a common status), each branch stops after
 -- :limit rows, and a status not asked for is a one-time filter that skips its
--- branch. The hot table is small and read by its primary key. Unset criteria
--- are NULL and fold away when the statement is planned with its values. The
--- error filter reads only rows that have an error (the partial index
--- (status, id) WHERE last_error IS NOT NULL) and tests the substring there.
+-- branch. The hot table is small and read by its primary key. Each branch
+-- reads its table as x and applies the one task filter (fragments.sql
+-- task_filter: unset criteria are NULL and fold away when the statement is
+-- planned with its values).
 SELECT id, kind, queue, status, attempts, max_attempts, business_key, run_at, created_at,
        finished_at, last_error, priority, epoch, result, progress, location
 FROM (
-    (SELECT t.id, t.kind, t.queue, t.status, t.attempts, t.max_attempts, t.business_key,
-            t.run_at, t.created_at, t.finished_at, t.last_error, t.priority, t.epoch, t.result,
-            t.progress,
-            'live' AS location
-     FROM ledgerq_tasks t
-     WHERE t.status = ANY(CAST(:statuses AS text[]))
-       AND t.id < :before
-       AND (CAST(:kind AS text) IS NULL OR t.kind = :kind)
-       AND (CAST(:queue AS text) IS NULL OR t.queue = :queue)
-       AND (CAST(:business_key AS text) IS NULL OR t.business_key = :business_key)
-       AND (CAST(:since AS timestamptz) IS NULL OR t.created_at >= :since)
-       AND (CAST(:until AS timestamptz) IS NULL OR t.created_at < :until)
-       AND (CAST(:error AS text) IS NULL OR strpos(lower(t.last_error), lower(:error)) > 0)
-       AND (CAST(:ids AS bigint[]) IS NULL OR t.id = ANY(CAST(:ids AS bigint[])))
-     ORDER BY t.id DESC
+    (SELECT {{listed_columns}}, 'live' AS location
+     FROM ledgerq_tasks x
+     WHERE x.status = ANY(CAST(:statuses AS text[]))
+       AND {{task_filter}}
+     ORDER BY x.id DESC
      LIMIT :limit)
     UNION ALL
-    (SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
-            h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch, h.result,
-            h.progress,
-            'history' AS location
-     FROM ledgerq_history h
-     WHERE 'succeeded' = ANY(CAST(:statuses AS text[])) AND h.status = 'succeeded'
-       AND h.id < :before
-       AND (CAST(:kind AS text) IS NULL OR h.kind = :kind)
-       AND (CAST(:queue AS text) IS NULL OR h.queue = :queue)
-       AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
-       AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
-       AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
-       AND (CAST(:error AS text) IS NULL
-            OR (h.last_error IS NOT NULL AND strpos(lower(h.last_error), lower(:error)) > 0))
-       AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
-     ORDER BY h.id DESC
+    (SELECT {{listed_columns}}, 'history' AS location
+     FROM ledgerq_history x
+     WHERE 'succeeded' = ANY(CAST(:statuses AS text[])) AND x.status = 'succeeded'
+       AND {{task_filter}}
+     ORDER BY x.id DESC
      LIMIT :limit)
     UNION ALL
-    (SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
-            h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch, h.result,
-            h.progress,
-            'history' AS location
-     FROM ledgerq_history h
-     WHERE 'dead' = ANY(CAST(:statuses AS text[])) AND h.status = 'dead'
-       AND h.id < :before
-       AND (CAST(:kind AS text) IS NULL OR h.kind = :kind)
-       AND (CAST(:queue AS text) IS NULL OR h.queue = :queue)
-       AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
-       AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
-       AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
-       AND (CAST(:error AS text) IS NULL
-            OR (h.last_error IS NOT NULL AND strpos(lower(h.last_error), lower(:error)) > 0))
-       AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
-     ORDER BY h.id DESC
+    (SELECT {{listed_columns}}, 'history' AS location
+     FROM ledgerq_history x
+     WHERE 'dead' = ANY(CAST(:statuses AS text[])) AND x.status = 'dead'
+       AND {{task_filter}}
+     ORDER BY x.id DESC
      LIMIT :limit)
     UNION ALL
-    (SELECT h.id, h.kind, h.queue, h.status, h.attempts, h.max_attempts, h.business_key,
-            h.run_at, h.created_at, h.finished_at, h.last_error, h.priority, h.epoch, h.result,
-            h.progress,
-            'history' AS location
-     FROM ledgerq_history h
-     WHERE 'cancelled' = ANY(CAST(:statuses AS text[])) AND h.status = 'cancelled'
-       AND h.id < :before
-       AND (CAST(:kind AS text) IS NULL OR h.kind = :kind)
-       AND (CAST(:queue AS text) IS NULL OR h.queue = :queue)
-       AND (CAST(:business_key AS text) IS NULL OR h.business_key = :business_key)
-       AND (CAST(:since AS timestamptz) IS NULL OR h.created_at >= :since)
-       AND (CAST(:until AS timestamptz) IS NULL OR h.created_at < :until)
-       AND (CAST(:error AS text) IS NULL
-            OR (h.last_error IS NOT NULL AND strpos(lower(h.last_error), lower(:error)) > 0))
-       AND (CAST(:ids AS bigint[]) IS NULL OR h.id = ANY(CAST(:ids AS bigint[])))
-     ORDER BY h.id DESC
+    (SELECT {{listed_columns}}, 'history' AS location
+     FROM ledgerq_history x
+     WHERE 'cancelled' = ANY(CAST(:statuses AS text[])) AND x.status = 'cancelled'
+       AND {{task_filter}}
+     ORDER BY x.id DESC
      LIMIT :limit)
 ) found
 ORDER BY id DESC
@@ -101,24 +58,16 @@ LIMIT :limit
 -- transitions: pending -> cancelled, published -> cancelled
 WITH m AS (
     SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-), gone AS (
+), ended AS (
     DELETE FROM ledgerq_tasks t USING m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
-    RETURNING t.*
+    RETURNING t.*, 'cancelled' AS ended_as, now() AS ended_at,
+              CAST(NULL AS text) AS ended_worker, t.last_error AS ended_error,
+              CAST(NULL AS jsonb) AS ended_result, CAST(NULL AS jsonb) AS ended_attempt,
+              now() AS ended_cancel
 ), buried AS (
-    INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key, priority,
-                                 shard, run_at, status, attempts, max_attempts, retry, epoch,
-                                 publishes, lease_until, heartbeat_at, worker, checkpoint,
-                                 last_error, timeout_s, parent_id, created_at, published_at,
-                                 started_at, finished_at, suspect, result, attempt_log,
-                                 cancel_requested_at, trace_context, ordering_key, progress)
-    SELECT id, kind, queue, payload, business_key, NULL, priority,
-           shard, run_at, 'cancelled', attempts, max_attempts, retry, epoch,
-           publishes, NULL, heartbeat_at, NULL, checkpoint,
-           last_error, timeout_s, parent_id, created_at, published_at,
-           started_at, now(), suspect, NULL, attempt_log,
-           now(), trace_context, ordering_key, progress
-    FROM gone
+    -- the history row (fragments.sql); no attempt ended, its log is kept
+    {{bury}}
     RETURNING id
 )
 SELECT id FROM buried

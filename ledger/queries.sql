@@ -325,30 +325,22 @@ WITH m AS (
       AND (m.verdict IN ('succeeded', 'dead', 'cancelled')
            OR (m.verdict = 'retry' AND t.attempts >= t.max_attempts)
            OR (m.verdict IN ('retry', 'release') AND t.cancel_requested_at IS NOT NULL))
-    RETURNING t.*, m.at AS ended_at, m.error AS new_error, CAST(m.result AS jsonb) AS new_result,
+    RETURNING t.*,
               CASE WHEN m.verdict = 'succeeded' THEN 'succeeded'
                    WHEN m.verdict = 'cancelled' THEN 'cancelled'
                    WHEN m.verdict IN ('retry', 'release') AND t.cancel_requested_at IS NOT NULL
                        THEN 'cancelled'
-                   ELSE 'dead' END AS ended_as
+                   ELSE 'dead' END AS ended_as,
+              m.at AS ended_at, t.worker AS ended_worker,
+              COALESCE(m.error, t.last_error) AS ended_error,
+              CAST(m.result AS jsonb) AS ended_result,
+              jsonb_build_object('attempt', t.attempts, 'worker', t.worker,
+                                 'started_at', t.started_at, 'ended_at', m.at, 'error', m.error,
+                                 'cancel_requested_at', t.cancel_requested_at) AS ended_attempt,
+              t.cancel_requested_at AS ended_cancel
 ), buried AS (
-    INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key, priority,
-                                 shard, run_at, status, attempts, max_attempts, retry, epoch,
-                                 publishes, lease_until, heartbeat_at, worker, checkpoint,
-                                 last_error, timeout_s, parent_id, created_at, published_at,
-                                 started_at, finished_at, suspect, result, attempt_log,
-                                 cancel_requested_at, trace_context, ordering_key, progress)
-    SELECT id, kind, queue, payload, business_key, NULL, priority,
-           shard, run_at, ended_as, attempts, max_attempts, retry, epoch,
-           publishes, NULL, heartbeat_at, worker, checkpoint,
-           COALESCE(new_error, last_error), timeout_s, parent_id, created_at, published_at,
-           started_at, ended_at, suspect, new_result,
-           COALESCE(attempt_log, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
-               'attempt', attempts, 'worker', worker, 'started_at', started_at,
-               'ended_at', ended_at, 'error', new_error, 'outcome', ended_as,
-               'cancel_requested_at', cancel_requested_at)),
-           cancel_requested_at, trace_context, ordering_key, progress
-    FROM ended
+    -- the history row (fragments.sql), the attempt's record appended to its log
+    {{bury}}
     RETURNING id, kind, attempts, status, last_error
 ), retried AS (
     UPDATE ledgerq_tasks t

@@ -3,6 +3,13 @@
 Each package keeps its SQL in one file of ``-- name: <name>`` blocks; a typed
 dataclass lists the names so a typo is a mypy error, and a missing or extra
 block is an import-time error.
+
+A rule several statements share is written once, as a ``-- fragment: <name>``
+block of ``fragments.sql``, and a statement includes it with ``{{<name>}}``
+(:func:`parse` splices it in, so a loaded statement, what ``EXPLAIN`` and the
+database see, is the whole text: nothing is composed at run time). An unknown
+fragment is an import-time error; tests/unit/test_rules_once.py checks that each
+fragment is used and that no statement restates one.
 """
 
 from __future__ import annotations
@@ -15,26 +22,52 @@ from typing import TypeVar
 from sqlalchemy import TextClause, text
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_FRAGMENT_HEADER = re.compile(r"^--\s*fragment:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
 
 T = TypeVar("T")
 
 
-def parse(source: str) -> dict[str, str]:
-    """Split a file of named blocks into ``{name: sql}``."""
-    parts = _HEADER.split(source)
+def _blocks(source: str, header: re.Pattern[str], what: str) -> dict[str, str]:
+    parts = header.split(source)
     named: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in named:
-            raise ValueError(f"query {name!r} is defined twice")
+            raise ValueError(f"{what} {name!r} is defined twice")
         lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
         named[name] = "\n".join(lines).strip()
     return named
 
 
+def _read(package: str, filename: str) -> str:
+    return resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+
+
+#: ``fragments.sql``: ``{name: sql}``, the rules several statements share.
+FRAGMENTS: dict[str, str] = _blocks(
+    _read("ledgerq.ledger", "fragments.sql"), _FRAGMENT_HEADER, "fragment"
+)
+
+
+def _splice(match: re.Match[str]) -> str:
+    name = match[1]
+    if name not in FRAGMENTS:
+        raise ValueError(f"unknown fragment {{{{{name}}}}} (fragments.sql has {sorted(FRAGMENTS)})")
+    # indented like the line that includes it, so the statement reads as one text
+    line_start = match.string.rfind("\n", 0, match.start()) + 1
+    indent = " " * (match.start() - line_start)
+    return FRAGMENTS[name].replace("\n", "\n" + indent)
+
+
+def parse(source: str) -> dict[str, str]:
+    """Split a file of named blocks into ``{name: sql}``, its fragments spliced in."""
+    named = _blocks(source, _HEADER, "query")
+    return {name: _INCLUDE.sub(_splice, sql) for name, sql in named.items()}
+
+
 def load(cls: type[T], package: str, filename: str) -> T:
     """Build ``cls`` (a dataclass of TextClause fields) from ``package/filename``."""
-    source = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
-    named = parse(source)
+    named = parse(_read(package, filename))
     wanted = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     if wanted != set(named):
         missing, extra = sorted(wanted - set(named)), sorted(set(named) - wanted)

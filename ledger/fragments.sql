@@ -1,0 +1,63 @@
+-- Rules several statements share, each written once. A statement includes one
+-- with {{name}}; ledger/sql.py splices it in when it loads the statement, so
+-- what runs (and what EXPLAIN shows) is the whole text. A fragment's comments
+-- say what it reads from the statement around it. tests/unit/test_rules_once.py
+-- fails when a statement restates one instead of including it.
+
+-- fragment: bury
+-- The history row of a task leaving the hot table: every column of
+-- ledgerq_history, written once. It reads the CTE `ended`, the statement's
+-- DELETE FROM ledgerq_tasks, which returns the task's row (t.*) and how it
+-- ended:
+--   ended_as      its status in history (a literal or a CASE of literals:
+--                 tests/unit/test_transitions.py reads it there)
+--   ended_at      finished_at
+--   ended_worker  worker
+--   ended_error   last_error
+--   ended_result  result (jsonb)
+--   ended_attempt the record of the attempt that ended with it (jsonb, its
+--                 outcome filled in here as ended_as), appended to attempt_log;
+--                 NULL when no attempt ended (attempt_log is kept as it is)
+--   ended_cancel  cancel_requested_at
+-- A finished task has no lease and no de-duplication key (its key is free for
+-- a new task).
+INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key, priority,
+                             shard, run_at, status, attempts, max_attempts, retry, epoch,
+                             publishes, lease_until, heartbeat_at, worker, checkpoint,
+                             last_error, timeout_s, parent_id, created_at, published_at,
+                             started_at, finished_at, suspect, result, attempt_log,
+                             cancel_requested_at, trace_context, ordering_key, progress)
+SELECT id, kind, queue, payload, business_key, NULL, priority,
+       shard, run_at, ended_as, attempts, max_attempts, retry, epoch,
+       publishes, NULL, heartbeat_at, ended_worker, checkpoint,
+       ended_error, timeout_s, parent_id, created_at, published_at,
+       started_at, ended_at, suspect, ended_result,
+       CASE WHEN ended_attempt IS NULL THEN attempt_log
+            ELSE COALESCE(attempt_log, '[]'::jsonb)
+                 || jsonb_build_array(ended_attempt || jsonb_build_object('outcome', ended_as))
+       END,
+       ended_cancel, trace_context, ordering_key, progress
+FROM ended
+
+-- fragment: listed_columns
+-- The columns of a task-list row (ledger/actions.py LISTED), of the branch's
+-- table under the alias x.
+x.id, x.kind, x.queue, x.status, x.attempts, x.max_attempts, x.business_key, x.run_at,
+x.created_at, x.finished_at, x.last_error, x.priority, x.epoch, x.result, x.progress
+
+-- fragment: task_filter
+-- The operator's task filter (ledger/filters.py TaskFilter.params), on the row
+-- x of either table: ids below :before (keyset paging), then each criterion,
+-- NULL when unset (it folds away when the statement is planned with its
+-- values). The error criterion reads only rows that have an error (on history,
+-- the partial index (status, id) WHERE last_error IS NOT NULL) and tests the
+-- substring there.
+x.id < :before
+AND (CAST(:kind AS text) IS NULL OR x.kind = :kind)
+AND (CAST(:queue AS text) IS NULL OR x.queue = :queue)
+AND (CAST(:business_key AS text) IS NULL OR x.business_key = :business_key)
+AND (CAST(:since AS timestamptz) IS NULL OR x.created_at >= :since)
+AND (CAST(:until AS timestamptz) IS NULL OR x.created_at < :until)
+AND (CAST(:error AS text) IS NULL
+     OR (x.last_error IS NOT NULL AND strpos(lower(x.last_error), lower(:error)) > 0))
+AND (CAST(:ids AS bigint[]) IS NULL OR x.id = ANY(CAST(:ids AS bigint[])))
