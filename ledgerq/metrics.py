@@ -8,7 +8,9 @@ process, as in the tests, never collide), with the process and platform
 collectors. This is the only module that imports ``prometheus_client`` (an
 import-linter contract), and the composition root imports it only when a
 metrics port is set: ``import ledgerq`` and a service without metrics never
-load it.
+load it. Under ``ledgerq worker --processes N`` the children record to files in
+``PROMETHEUS_MULTIPROC_DIR`` (prometheus-client's multiprocess mode) and the
+supervisor serves their sums (:func:`multiprocess_registry`).
 
 Hot-path cost: per task, one histogram observation for the handler's duration,
 one for its start latency, one counter increment for its outcome (label

@@ -179,7 +179,7 @@ class Supervisor:
                 log.error("child %d (pid %d) exited %d: stopping", child.slot, pid, code)
                 self.fatal = code
                 return
-            hard_stopped = code == EXIT_HUNG and await self.settle_timed_out(child, pid)
+            hard_stopped = code == EXIT_HUNG and await self.settle(child, pid)
             lived = now - child.started
             child.quick_deaths = (
                 0 if hard_stopped or lived >= self.config.stable_s else (child.quick_deaths + 1)
@@ -196,6 +196,22 @@ class Supervisor:
                 lived,
                 delay,
             )
+
+    async def settle(self, child: Child, pid: int) -> bool:
+        """:meth:`settle_timed_out`; if the database does not answer, its running rows
+        are left to the reconciler (False)."""
+        try:
+            return await self.settle_timed_out(child, pid)
+        except Exception as exc:
+            log.warning(
+                "child %d (pid %d) stopped at a sync timeout, but its tasks could not be "
+                "settled (%s: %s): the reconciler will judge them",
+                child.slot,
+                pid,
+                type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "",
+            )
+            return False
 
     async def settle_timed_out(self, child: Child, pid: int) -> bool:
         """A child ended by its hung watchdog: charge the task its report names,
@@ -311,12 +327,14 @@ async def supervise(
         async with _endpoint(metrics_port, supervisor) as health:
             stop = stop_event(*([health.stopping] if health else []))
             log.info("supervisor: %d worker processes (pid %d)", config.processes, os.getpid())
-            while not stop.is_set() and supervisor.fatal is None:
-                await supervisor.look()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), POLL_S)
-            log.info("supervisor: stopping %d worker processes", supervisor.running())
-            code = await supervisor.drain()
+            try:
+                while not stop.is_set() and supervisor.fatal is None:
+                    await supervisor.look()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), POLL_S)
+            finally:  # whatever ended the loop, the children drain (never orphaned)
+                log.info("supervisor: stopping %d worker processes", supervisor.running())
+                code = await supervisor.drain()
             return supervisor.fatal or code
     finally:
         await supervisor.dispose()

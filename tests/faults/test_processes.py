@@ -31,6 +31,8 @@ from tests.pki import free_port
 from tests.support import ledgerq, ledgerq_env, until
 
 APP = ("--app", "tests.apps.process_app")
+#: Each test takes 10-50 s on a loaded two-core machine: real processes start.
+pytestmark = pytest.mark.timeout(300)
 SLACK_S = 5.0
 _STARTED = re.compile(r"child (\d+) started \(pid (\d+)\)")
 
@@ -131,7 +133,7 @@ async def test_a_sigkilled_child_is_replaced_and_its_tasks_run_once(
     victim = supervisor.children()[0]
     subprocess.run(["kill", "-KILL", str(victim)], check=True)
     await until("child 0 replaced", lambda: supervisor.children()[0] != victim, 30)
-    await until("all succeeded", lambda: all_status(ledger, ids, "succeeded"), 60)
+    await until("all succeeded", lambda: all_status(ledger, ids, "succeeded"), 120)
     assert "died (signal SIGKILL)" in supervisor.text()
     assert [len(runs(tmp_path, i)) for i in ids] == [1] * len(ids)
     # One endpoint for both children: the claims of every process are summed.
@@ -199,7 +201,7 @@ async def test_a_sync_handler_past_its_timeout_is_stopped_and_only_it_is_charged
     await until("the child replaced", lambda: supervisor.children()[0] != first, 30)
     # The sibling was released, ran again in the new child and succeeded; by then
     # (4 s) the hung handler's marker (3 s) would have been written had it run on.
-    await until("the sibling succeeded", lambda: _is(ledger, sibling, "succeeded"), 60)
+    await until("the sibling succeeded", lambda: _is(ledger, sibling, "succeeded"), 120)
     assert runs(tmp_path, hung, "started") == [f"{first} 1"]
     assert runs(tmp_path, hung, "after") == []
     shown: dict[str, Any] = await ledger.show(hung)
