@@ -29,9 +29,10 @@ with its ``--concurrency`` slots, its own connections and its own worker id
 - **drains on SIGTERM** (or SIGINT): the signal is forwarded to every child,
   each drains within its ``--grace`` as a single worker does, and the
   supervisor exits 0 when all exited 0 (a child still starting, killed by the
-  signal before it installed its handler, had nothing to drain: 0 too); else
-  the first problem's code (69: outcomes not written). A child still running
-  ``grace + DRAIN_SLACK_S`` after the signal is killed.
+  signal before it installed its handler, had nothing to drain: 0 too; so does a
+  child a sync timeout ended during the drain, once its tasks are settled as
+  above); else the first problem's code (69: outcomes not written). A child
+  still running ``grace + DRAIN_SLACK_S`` after the signal is killed.
 - **serves one metrics endpoint** for all of them: the children record their
   metrics to files in a directory of the supervisor's (prometheus-client's
   multiprocess mode, ``PROMETHEUS_MULTIPROC_DIR``); ``/metrics`` sums them,
@@ -263,19 +264,23 @@ class Supervisor:
 
     async def drain(self) -> int:
         """Forward SIGTERM to every child and wait for them (module docstring)."""
-        procs = [c.proc for c in self.children if c.proc is not None]
-        for proc in procs:
+        running = [(c, c.proc) for c in self.children if c.proc is not None]
+        for _, proc in running:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self.config.grace_s + DRAIN_SLACK_S
         codes: list[int] = []
-        for proc in procs:
+        for child, proc in running:
             try:
                 code = await asyncio.to_thread(proc.wait, max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 log.error("child pid %d still running past the grace: killing it", proc.pid)
                 proc.kill()
                 code = await asyncio.to_thread(proc.wait)
+            # A sync handler that timed out during the drain ended its child: settled
+            # here as in look() (then nothing is left unwritten).
+            if code == EXIT_HUNG and await self.settle(child, proc.pid):
+                code = 0
             codes.append(0 if code == -signal.SIGTERM else code)
         problems = [code for code in codes if code]
         return 0 if not problems else (problems[0] if problems[0] > 0 else 1)
