@@ -6,7 +6,8 @@ A supervised child is an ordinary ``ledgerq worker`` started with
 :data:`HARD_STOP_S` (a sync handler past its timeout ends the child at once,
 exit 70, consumers/hung.py) and :func:`report_hung` copies the one critical
 line the worker logs as it ends into that file, so the supervisor knows which
-task it was (the line names it: ``task <id> (<kind>) attempt <n>: ...``).
+task it was (the line names it: ``task <id> (<kind>) attempt <n>: ...``), and
+:func:`watch_parent` stops it (SIGTERM: it drains) if the supervisor dies.
 :func:`child_argv` is the supervisor's command line minus the options that are
 the supervisor's own.
 """
@@ -18,6 +19,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +110,21 @@ def report_hung(path: str) -> None:
     """In a supervised child: copy the worker's critical lines (the hung watchdog's)
     to ``path`` for the supervisor."""
     logging.getLogger("ledgerq.worker").addHandler(_HungReport(path))
+
+
+def watch_parent(every_s: float = 1.0) -> None:
+    """In a supervised child: SIGTERM itself (a graceful drain) once its supervisor
+    is gone (it was SIGKILLed: the child was handed to another parent), so that no
+    worker outlives its supervisor. A daemon thread that polls ``getppid``."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        logging.getLogger("ledgerq").warning("the supervisor is gone; stopping")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="ledgerq-parent-watch", daemon=True).start()
 
 
 def child_argv(argv: Sequence[str]) -> list[str]:

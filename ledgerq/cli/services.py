@@ -26,7 +26,13 @@ from ledgerq.ledger.config import Settings
 from ledgerq.ledger.errors import LedgerqError
 from ledgerq.ledger.routing import RoutingError, parse_kinds, parse_queues, parse_shards
 from ledgerq.ledger.validation import check_name
-from ledgerq.processes import HARD_STOP_S, SUPERVISED_ENV, child_argv, report_hung
+from ledgerq.processes import (
+    HARD_STOP_S,
+    SUPERVISED_ENV,
+    child_argv,
+    report_hung,
+    watch_parent,
+)
 from ledgerq.relay.reconciler import ReconcileCounts, ReconcilerConfig
 from ledgerq.relay.service import RelayConfig
 from ledgerq.runtime import run_service
@@ -107,6 +113,7 @@ def _processes_mode(processes: int | None, hang_limit_s: float) -> float:
     if not report:
         return hang_limit_s
     report_hung(report)
+    watch_parent()
     return HARD_STOP_S
 
 

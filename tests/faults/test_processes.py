@@ -215,3 +215,28 @@ async def test_a_sync_handler_past_its_timeout_is_stopped_and_only_it_is_charged
 
 async def _is(ledger: PgLedger, task_id: int, wanted: str) -> bool:
     return await status(ledger, task_id) == wanted
+
+
+def _gone(pid: int) -> bool:
+    """Exited (or a zombie nobody reaped: init in a container may not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+async def test_children_stop_when_their_supervisor_is_killed(
+    settings: Settings, ledger: PgLedger, start: Start, tmp_path: Path
+) -> None:
+    supervisor = start("worker", *APP, "--processes", "2", "--concurrency", "2", "--grace", "10")
+    start("relay", "--poll-interval", "0.2")
+    await until("both children consuming", lambda: supervisor.consuming() >= 2, 60)
+    ids = enqueue_committed(settings, work(tmp_path, 2, seconds=2.0))
+    await until("both running", lambda: all_status(ledger, ids, "running"), 30)
+    pids = list(supervisor.children().values())
+    supervisor.proc.kill()
+    await until("both children exited", lambda: all(_gone(pid) for pid in pids), 30)
+    # They drained: what they ran finished, once.
+    assert await all_status(ledger, ids, "succeeded")
+    assert [len(runs(tmp_path, i)) for i in ids] == [1, 1]
+    assert supervisor.text().count("the supervisor is gone; stopping") == 2
