@@ -15,14 +15,18 @@ never cross the seam: they arrive as
 or :class:`~ledgerq.ledger.errors.StorageError`.
 
 Statements that run in a transaction the caller owns (``enqueue`` in the
-producer's, the terminal status in a handler's) are not here: see
-:mod:`ledgerq.ledger.producer` and :mod:`ledgerq.ledger.within`.
+producer's, the terminal status in a handler's, the operator's in-transaction
+API) are the seam's transaction-scoped part, :class:`TxLedger` and
+:class:`AsyncTxLedger`, built on the caller's Session or Connection. What the
+tests and the benchmark need besides (emptying, seeding, moving time) is the
+testing protocol, :class:`HarnessLedger`, which no service holds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Literal, Protocol
 
@@ -65,6 +69,98 @@ class ExpiredBatch(Protocol):
     async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
         """The ``finish`` statement, inside the batch's transaction."""
         ...
+
+
+@dataclass(frozen=True)
+class Locked:
+    """What :meth:`TxLedger.lock_running` locked: the ids, and the transaction
+    holding them (its backend's pid and its start; None if it locked nothing),
+    which :func:`~ledgerq.ledger.within.end_window` can end from another connection."""
+
+    ids: set[int]
+    holder: tuple[int, datetime] | None
+
+
+class TxLedger(Protocol):
+    """The seam inside a transaction the caller owns (River's ``ExecutorTx``): the
+    same operations as the ledger's own, run on the caller's Session or Connection,
+    never beginning, committing or rolling back. The producer's ``enqueue``, the
+    operator's in-transaction API (:mod:`ledgerq.ledger.operations`) and the
+    worker's terminal status inside a handler's transaction
+    (:mod:`ledgerq.ledger.within`) run through it;
+    :class:`~ledgerq.ledger.pg.tx.PgTx` implements it on PostgreSQL."""
+
+    def enqueue_many(self, specs: Iterable[TaskSpec]) -> list[int]:
+        """Insert ``specs``; the new ids in input order (duplicates left out)."""
+        ...
+
+    def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
+        """As :meth:`OperationsLedger.list_tasks`, in the caller's transaction."""
+        ...
+
+    def act(
+        self,
+        action: Action,
+        selection: TaskFilter,
+        *,
+        actor: str,
+        reason: str | None = None,
+        dry_run: bool = False,
+    ) -> Report:
+        """As :meth:`OperationsLedger.act`, all of it in the caller's transaction."""
+        ...
+
+    def release_key(
+        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
+    ) -> KeyRelease:
+        """As :meth:`OperationsLedger.release_key`, in the caller's transaction."""
+        ...
+
+    def succeed(
+        self, fences: Sequence[Fence], results: Sequence[str | None] | None = None
+    ) -> set[int]:
+        """running -> succeeded for ``fences`` (each with its JSON result), fenced; the
+        ids whose fence held."""
+        ...
+
+    def lock_running(self, fences: Sequence[Fence]) -> Locked:
+        """Lock the rows still running under ``fences`` (SKIP LOCKED) until the
+        caller's transaction ends."""
+        ...
+
+    def save_checkpoint(self, fence: Fence, state_json: str) -> bool:
+        """Store a running task's checkpoint (JSON text), fenced; whether it held."""
+        ...
+
+
+class AsyncTxLedger(Protocol):
+    """:class:`TxLedger` on an async Session or Connection."""
+
+    async def enqueue_many(self, specs: Iterable[TaskSpec]) -> list[int]: ...
+
+    async def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]: ...
+
+    async def act(
+        self,
+        action: Action,
+        selection: TaskFilter,
+        *,
+        actor: str,
+        reason: str | None = None,
+        dry_run: bool = False,
+    ) -> Report: ...
+
+    async def release_key(
+        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
+    ) -> KeyRelease: ...
+
+    async def succeed(
+        self, fences: Sequence[Fence], results: Sequence[str | None] | None = None
+    ) -> set[int]: ...
+
+    async def lock_running(self, fences: Sequence[Fence]) -> Locked: ...
+
+    async def save_checkpoint(self, fence: Fence, state_json: str) -> bool: ...
 
 
 class FinishingLedger(Protocol):

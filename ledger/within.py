@@ -8,59 +8,43 @@ lost fence returns nothing, and the caller rolls the handler's writes back.
 The worker's batched commit (``consumers/batch.py``) first locks the rows it
 will finish (:func:`lock_within`), so none of its fences can be lost before its
 COMMIT, and finishes a window of tasks in one statement.
+
+These are the worker's names for the seam's transaction-scoped part
+(:class:`~ledgerq.ledger.protocol.TxLedger`, on PostgreSQL
+:mod:`ledgerq.ledger.pg.tx`), which runs the statements; the handler savepoints
+(:class:`HandlerMarks`) and :func:`end_window` are the window's own plumbing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, TextClause
+from sqlalchemy import Connection, Engine, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
-from ledgerq.ledger.model import Fence, Outcome
-from ledgerq.ledger.params import outcome_params
+from ledgerq.ledger.model import Fence
+from ledgerq.ledger.pg.tx import PgAsyncTx, PgTx
+from ledgerq.ledger.protocol import Locked
 from ledgerq.ledger.sql import Q
 
 
 def succeed_within(session: Session | Connection, fence: Fence, result: str | None = None) -> bool:
     """running -> succeeded (with the handler's JSON ``result``) in the caller's (sync)
     transaction; whether the fence held."""
-    params = outcome_params([Outcome.succeeded(fence, result)])
-    return session.execute(Q.finish, params).first() is not None
-
-
-def _fence_params(fences: Sequence[Fence]) -> dict[str, list[int]]:
-    ordered = sorted(fences)
-    return {"ids": [f[0] for f in ordered], "epochs": [f[1] for f in ordered]}
-
-
-@dataclass(frozen=True)
-class Locked:
-    """What :func:`lock_within` locked: the ids, and the transaction holding them
-    (its backend's pid and its start; None if it locked nothing), which
-    :func:`end_window` can end from another connection."""
-
-    ids: set[int]
-    holder: tuple[int, datetime] | None
-
-
-def _locked(rows: Sequence[Row[Any]]) -> Locked:
-    holder = (int(rows[0].pid), rows[0].began) if rows else None
-    return Locked({int(r.id) for r in rows}, holder)
+    return bool(PgTx(session, "succeed_within").succeed([fence], [result]))
 
 
 def lock_within(session: Session | Connection, fences: Sequence[Fence]) -> Locked:
     """Lock the rows still running under ``fences`` for the caller's transaction."""
-    return _locked(session.execute(Q.lock_running, _fence_params(fences)).all())
+    return PgTx(session, "lock_within").lock_running(fences)
 
 
 async def alock_within(session: AsyncSession | AsyncConnection, fences: Sequence[Fence]) -> Locked:
     """:func:`lock_within`, async."""
-    return _locked((await session.execute(Q.lock_running, _fence_params(fences))).all())
+    return await PgAsyncTx(session, "alock_within").lock_running(fences)
 
 
 class HandlerMarks:
@@ -146,16 +130,11 @@ def end_window(engine: Engine, holder: tuple[int, datetime]) -> bool:
     return bool(ended)
 
 
-def _succeeded(fences: Sequence[Fence], results: Sequence[str | None] | None) -> dict[str, Any]:
-    values = results if results is not None else [None] * len(fences)
-    return outcome_params([Outcome.succeeded(f, r) for f, r in zip(fences, values, strict=True)])
-
-
 def succeed_many_within(
     session: Session | Connection, fences: Sequence[Fence], results: Sequence[str | None]
 ) -> set[int]:
     """running -> succeeded for ``fences`` in the caller's (sync) transaction; the ids won."""
-    return {int(r[0]) for r in session.execute(Q.finish, _succeeded(fences, results))}
+    return PgTx(session, "succeed_many_within").succeed(fences, results)
 
 
 async def asucceed_within(
@@ -165,26 +144,18 @@ async def asucceed_within(
 ) -> set[int]:
     """running -> succeeded for ``fences`` (with each handler's JSON result, in the
     same order) in the caller's (async) transaction; the ids whose fence held."""
-    return {int(r[0]) for r in await session.execute(Q.finish, _succeeded(fences, results))}
-
-
-def _checkpoint_params(fence: Fence, state_json: str) -> dict[str, Any]:
-    return {"id": fence[0], "epoch": fence[1], "checkpoint": state_json}
+    return await PgAsyncTx(session, "asucceed_within").succeed(fences, results)
 
 
 def checkpoint_within(session: Session | Connection, fence: Fence, state_json: str) -> bool:
     """Store a running task's checkpoint in the caller's (sync) transaction, fenced:
     for a handler in a batched window, whose row the window holds locked until its
     COMMIT (another connection's write would wait for it). Whether the fence held."""
-    return (
-        session.execute(Q.save_checkpoint, _checkpoint_params(fence, state_json)).first()
-        is not None
-    )
+    return PgTx(session, "checkpoint_within").save_checkpoint(fence, state_json)
 
 
 async def acheckpoint_within(
     session: AsyncSession | AsyncConnection, fence: Fence, state_json: str
 ) -> bool:
     """:func:`checkpoint_within`, async."""
-    result = await session.execute(Q.save_checkpoint, _checkpoint_params(fence, state_json))
-    return result.first() is not None
+    return await PgAsyncTx(session, "acheckpoint_within").save_checkpoint(fence, state_json)

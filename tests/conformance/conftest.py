@@ -18,17 +18,26 @@ cross shards. Time passes only through the testing protocol's ``backdate``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from ledgerq import TaskSpec, enqueue_many
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine, sync_engine
+from ledgerq.ledger.pg.tx import PgAsyncTx, PgTx
+from ledgerq.ledger.protocol import AsyncTxLedger, TxLedger
 from ledgerq.ledger.sharded import ShardedLedger
 from tests.conformance.support import SUBSCRIBER, Enqueue, window
 from tests.shard_dbs import create_shards
@@ -37,6 +46,9 @@ from tests.shard_dbs import create_shards
 EVERY = ("pg", "sharded")
 ONE_DATABASE = ("pg",)
 SHARDS = 2
+
+Transaction = Callable[..., AbstractContextManager[TxLedger]]
+AsyncTransaction = Callable[..., AbstractAsyncContextManager[AsyncTxLedger]]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -120,3 +132,47 @@ async def rival(implementation: str, databases: list[Settings]) -> AsyncIterator
         yield opened
     finally:
         await opened.dispose()
+
+
+@pytest.fixture
+def transaction(databases: list[Settings]) -> Iterator[Transaction]:
+    """A caller's transaction on the implementation's (first) database, and the
+    seam's transaction-scoped part on it: ``with transaction() as tx`` commits at
+    the end of the block, ``transaction(commit=False)`` rolls back."""
+    engine = sync_engine(databases[0], "ledgerq-conformance-tx", pool_size=1)
+
+    @contextmanager
+    def begin(commit: bool = True) -> Iterator[TxLedger]:
+        with Session(engine) as session:
+            session.begin()
+            try:
+                yield PgTx(session)
+                if commit:
+                    session.commit()
+            finally:
+                if session.in_transaction():
+                    session.rollback()
+
+    yield begin
+    engine.dispose()
+
+
+@pytest.fixture
+async def atransaction(databases: list[Settings]) -> AsyncIterator[AsyncTransaction]:
+    """:func:`transaction` on an async Session."""
+    engine = async_engine(databases[0], "ledgerq-conformance-atx", pool_size=1)
+
+    @asynccontextmanager
+    async def begin(commit: bool = True) -> AsyncIterator[AsyncTxLedger]:
+        async with AsyncSession(engine) as session:
+            await session.begin()
+            try:
+                yield PgAsyncTx(session)
+                if commit:
+                    await session.commit()
+            finally:
+                if session.in_transaction():
+                    await session.rollback()
+
+    yield begin
+    await engine.dispose()

@@ -41,10 +41,10 @@ def storage_methods() -> dict[str, str]:
     return methods
 
 
-def called_names() -> set[str]:
-    """Every attribute called in this folder's test modules."""
+def called_names(pattern: str = "test_*.py") -> set[str]:
+    """Every attribute called in this folder's test modules (matching ``pattern``)."""
     called: set[str] = set()
-    for path in HERE.glob("test_*.py"):
+    for path in HERE.glob(pattern):
         if path.name == Path(__file__).name:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -55,7 +55,7 @@ def called_names() -> set[str]:
 
 def test_the_introspection_finds_the_seam() -> None:
     names = {p.__name__ for p in protocols()}
-    assert {"WorkerLedger", "RelayLedger", "HarnessLedger", "OperatorLedger"} <= names
+    assert {"WorkerLedger", "RelayLedger", "HarnessLedger", "OperatorLedger", "TxLedger"} <= names
     assert {"claim", "publish_batch", "mark_published", "backdate", "act"} <= set(storage_methods())
 
 
@@ -64,3 +64,17 @@ def test_every_storage_protocol_method_has_a_conformance_test() -> None:
         name: owner for name, owner in storage_methods().items() if name not in called_names()
     }
     assert not missing, f"storage methods without a conformance test: {missing}"
+
+
+def test_every_transaction_scoped_method_has_a_test_in_a_transaction() -> None:
+    """The transaction-scoped part shares names with the pool's (River's ExecutorTx
+    does too): its methods must be called in test_transaction*.py."""
+    in_transaction = called_names("test_transaction*.py")
+    missing = {
+        f"{proto.__name__}.{name}"
+        for proto in protocols()
+        if proto.__name__.endswith("TxLedger")
+        for name, member in vars(proto).items()
+        if not name.startswith("_") and inspect.isfunction(member) and name not in in_transaction
+    }
+    assert not missing, f"transaction-scoped methods without a test: {sorted(missing)}"

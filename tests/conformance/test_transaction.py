@@ -1,0 +1,124 @@
+"""The seam's transaction-scoped part (:class:`~ledgerq.ledger.protocol.TxLedger`,
+sync and async): what it writes commits or rolls back with the caller's
+transaction, and its writes are fenced like the ledger's own. A transaction lives
+in one database: every single-database implementation."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledgerq import Action, TaskFilter, TaskSpec
+from ledgerq.ledger.errors import TaskNotFoundError
+from ledgerq.ledger.model import Outcome
+from ledgerq.ledger.protocol import LedgerWithHarness
+from tests.conformance.conftest import ONE_DATABASE, AsyncTransaction, Transaction
+from tests.conformance.support import LEASE_S, WORKER, claim_one
+
+IMPLEMENTATIONS = ONE_DATABASE
+
+
+async def test_enqueue_many_commits_with_the_callers_transaction_or_not_at_all(
+    ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
+) -> None:
+    with transaction(commit=False) as tx:
+        dropped = tx.enqueue_many([TaskSpec("conf.tx"), TaskSpec("conf.tx")])
+    with transaction() as tx:
+        kept = tx.enqueue_many([TaskSpec("conf.tx", {"n": 1})])
+    async with atransaction() as atx:
+        akept = await atx.enqueue_many([TaskSpec("conf.tx", {"n": 2})])
+
+    assert len(dropped) == 2 and len(kept) == 1 and len(akept) == 1
+    assert await ledger.whereabouts([*dropped, *kept, *akept]) == {
+        kept[0]: "pending",
+        akept[0]: "pending",
+    }
+
+
+async def test_succeed_is_fenced_and_commits_with_the_callers_work(
+    ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
+) -> None:
+    with transaction() as tx:
+        rolled, done, adone = tx.enqueue_many([TaskSpec("conf.tx")] * 3)
+    tasks = {i: await claim_one(ledger, i) for i in (rolled, done, adone)}
+
+    with transaction(commit=False) as tx:
+        assert tx.succeed([tasks[rolled].fence]) == {rolled}
+    with transaction() as tx:
+        assert tx.succeed([tasks[done].fence, (rolled, 0)], ['{"ok": 1}', None]) == {done}
+    async with atransaction() as atx:
+        assert await atx.succeed([tasks[adone].fence]) == {adone}
+        assert await atx.succeed([tasks[done].fence]) == set()  # already finished
+
+    assert await ledger.whereabouts([rolled, done, adone]) == {
+        rolled: "running",
+        done: "succeeded",
+        adone: "succeeded",
+    }
+    assert (await ledger.show(done))["result"] == {"ok": 1}
+
+
+async def test_lock_running_locks_the_fenced_running_rows_for_the_transaction(
+    ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
+) -> None:
+    with transaction() as tx:
+        running, pending = tx.enqueue_many([TaskSpec("conf.tx")] * 2)
+    task = await claim_one(ledger, running)
+
+    with transaction() as tx:
+        locked = tx.lock_running([task.fence, (pending, 0), (running, 0)])
+        assert locked.ids == {running} and locked.holder is not None
+        assert tx.succeed([task.fence]) == {running}  # the lock holder's finish wins
+    async with atransaction() as atx:
+        empty = await atx.lock_running([task.fence])
+    assert empty.ids == set() and empty.holder is None
+
+
+async def test_save_checkpoint_in_the_callers_transaction_is_fenced(
+    ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
+) -> None:
+    with transaction() as tx:
+        [task_id] = tx.enqueue_many([TaskSpec("conf.tx")])
+    task = await claim_one(ledger, task_id)
+
+    with transaction() as tx:
+        assert tx.save_checkpoint(task.fence, '{"step": 1}') is True
+        assert tx.save_checkpoint((task_id, 0), '{"step": "stale"}') is False
+    assert (await ledger.show(task_id))["checkpoint"] == {"step": 1}
+    async with atransaction(commit=False) as atx:
+        assert await atx.save_checkpoint(task.fence, '{"step": 2}') is True
+    assert (await ledger.show(task_id))["checkpoint"] == {"step": 1}  # rolled back
+
+
+async def test_act_list_and_release_key_run_in_the_callers_transaction(
+    ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
+) -> None:
+    await ledger.register_ordering({"conf.block": "block"})
+    with transaction() as tx:
+        first, second, held = tx.enqueue_many(
+            [
+                TaskSpec("conf.tx"),
+                TaskSpec("conf.tx"),
+                TaskSpec("conf.block", ordering_key="acct-9", max_attempts=1),
+            ]
+        )
+    [task] = await ledger.claim([(held, 0)], WORKER, LEASE_S)
+    await ledger.finish([Outcome.failed(task.fence, "poison", final=True)])
+
+    with transaction(commit=False) as tx:
+        report = tx.act(Action.cancel(), TaskFilter(ids=(first,)), actor="ops")
+        assert report.changed == 1
+        assert [r["status"] for r in tx.list_tasks(TaskFilter(ids=(first,)))] == ["cancelled"]
+    assert await ledger.whereabouts([first]) == {first: "pending"}  # rolled back
+    async with atransaction() as atx:
+        await atx.act(Action.cancel(), TaskFilter(ids=(second,)), actor="ops", reason="tx")
+        assert {r["id"] for r in await atx.list_tasks(TaskFilter(kind="conf.tx"))} == {
+            first,
+            second,
+        }
+        released = await atx.release_key("acct-9", actor="ops")
+    assert released.released == [held]
+    assert await ledger.whereabouts([second]) == {second: "cancelled"}
+    with transaction() as tx:
+        assert tx.release_key("acct-9", actor="ops", dry_run=True).released == []
+        with pytest.raises(TaskNotFoundError):
+            tx.release_key("no-such-key", actor="ops")
