@@ -3,8 +3,9 @@
 # ensure_venv:     .venv with the locked dependencies and ledgerq installed (editable).
 # ensure_test_servers: the installed server programs the tests start private
 #                  copies of (the fault suite's own RabbitMQ node, the TLS
-#                  tests' PostgreSQL cluster and RabbitMQ node, a PgBouncer), and
-#                  the browser the dashboard's tests drive (/usr/bin/chromium).
+#                  tests' PostgreSQL cluster and RabbitMQ node, a PgBouncer, a
+#                  pg_auto_failover cluster), and the browser the dashboard's
+#                  tests drive (/usr/bin/chromium).
 # ensure_services: PostgreSQL and RabbitMQ reachable at the configured URLs. It
 #                  uses servers already running there; else starts locally
 #                  installed ones; else, as root on Debian/Ubuntu, installs them
@@ -146,5 +147,23 @@ ensure_test_servers() {
     if [ ! -x /usr/bin/chromium ]; then
         apt_install chromium \
             || die "the dashboard's browser tests drive Debian's chromium: install chromium"
+    fi
+    ensure_failover_packages
+}
+
+# pg_auto_failover for the installed PostgreSQL major: the failover fault test
+# (tests/failover.py) starts a monitor, a primary and a standby of its own.
+ensure_failover_packages() {
+    local major
+    major="$(ls /usr/lib/postgresql 2>/dev/null | sort -V | tail -1)"
+    if [ -z "$major" ]; then  # PostgreSQL itself runs elsewhere (Docker): its binaries here
+        apt_install postgresql \
+            || die "the failover test runs PostgreSQL's server binaries: install postgresql"
+        major="$(ls /usr/lib/postgresql | sort -V | tail -1)"
+    fi
+    if [ ! -x /usr/bin/pg_autoctl ] \
+        || [ ! -f "/usr/share/postgresql/$major/extension/pgautofailover.control" ]; then
+        apt_install pg-auto-failover-cli "postgresql-$major-auto-failover" \
+            || die "the failover test starts a pg_auto_failover cluster of its own: install pg-auto-failover-cli and postgresql-$major-auto-failover"
     fi
 }
