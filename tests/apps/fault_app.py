@@ -1,7 +1,9 @@
 """Handlers for the fault-injection suite: ``--app tests.apps.fault_app``.
 
 ``fault.write`` records its run in ``fault_effects`` through the context's
-transaction, so a duplicate *database* effect would show as two rows.
+transaction, so a duplicate *database* effect would show as two rows; the row
+carries the attempt's epoch, the handler's start (its own clock) and the time of
+the write (``clock_timestamp()``), for the history checker (tests/faults/history.py).
 ``fault.lease`` is the same handler in lease mode. ``fault.poison`` SIGKILLs
 the worker that runs it, every time. ``fault.spawn`` spawns ``payload["n"]``
 ``fault.write`` children and, at its first attempt, SIGKILLs its worker after
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -22,22 +25,30 @@ from ledgerq import AsyncTaskContext, task
 
 EFFECTS_DDL = """CREATE TABLE IF NOT EXISTS fault_effects (
     id bigserial PRIMARY KEY, task_id bigint NOT NULL, marker text, attempt int NOT NULL,
-    pid int NOT NULL)"""
+    pid int NOT NULL, epoch bigint, began timestamptz, at timestamptz DEFAULT clock_timestamp())"""
 
 _INSERT = text(
-    "INSERT INTO fault_effects (task_id, marker, attempt, pid) "
-    "VALUES (:id, :marker, :attempt, :pid)"
+    "INSERT INTO fault_effects (task_id, marker, attempt, pid, epoch, began) "
+    "VALUES (:id, :marker, :attempt, :pid, :epoch, :began)"
 )
 
 
 @task("fault.write")
 async def write(payload: Any, ctx: AsyncTaskContext) -> None:
+    began = datetime.now(UTC)
     seconds = float(payload.get("sleep", 0))
     if seconds:
         await asyncio.sleep(seconds)
     await ctx.session.execute(
         _INSERT,
-        {"id": ctx.id, "marker": payload.get("marker"), "attempt": ctx.attempt, "pid": os.getpid()},
+        {
+            "id": ctx.id,
+            "marker": payload.get("marker"),
+            "attempt": ctx.attempt,
+            "pid": os.getpid(),
+            "epoch": ctx.task.epoch,
+            "began": began,
+        },
     )
 
 
