@@ -1,7 +1,8 @@
 """The reconciler, composed: :func:`open_reconciler` builds one for one database
 of the ledger (its ledger with the reconciler's planner settings and a session
 connection for its advisory lock, a blocking publisher with confirms, retention
-from the settings, the dashboard's rollup); :func:`serve_reconciler` is
+from the settings, the dashboard's rollup: the maintenance loop and its
+services, :mod:`ledgerq.relay.maintenance`); :func:`serve_reconciler` is
 ``ledgerq reconcile``: one pass over every shard, or one every N seconds until
 SIGTERM.
 
