@@ -147,7 +147,9 @@ class TaskFilter:
         return out
 
     def params(self, limit: int, before: int | None = None) -> dict[str, Any]:
-        """The bound parameters of ``list_tasks`` (``before`` overrides the filter's)."""
+        """The bound parameters of ``list_tasks`` (``before`` overrides the filter's):
+        those of the one SQL filter, ``task_filter`` in ``fragments.sql``, which every
+        branch of the listing (and so every action's pages) applies."""
         cursor = before if before is not None else self.before
         return {
             "statuses": list(self.statuses or STATUSES),

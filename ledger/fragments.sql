@@ -40,7 +40,7 @@ SELECT id, kind, queue, payload, business_key, NULL, priority,
 FROM ended
 
 -- fragment: listed_columns
--- The columns of a task-list row (ledger/actions.py LISTED), of the branch's
+-- The columns of a task-list row (ledger/actions.py LIST_COLUMNS), of the branch's
 -- table under the alias x.
 x.id, x.kind, x.queue, x.status, x.attempts, x.max_attempts, x.business_key, x.run_at,
 x.created_at, x.finished_at, x.last_error, x.priority, x.epoch, x.result, x.progress

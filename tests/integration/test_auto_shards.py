@@ -34,9 +34,10 @@ AUTO_WORKER = (
     "auto",
 )
 #: The survivor serves every shard within the dead worker's liveness silence
-#: (5 s), one membership refresh (2 s) and one reconciler pass (1 s): far below
-#: the 60 s lease, with room for a loaded machine.
-BOUND_S = 15.0
+#: (5 s), one membership refresh (2 s) and one reconciler pass (1 s), about 8 s: the
+#: bound only has to stay below the 60 s lease (what the survivor would wait without
+#: the liveness rows), with room for a loaded 2-core machine.
+BOUND_S = 40.0
 
 
 async def _held(ledger: PgLedger) -> dict[str, frozenset[int]]:
@@ -117,7 +118,7 @@ async def test_auto_workers_split_the_shards_and_the_survivor_takes_a_dead_ones_
             f"survivor held every shard {took:.1f} s after the SIGKILL; tasks done at {ran:.1f} s"
         )
         assert took < BOUND_S, took
-        assert ran < BOUND_S + 5, ran
+        assert ran < BOUND_S + 15, ran  # below the 60 s lease still
 
         everything = [*ids, *later]
         verdict = await check(settings, ledger, everything, effects_expected=everything)

@@ -11,7 +11,6 @@ ledger with the next heartbeat and shows in ``ledgerq show`` and
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -28,9 +27,21 @@ from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.harness import EFFECTS_DDL, Pipeline, db, enqueue_committed
-from tests.support import ledgerq
+from tests.support import ledgerq, until
 
 FAST_BEATS = WorkerConfig(concurrency=8, lease_s=30, heartbeat_s=0.2, grace_s=5)
+
+
+async def progress_stored(ledger: PgLedger, task_id: int, done: int) -> None:
+    """Until a heartbeat has stored the last report (instead of sleeping past a few
+    heartbeats, which a loaded machine may not fit in)."""
+
+    async def stored() -> bool:
+        shown = await ledger.show(task_id)
+        progress = shown.get("progress") if shown else None
+        return progress is not None and progress["done"] == done
+
+    await until(f"task {task_id}'s progress {done} stored by a heartbeat", stored)
 
 
 @pytest.mark.parametrize("flavour", ["async", "sync"])
@@ -39,6 +50,7 @@ async def test_the_next_attempt_resumes_from_the_last_checkpoint(
 ) -> None:
     registry = Registry()
     seen: list[Any] = []
+    loop = asyncio.get_running_loop()
 
     if flavour == "async":
 
@@ -49,7 +61,7 @@ async def test_the_next_attempt_resumes_from_the_last_checkpoint(
             for rows in range(start + 1, start + 4):
                 await ctx.save_checkpoint({"rows": rows})
                 ctx.report_progress(rows, 10, "exporting")
-            await asyncio.sleep(0.5)  # a heartbeat stores the last report
+            await progress_stored(ledger, ctx.id, start + 3)  # a heartbeat stores the last report
             if ctx.attempt == 1:
                 raise RuntimeError("the disk filled up at row 3")
 
@@ -62,7 +74,8 @@ async def test_the_next_attempt_resumes_from_the_last_checkpoint(
             for rows in range(start + 1, start + 4):
                 ctx.save_checkpoint({"rows": rows})
                 ctx.report_progress(rows, 10, "exporting")
-            time.sleep(0.5)
+            stored = progress_stored(ledger, ctx.id, start + 3)
+            asyncio.run_coroutine_threadsafe(stored, loop).result(60)
             if ctx.attempt == 1:
                 raise RuntimeError("the disk filled up at row 3")
 
@@ -185,7 +198,7 @@ async def test_progress_shows_in_show_and_in_the_task_list(settings: Settings) -
     async with Pipeline(settings, registry, worker=FAST_BEATS) as pipe:
         await pipe.relay.run_once()
         await asyncio.wait_for(reported.wait(), 30)
-        await asyncio.sleep(0.6)  # a few heartbeats
+        await progress_stored(pipe.ledger, task_id, 40)
         show = await asyncio.to_thread(ledgerq, settings, "show", str(task_id))
         listed = await asyncio.to_thread(ledgerq, settings, "tasks", "list", "--status", "running")
         finish.set()

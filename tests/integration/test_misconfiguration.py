@@ -53,6 +53,13 @@ def timed(settings: Settings, *args: str, **env: str) -> tuple[float, str, int]:
     return time.monotonic() - started, one_line(result), result.returncode
 
 
+#: "At once" against "after retries": a command's start-up alone took 28 to 42 s on a
+#: loaded 2-core machine, so no time bound tells the two apart. The tests tell them
+#: by what the command says: its one line, its exit code, "(tried for N s)" naming
+#: the wait it was given, or no such words when it was not retried. A command that
+#: retried forever, as these once did, ends at tests.support.ledgerq's 60 s timeout.
+
+
 def _maintenance(settings: Settings) -> str:
     return libpq_url(
         make_url(settings.database_url).set(database="postgres").render_as_string(False)
@@ -80,13 +87,12 @@ def empty_database(settings: Settings) -> Iterator[Settings]:
 def test_a_malformed_database_url_fails_at_once_naming_the_setting(
     settings: Settings, command: list[str]
 ) -> None:
-    elapsed, line, code = timed(
+    _, line, code = timed(
         settings, *command, LEDGERQ_DATABASE_URL=f"postgres:{PASSWORD}@nowhere:5432:x"
     )
     assert code == EX_CONFIG
     assert line.startswith("ledgerq: LEDGERQ_DATABASE_URL (the PostgreSQL ledger) is not")
     assert "expected a URL such as postgresql+psycopg://" in line
-    assert elapsed < 10
 
 
 def test_the_flag_is_named_when_the_bad_value_came_from_the_flag(settings: Settings) -> None:
@@ -103,10 +109,9 @@ def test_a_malformed_amqp_url_fails_at_once_instead_of_retrying_forever(
     settings: Settings, command: list[str]
 ) -> None:
     # Before: both retried every 5 s until killed, logging the raw URL each time.
-    elapsed, line, code = timed(settings, *command, LEDGERQ_AMQP_URL="notaurl")
+    _, line, code = timed(settings, *command, LEDGERQ_AMQP_URL="notaurl")
     assert code == EX_CONFIG
     assert line.startswith("ledgerq: LEDGERQ_AMQP_URL (RabbitMQ) is not an AMQP URL: 'notaurl'")
-    assert elapsed < 10
 
 
 @pytest.mark.parametrize(
@@ -165,7 +170,7 @@ def test_unreachable_postgresql_is_retried_for_the_connect_wait_then_69(
     assert code == EX_UNAVAILABLE
     assert line.startswith("ledgerq: cannot reach PostgreSQL at postgresql+psycopg://postgres:***@")
     assert "(tried for 2 s)" in line and "LEDGERQ_DATABASE_URL" in line
-    assert 2 <= elapsed < 12
+    assert elapsed >= 2  # the line names the 2 s given, not the default 10 s
 
 
 @pytest.mark.parametrize("command", [["relay"], ["reconcile"]])
@@ -179,7 +184,7 @@ def test_unreachable_rabbitmq_is_retried_for_the_connect_wait_then_69(
     assert code == EX_UNAVAILABLE
     assert line.startswith("ledgerq: cannot reach RabbitMQ at amqp://guest:***@127.0.0.1:1/")
     assert "(tried for 2 s)" in line and "LEDGERQ_AMQP_URL" in line
-    assert 2 <= elapsed < 12
+    assert elapsed >= 2  # the line names the 2 s given, not the default 10 s
 
 
 @pytest.mark.parametrize(
@@ -192,19 +197,17 @@ def test_wrong_rabbitmq_credentials_fail_at_once_without_retrying(
     wrong = (
         f"amqp://{broker.username or 'guest'}:{PASSWORD}@{broker.hostname}:{broker.port or 5672}/"
     )
-    # A long wait: a retry would show as time spent.
-    elapsed, line, code = timed(
-        settings, *command, LEDGERQ_AMQP_URL=wrong, LEDGERQ_CONNECT_WAIT_S="30"
-    )
+    # A long wait: a retry would end "(tried for 30 s)", and take them.
+    _, line, code = timed(settings, *command, LEDGERQ_AMQP_URL=wrong, LEDGERQ_CONNECT_WAIT_S="30")
     assert code == EX_UNAVAILABLE
     assert "refused the credentials: " in line and "ACCESS_REFUSED" in line
     assert "fix the user or password in LEDGERQ_AMQP_URL" in line
-    assert elapsed < 8  # before: ~12 s of retries
+    assert "(tried for" not in line  # before: ~12 s of retries; a retry says how long
 
 
 def test_an_unknown_postgresql_role_is_refused_at_once(settings: Settings) -> None:
     url = make_url(settings.database_url).set(username="no_such_role_e", password=PASSWORD)
-    elapsed, line, code = timed(
+    _, line, code = timed(
         settings,
         "stats",
         LEDGERQ_DATABASE_URL=url.render_as_string(False),
@@ -212,7 +215,7 @@ def test_an_unknown_postgresql_role_is_refused_at_once(settings: Settings) -> No
     )
     assert code == EX_UNAVAILABLE
     assert 'refused the credentials: role "no_such_role_e" does not exist' in line
-    assert elapsed < 8
+    assert "(tried for" not in line  # not retried for the 30 s
 
 
 # -- the schema ----------------------------------------------------------------------------

@@ -114,7 +114,9 @@ async def test_cancel_of_a_running_task_ends_it_cancelled_and_the_handler_sees_t
         counts = pipe.worker.counts
 
     assert (report.changed, report.asked_to_stop, done) == (1, 1, {task_id: "cancelled"})
-    assert seen == [True] and took < 3 * FAST.heartbeat_s + 2
+    # read back by a heartbeat (the handler would otherwise loop until settle's own
+    # timeout); the slack is generous for a loaded machine
+    assert seen == [True] and took < 3 * FAST.heartbeat_s + 10
     assert (counts.cancelled, counts.retried, counts.succeeded) == (1, 0, 0)
     assert task["attempts"] == 1 and task["cancel_requested_at"] is not None
     [attempt] = task["attempt_log"]

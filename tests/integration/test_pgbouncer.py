@@ -11,7 +11,6 @@ connections than ledgerq opens clients, so each test multiplexes for real.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from collections.abc import Iterator
 from dataclasses import replace
@@ -120,7 +119,9 @@ async def test_listen_uses_the_direct_connection_and_polling_without_one(
     direct.start()
     polling.start()
     try:
-        await asyncio.sleep(1.0)  # both settled: the listener connected (its first event)
+        # settled: the direct listener connected (its first event); the polling one
+        # starts no listener at all
+        assert await direct.wait(30.0), "the direct listener never connected"
         direct.event.clear()
         enqueue_committed(pooled, [TaskSpec("t.write", {})])
         assert await direct.wait(10.0), "no NOTIFY reached the direct listener"

@@ -88,16 +88,18 @@ async def test_a_sync_handler_still_running_after_the_grace_ends_still_running(
     pool: ThreadPoolExecutor,
 ) -> None:
     release, slots, out = threading.Event(), Slots(2), list[Ended]()
+    running = threading.Event()
     registry = Registry()
 
     @registry.task("parts.slow")
     def slow(payload: Any, ctx: TaskContext) -> None:
+        running.set()
         release.wait(10)
 
     dispatcher, _ = dispatcher_for(registry, pool, slots, out)
     slots.take(1)
     dispatcher.start([Claimed(claimed_task(1, 1, "parts.slow"), None)])
-    await asyncio.sleep(0.05)
+    await _until(running.is_set)  # its thread runs the handler
     try:
         await dispatcher.drain(0.05)
         assert [e.result for e in out] == [StillRunning()]  # no retry written
