@@ -256,7 +256,7 @@ async def test_a_sync_handler_that_outlives_its_timeout_in_a_window_frees_the_ot
             specs.append(TaskSpec("t.sync_hang", {"hang": True}, timeout=1.0, retry=[0.05]))
             ids = enqueue_committed(settings, specs)
             started = time.monotonic()
-            await pipe.settle(ids[:-1], timeout=20)
+            await pipe.settle(ids[:-1], timeout=45)
             took = time.monotonic() - started
             assert pipe.worker.batcher.demoted >= 1
             assert (await pipe.statuses(ids[-1:]))[ids[-1]] == "running"  # its thread runs
@@ -264,7 +264,8 @@ async def test_a_sync_handler_that_outlives_its_timeout_in_a_window_frees_the_ot
             await pipe.settle(ids[-1:], timeout=20)
     finally:
         release.set()
-    assert took < 15, took  # the hung thread returns only at 60 s
+    # the hung thread returns only at 60 s; the bound is generous for a loaded machine
+    assert took < 45, took
     assert retried_at[0] > released_at[0]  # the retry started after the hung thread returned
     hung = await ledger.show(ids[-1])
     assert hung["status"] == "succeeded" and hung["attempts"] == 2
