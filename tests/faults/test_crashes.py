@@ -46,14 +46,17 @@ async def test_worker_killed_at_a_crash_point_loses_nothing(
         assert any(r["attempts"] == 2 or r["suspect"] for r in rows)
 
 
-async def test_relay_killed_between_publish_and_mark_loses_nothing(
+async def test_relay_killed_after_its_confirms_loses_nothing(
     settings: Settings, make_cluster: MakeCluster
 ) -> None:
+    """The relay commits its marks, publishes, has its confirms and is killed
+    before it settles the batch's failures (``relay.after_publish``): every
+    message is out and confirmed, so each task runs once."""
     cluster = await make_cluster(workers=2, relay_env={"LEDGERQ_CRASH_AT": "relay.after_publish"})
     ids = enqueue_committed(settings, _work(200))  # one batch for the relay
     await cluster.settle(ids)
     assert cluster.members[0].exits[:1] == [-signal.SIGKILL]
-    await cluster.verify(ids, effects_expected=ids)  # duplicates were published; none ran twice
+    await cluster.verify(ids, effects_expected=ids)  # none lost, none ran twice
 
 
 async def test_poison_task_that_kills_its_worker_ends_dead_while_others_flow(
