@@ -29,7 +29,7 @@ from tests.pki import free_port
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 #: The programs whose private copies tests start, as their command lines show them
 #: (a ``pid`` file of a dead test's directory is only acted on for these).
-SERVERS = (b"beam", b"pgbouncer")
+SERVERS = (b"beam", b"pgbouncer", b"postgresql")
 
 
 def available() -> bool:

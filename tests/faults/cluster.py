@@ -12,7 +12,8 @@ shard, and the checker reads every shard.
 exactly one terminal status, none is lost, nothing from a rolled-back
 transaction ran, handlers that write through the context's transaction left
 exactly one effect, the workers' broker queues are empty and no ``running`` lease
-is left.
+is left. How each task got there (no overlapping attempts, the terminal write's
+epoch, one terminal status, per-key order) is checked by tests/faults/history.py.
 Task statuses are read through the storage seam; the effects table is the
 test's own and read with SQL.
 """
@@ -38,6 +39,7 @@ import pika.exceptions
 from ledgerq.compose import open_ledger, open_reconciler
 from ledgerq.ledger.alerts import log_alert
 from ledgerq.ledger.config import Settings
+from ledgerq.ledger.errors import TransientStorageError
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.routing import routing_key
 from ledgerq.ledger.sharded import ShardedLedger
@@ -248,7 +250,12 @@ class Cluster:
                 except Exception as exc:  # the broker or the DB is down right now
                     print(f"reconcile failed during a fault: {exc!r}")
                 last_reconcile = time.monotonic()
-            if await terminal_count(self.ledger, ids) == len(ids) and not (hold and hold()):
+            try:
+                finished = await terminal_count(self.ledger, ids)
+            except TransientStorageError as exc:  # the database is restarting
+                print(f"progress check failed during a fault: {exc!r}")
+                finished = -1
+            if finished == len(ids) and not (hold and hold()):
                 return
             if elapsed > timeout:
                 raise AssertionError(

@@ -12,60 +12,32 @@ random), and the session ends with the totals of every combined run
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
-import signal
+import shutil
 import time
+import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy.orm import Session
 
-from ledgerq import TaskSpec, enqueue
 from ledgerq.ledger.config import Settings
-from ledgerq.ledger.pg.engines import sync_engine
+from ledgerq.ledger.pg.migrate import upgrade
 from ledgerq.ledger.shard_ids import shard_of_id
-from tests.conftest import drop_database
-from tests.faults.cluster import COMBINED_RUNS, Cluster, MakeCluster, check, terminal_count
-from tests.faults.outages import kill_backends, restart_broker
-from tests.harness import enqueue_committed
+from tests import postgres, rabbit
+from tests.conftest import delete_broker_objects, drop_database, routed_queues
+from tests.faults.chaos import Chaos, Producer, schedule
+from tests.faults.cluster import COMBINED_RUNS, Cluster, MakeCluster, check
+from tests.faults.history import check_histories, load_histories
+from tests.faults.xmin import Hold
+from tests.postgres import PgServer
 from tests.rabbit import RabbitNode
 from tests.shard_dbs import create_shards, shard_urls
-
-
-@dataclass
-class Fault:
-    at: float  # fraction of tasks finished when it fires
-    kind: str  # worker_kill | broker_restart | db_kill | relay_kill
-    target: str = ""
-
-
-def schedule(rng: random.Random, workers: int, worker_kills: int, db_kills: int) -> list[Fault]:
-    faults = [
-        Fault(rng.uniform(0.05, 0.9), "worker_kill", f"worker-{rng.randrange(workers)}")
-        for _ in range(worker_kills)
-    ]
-    faults += [Fault(rng.uniform(0.1, 0.85), "db_kill") for _ in range(db_kills)]
-    faults.append(Fault(rng.uniform(0.2, 0.6), "broker_restart"))
-    faults.append(Fault(rng.uniform(0.1, 0.8), "relay_kill", "relay"))
-    return sorted(faults, key=lambda f: f.at)
-
-
-def rolled_back(settings: Settings, n: int) -> None:
-    """Producers whose business transactions fail: their tasks must never run."""
-    engine = sync_engine(settings, "ledgerq-test-rollback", pool_size=1)
-    with Session(engine) as session:
-        for i in range(n):
-            session.begin()
-            enqueue(session, "fault.write", {"marker": "rolled-back", "n": i})
-            session.rollback()
-    engine.dispose()
 
 
 async def run_combined(
@@ -78,57 +50,43 @@ async def run_combined(
     worker_kills: int,
     db_kills: int,
     seed: int,
+    server: PgServer | None = None,
+    pg_restarts: int = 0,
+    hold: Hold | None = None,
 ) -> None:
-    faults = schedule(random.Random(seed), workers, worker_kills, db_kills)
-    print(f"\ncombined run: seed={seed} tasks={tasks} workers={workers}")
+    """The run. With ``server`` (the suite's own PostgreSQL, tests/postgres.py) it
+    may restart the database (``pg_restarts``); with ``hold`` the tasks are produced
+    at a steady rate, the other faults fire first, then the xmin hold
+    (tests/faults/chaos.py)."""
+    assert not pg_restarts or server is not None, "restarts need the suite's own server"
+    total = hold.tasks if hold else tasks
+    faults = schedule(random.Random(seed), workers, worker_kills, db_kills, pg_restarts)
+    print(f"\ncombined run: seed={seed} tasks={total} workers={workers} hold={hold}")
     for fault in faults:
         print(f"  at {fault.at:5.1%}: {fault.kind} {fault.target}")
     cluster = await make_cluster(workers=workers)
     started = time.monotonic()
-    ids: list[int] = []
-    shards = settings.ledger_shards()
-    for chunk in range(0, tasks, 500):
-        # With ledger shards, each chunk is one producer transaction on the next shard.
-        shard = shards[(chunk // 500) % len(shards)]
-        ids += enqueue_committed(
-            shard,
-            [
-                TaskSpec("fault.write", {"n": i, "sleep": 0.002}, retry=[0.2], max_attempts=10)
-                for i in range(chunk, min(chunk + 500, tasks))
-            ],
-        )
-        rolled_back(shard, 10)
-    pending = list(faults)
-    fired: list[str] = []
-
-    async def tick(elapsed: float) -> None:
-        done = await terminal_count(cluster.ledger, ids) / len(ids)
-        while pending and done >= pending[0].at:
-            fault = pending.pop(0)
-            if fault.kind in ("worker_kill", "relay_kill"):
-                # Restart what died first, so every kill lands on a live process
-                # (when faults bunch up, on one still starting: a crash at start-up).
-                cluster.supervise()
-                landed = cluster.kill(fault.target, signal.SIGKILL)
-                assert landed, f"{fault.target} was not running when its kill came"
-            elif fault.kind == "db_kill":
-                kill_backends(settings)
-            else:
-                await asyncio.to_thread(restart_broker, broker_node)
-            fired.append(f"{fault.kind} {fault.target} at {done:.1%} ({elapsed:.1f}s)")
-
+    chaos = Chaos(cluster, Producer(settings), faults, total, hold, broker_node, server)
+    if hold is None:
+        chaos.producer.upto(total)
+    ids = chaos.producer.ids
     # A fault whose threshold the drain jumped past still fires (at 100%, as the
     # summary shows) rather than never.
-    await cluster.settle(ids, timeout=300, tick=tick, hold=lambda: bool(pending))
+    try:
+        await cluster.settle(ids, timeout=300 + total / 50, tick=chaos.tick, hold=chaos.busy)
+    finally:
+        if chaos.phases is not None:
+            chaos.phases.holder.release()
     elapsed = time.monotonic() - started
     verdict = await check(settings, cluster.ledger, ids, effects_expected=ids)
+    history = check_histories(await load_histories(settings, cluster.ledger, ids))
     exits = await cluster.stop()
-    summary = {
+    summary: dict[str, Any] = {
         "seed": seed,
         "tasks": len(ids),
         "by_ledger_shard": dict(sorted(Counter(shard_of_id(i) for i in ids).items())),
         "seconds": round(elapsed, 1),
-        "faults": fired,
+        "faults": chaos.fired,
         "restarts": {role: len(codes) - 1 for role, codes in exits.items()},
         "reconciler": {
             "passes": len(cluster.reconciles),
@@ -138,12 +96,19 @@ async def run_combined(
             "overdue_published": sum(c.overdue_published for c in cluster.reconciles),
         },
         "verdict": verdict.as_dict(),
+        "history": history.as_dict(),
     }
+    if chaos.phases is not None:
+        summary["xmin"] = chaos.phases.summary()
     print(json.dumps(summary, indent=2))
     COMBINED_RUNS.append(summary)
     assert not cluster.internal_errors(), cluster.internal_errors()
     assert verdict.ok, summary
+    assert history.ok, summary
     assert verdict.terminal == {"succeeded": len(ids)}
+    if chaos.phases is not None:
+        recovery = summary["xmin"]["recovery_s"]
+        assert recovery is not None and recovery <= 60, summary["xmin"]
 
 
 def _seed(variable: str) -> int:
@@ -214,4 +179,99 @@ async def test_combined_long(
         worker_kills=6,
         db_kills=4,
         seed=(LONG_BASE + run) % 2**32,
+    )
+
+
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[PgServer]:
+    """A PostgreSQL of the fault suite's own (tests/postgres.py): the restart
+    fault restarts it, never the shared server."""
+    if not postgres.available():
+        pytest.fail("the restart fault needs the PostgreSQL server binaries installed")
+    home = rabbit.workdir("ledgerq-faults-pg-")
+    server = PgServer(home)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+async def own_settings(own_server: PgServer, base_settings: Settings) -> AsyncIterator[Settings]:
+    """A fresh, migrated ledger on the suite's own server, the suite's broker, a
+    private AMQP prefix."""
+    url = own_server.create_database("ledgerq_faults_own")
+    settings = replace(
+        base_settings, database_url=url, amqp_prefix=f"lqtest.{uuid.uuid4().hex[:10]}"
+    )
+    upgrade(settings)
+    yield settings
+    delete_broker_objects(settings, routed_queues(settings))
+
+
+@pytest.fixture
+async def own_cluster(own_settings: Settings, tmp_path: Path) -> AsyncIterator[MakeCluster]:
+    clusters: list[Cluster] = []
+
+    async def make(**options: Any) -> Cluster:
+        cluster = Cluster(own_settings, tmp_path, **options)
+        clusters.append(cluster)
+        await cluster.open()
+        return await cluster.start().ready()
+
+    yield make
+    for cluster in clusters:
+        await cluster.stop()
+
+
+#: The default suite's restart runs: the short run's faults, fewer, and a
+#: PostgreSQL restart (the 60 s xmin hold runs under --long only: each such run
+#: lasts over two minutes).
+RESTART: dict[str, Any] = {"tasks": 1000, "workers": 3, "worker_kills": 3, "db_kills": 2}
+RESTART_BASE = _seed("LEDGERQ_FAULT_SEED")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("run", range(3), ids=lambda n: f"seed{n + 1}")
+async def test_combined_over_a_postgres_restart(
+    own_settings: Settings,
+    own_server: PgServer,
+    own_cluster: MakeCluster,
+    broker_node: RabbitNode,
+    run: int,
+) -> None:
+    await run_combined(
+        own_settings,
+        own_cluster,
+        broker_node,
+        **RESTART,
+        seed=(RESTART_BASE + run) % 2**32,
+        server=own_server,
+        pg_restarts=1,
+    )
+
+
+@pytest.mark.long
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("run", range(20), ids=lambda n: f"run{n + 1:02d}")
+async def test_combined_restart_and_xmin_hold_long(
+    own_settings: Settings,
+    own_server: PgServer,
+    own_cluster: MakeCluster,
+    broker_node: RabbitNode,
+    run: int,
+) -> None:
+    await run_combined(
+        own_settings,
+        own_cluster,
+        broker_node,
+        tasks=0,
+        workers=3,
+        worker_kills=6,
+        db_kills=4,
+        seed=(LONG_BASE + 1000 + run) % 2**32,
+        server=own_server,
+        pg_restarts=2,
+        hold=Hold(),
     )
