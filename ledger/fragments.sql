@@ -15,9 +15,11 @@
 --   ended_worker  worker
 --   ended_error   last_error
 --   ended_result  result (jsonb)
---   ended_attempt the record of the attempt that ended with it (jsonb, its
---                 outcome filled in here as ended_as), appended to attempt_log;
---                 NULL when no attempt ended (attempt_log is kept as it is)
+--   ended_attempt whether an attempt ended with it: then its record (the
+--                 attempt's number, worker, start, end, error, outcome = ended_as
+--                 and the cancel request's time) is appended to attempt_log;
+--                 otherwise attempt_log is kept as it is
+--   ended_attempt_error  that record's error (the attempt's own, or NULL)
 --   ended_cancel  cancel_requested_at
 -- A finished task has no lease and no de-duplication key (its key is free for
 -- a new task).
@@ -32,10 +34,12 @@ SELECT id, kind, queue, payload, business_key, NULL, priority,
        publishes, NULL, heartbeat_at, ended_worker, checkpoint,
        ended_error, timeout_s, parent_id, created_at, published_at,
        started_at, ended_at, suspect, ended_result,
-       CASE WHEN ended_attempt IS NULL THEN attempt_log
-            ELSE COALESCE(attempt_log, '[]'::jsonb)
-                 || jsonb_build_array(ended_attempt || jsonb_build_object('outcome', ended_as))
-       END,
+       CASE WHEN ended_attempt
+            THEN COALESCE(attempt_log, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+                'attempt', attempts, 'worker', worker, 'started_at', started_at,
+                'ended_at', ended_at, 'error', ended_attempt_error, 'outcome', ended_as,
+                'cancel_requested_at', cancel_requested_at))
+            ELSE attempt_log END,
        ended_cancel, trace_context, ordering_key, progress
 FROM ended
 

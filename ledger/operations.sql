@@ -63,8 +63,8 @@ WITH m AS (
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
     RETURNING t.*, 'cancelled' AS ended_as, now() AS ended_at,
               CAST(NULL AS text) AS ended_worker, t.last_error AS ended_error,
-              CAST(NULL AS jsonb) AS ended_result, CAST(NULL AS jsonb) AS ended_attempt,
-              now() AS ended_cancel
+              CAST(NULL AS jsonb) AS ended_result, false AS ended_attempt,
+              CAST(NULL AS text) AS ended_attempt_error, now() AS ended_cancel
 ), buried AS (
     -- the history row (fragments.sql); no attempt ended, its log is kept
     {{bury}}

@@ -334,9 +334,7 @@ WITH m AS (
               m.at AS ended_at, t.worker AS ended_worker,
               COALESCE(m.error, t.last_error) AS ended_error,
               CAST(m.result AS jsonb) AS ended_result,
-              jsonb_build_object('attempt', t.attempts, 'worker', t.worker,
-                                 'started_at', t.started_at, 'ended_at', m.at, 'error', m.error,
-                                 'cancel_requested_at', t.cancel_requested_at) AS ended_attempt,
+              true AS ended_attempt, m.error AS ended_attempt_error,
               t.cancel_requested_at AS ended_cancel
 ), buried AS (
     -- the history row (fragments.sql), the attempt's record appended to its log
