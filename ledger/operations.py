@@ -17,6 +17,11 @@ with the caller's transaction: one transaction however many tasks match, so
 for bulk work on a large ledger prefer
 :meth:`~ledgerq.ledger.pg.operations.PgOperations.act` (what ``ledgerq tasks``
 runs), which commits every :data:`~.actions.BATCH_SIZE` tasks.
+
+Each function runs through the seam's transaction-scoped part
+(:class:`~ledgerq.ledger.protocol.TxLedger`; on PostgreSQL
+:mod:`ledgerq.ledger.pg.tx`), which drives the plan on the caller's transaction
+with :func:`drive` / :func:`adrive`.
 """
 
 from __future__ import annotations
@@ -24,18 +29,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
-from ledgerq.ledger.actions import Action, Report, Rows, Step, plan, task_row
+from ledgerq.ledger.actions import Action, Report, Rows, Step
 from ledgerq.ledger.executors import (
     AsyncExecutor,
     AsyncRunner,
     Executor,
     Runner,
-    async_runner,
-    runner,
 )
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
-from ledgerq.ledger.keys import KeyRelease, release_plan
-from ledgerq.ledger.sql import OQ
+from ledgerq.ledger.keys import KeyRelease
 
 #: What a plan returns: an action's :class:`Report`, a :class:`KeyRelease`.
 R = TypeVar("R")
@@ -83,8 +85,10 @@ def act(
     dry_run: bool = False,
 ) -> Report:
     """Apply ``action`` to the tasks ``selection`` matches, in the caller's transaction."""
-    steps = plan(action, selection, actor=actor, reason=reason, dry_run=dry_run)
-    return drive(steps, runner(executor, "act"))
+    from ledgerq.ledger.pg.tx import PgTx  # the seam's transaction-scoped part
+
+    tx = PgTx(executor, "act")
+    return tx.act(action, selection, actor=actor, reason=reason, dry_run=dry_run)
 
 
 async def aact(
@@ -97,8 +101,10 @@ async def aact(
     dry_run: bool = False,
 ) -> Report:
     """:func:`act` on an async executor."""
-    steps = plan(action, selection, actor=actor, reason=reason, dry_run=dry_run)
-    return await adrive(steps, async_runner(executor, "aact"))
+    from ledgerq.ledger.pg.tx import PgAsyncTx
+
+    tx = PgAsyncTx(executor, "aact")
+    return await tx.act(action, selection, actor=actor, reason=reason, dry_run=dry_run)
 
 
 def release_key(
@@ -111,8 +117,11 @@ def release_key(
 ) -> KeyRelease:
     """Release ordering ``key`` from the dead tasks that hold it (:mod:`.keys`), in the
     caller's transaction."""
-    steps = release_plan(key, actor=actor, reason=reason, dry_run=dry_run)
-    return drive(steps, runner(executor, "release_key"))
+    from ledgerq.ledger.pg.tx import PgTx
+
+    return PgTx(executor, "release_key").release_key(
+        key, actor=actor, reason=reason, dry_run=dry_run
+    )
 
 
 async def arelease_key(
@@ -124,21 +133,27 @@ async def arelease_key(
     dry_run: bool = False,
 ) -> KeyRelease:
     """:func:`release_key` on an async executor."""
-    steps = release_plan(key, actor=actor, reason=reason, dry_run=dry_run)
-    return await adrive(steps, async_runner(executor, "arelease_key"))
+    from ledgerq.ledger.pg.tx import PgAsyncTx
+
+    return await PgAsyncTx(executor, "arelease_key").release_key(
+        key, actor=actor, reason=reason, dry_run=dry_run
+    )
 
 
 def list_tasks(executor: Executor, selection: TaskFilter) -> list[dict[str, Any]]:
     """The tasks ``selection`` matches, newest first (at most its limit, else 50)."""
-    rows = runner(executor, "list_tasks")(OQ.list_tasks, _list_params(selection))
-    return [task_row(r) for r in rows]
+    from ledgerq.ledger.pg.tx import PgTx
+
+    return PgTx(executor, "list_tasks").list_tasks(selection)
 
 
 async def alist_tasks(executor: AsyncExecutor, selection: TaskFilter) -> list[dict[str, Any]]:
     """:func:`list_tasks` on an async executor."""
-    rows = await async_runner(executor, "alist_tasks")(OQ.list_tasks, _list_params(selection))
-    return [task_row(r) for r in rows]
+    from ledgerq.ledger.pg.tx import PgAsyncTx
+
+    return await PgAsyncTx(executor, "alist_tasks").list_tasks(selection)
 
 
-def _list_params(selection: TaskFilter) -> dict[str, Any]:
+def list_params(selection: TaskFilter) -> dict[str, Any]:
+    """``list_tasks``'s parameters (its limit, else 50)."""
     return selection.params(selection.limit or DEFAULT_LIMIT)

@@ -2,7 +2,9 @@
 
 ``enqueue(session, "send_email", {"to": ...})`` runs one INSERT on the caller's
 own Session or Connection (SQLAlchemy, or a raw psycopg 3 one: see
-:mod:`ledgerq.ledger.executors`) and does not commit: the task exists exactly when the
+:mod:`ledgerq.ledger.executors`), through the seam's transaction-scoped part
+(:class:`~ledgerq.ledger.protocol.TxLedger`; the statements in
+:mod:`ledgerq.ledger.pg.tx`), and does not commit: the task exists exactly when the
 caller's business transaction commits, and never if it rolls back. Everything is
 validated before the INSERT, so bad input raises
 :class:`~ledgerq.ledger.errors.InvalidTaskError` and writes nothing.
@@ -33,28 +35,17 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import TextClause
-
 from ledgerq.ledger import tracing
 from ledgerq.ledger import validation as v
 from ledgerq.ledger.errors import (
-    FamilyCompletedError,
     InvalidTaskError,
-    LedgerqError,
-    UnknownParentError,
 )
 from ledgerq.ledger.executors import (
     AsyncExecutor,
-    AsyncRunner,
     Executor,
-    Rows,
-    Runner,
-    async_runner,
-    runner,
 )
 from ledgerq.ledger.retry import RetryPolicy
 from ledgerq.ledger.sharding import deployment_count, shard_of
-from ledgerq.ledger.sql import Q
 
 RetryLike = RetryPolicy | Sequence[float] | Mapping[str, Any] | None
 
@@ -203,81 +194,6 @@ def _chunks(specs: Iterable[TaskSpec]) -> Iterable[list[TaskSpec]]:
         yield chunk
 
 
-def _lookup(params: dict[str, Any]) -> tuple[TextClause, TextClause, dict[str, Any]]:
-    """The INSERT for one task, the SELECT that finds the duplicate it met, and that
-    SELECT's parameters: the permanent key (once=True) or the live one (unique=True)."""
-    if params["once"]:
-        key = {"kind": params["kind"], "business_key": params["business_key"]}
-        return Q.insert_task_once, Q.once_task_id, key
-    return (
-        Q.insert_task,
-        Q.live_id_by_dedupe_key,
-        {
-            "kind": params["kind"],
-            "dedupe_key": params["dedupe_key"],
-        },
-    )
-
-
-def _batch_statement(chunk: Sequence[TaskSpec]) -> TextClause:
-    """``insert_tasks``, or ``insert_tasks_once`` when a spec of the chunk has once=True
-    (so batches without permanent keys pay nothing for them)."""
-    return Q.insert_tasks_once if any(spec.once for spec in chunk) else Q.insert_tasks
-
-
-# A live duplicate can finish between the INSERT that met it and the SELECT that
-# looks it up; then the INSERT is simply tried again.
-_UNIQUE_TRIES = 5
-
-
-def _unique_race_lost(params: dict[str, Any]) -> LedgerqError:
-    return LedgerqError(
-        f"could not enqueue {params['kind']!r} with business_key {params['business_key']!r}: "
-        "its duplicate kept disappearing between insert and lookup"
-    )
-
-
-#: The SQLSTATEs of the child-insert trigger (migration 0010), and what they mean.
-_PARENT_REFUSALS: dict[str, type[InvalidTaskError]] = {
-    "LQF01": UnknownParentError,
-    "LQF02": FamilyCompletedError,
-}
-
-
-def _refused(exc: Exception) -> None:
-    """Raise the typed error for a child the ledger refused, if ``exc`` is that
-    (SQLAlchemy wraps the driver's error in ``orig``; a raw psycopg connection
-    raises it bare); else return."""
-    error = getattr(exc, "orig", None) or exc
-    kind = _PARENT_REFUSALS.get(str(getattr(error, "sqlstate", "")))
-    if kind is not None:
-        diag = getattr(error, "diag", None)
-        message = getattr(diag, "message_primary", None) or str(error).splitlines()[0]
-        raise kind(message) from exc
-
-
-def _checked(run: Runner) -> Runner:
-    def checked(statement: TextClause, params: Mapping[str, Any]) -> Rows:
-        try:
-            return run(statement, params)
-        except Exception as exc:
-            _refused(exc)
-            raise
-
-    return checked
-
-
-def _achecked(run: AsyncRunner) -> AsyncRunner:
-    async def checked(statement: TextClause, params: Mapping[str, Any]) -> Rows:
-        try:
-            return await run(statement, params)
-        except Exception as exc:
-            _refused(exc)
-            raise
-
-    return checked
-
-
 def enqueue(executor: Executor, kind: str, payload: Any = None, **options: Any) -> int:
     """Insert one task in ``executor``'s transaction and return its id.
 
@@ -286,14 +202,10 @@ def enqueue(executor: Executor, kind: str, payload: Any = None, **options: Any) 
     the key is permanent: the id of the task that first took it is returned (even
     if that task finished long ago) and nothing is inserted.
     """
-    run = _checked(runner(executor, "enqueue"))
-    params = TaskSpec(kind, payload, **options).params()
-    insert, lookup, key = _lookup(params)
-    for _ in range(_UNIQUE_TRIES):
-        rows = run(insert, params) or run(lookup, key)
-        if rows:
-            return int(rows[0][0])
-    raise _unique_race_lost(params)
+    from ledgerq.ledger.pg.tx import PgTx  # the seam's transaction-scoped part
+
+    tx = PgTx(executor, "enqueue")  # a wrong executor is refused before a bad task
+    return tx.enqueue(TaskSpec(kind, payload, **options))
 
 
 def enqueue_many(executor: Executor, specs: Iterable[TaskSpec]) -> list[int]:
@@ -302,33 +214,21 @@ def enqueue_many(executor: Executor, specs: Iterable[TaskSpec]) -> list[int]:
     Tasks skipped as duplicates (``unique=True`` or ``once=True``) are left out of the
     result.
     """
-    run = _checked(runner(executor, "enqueue_many"))
-    ids: list[int] = []
-    for chunk in _chunks(specs):
-        document = _rows_document(chunk)  # validates every spec first
-        rows = run(_batch_statement(chunk), {"rows": document})
-        ids.extend(int(r[0]) for r in rows)
-    return ids
+    from ledgerq.ledger.pg.tx import PgTx
+
+    return PgTx(executor, "enqueue_many").enqueue_many(specs)
 
 
 async def aenqueue(executor: AsyncExecutor, kind: str, payload: Any = None, **options: Any) -> int:
     """:func:`enqueue` on an async executor (see :mod:`ledgerq.ledger.executors`)."""
-    run = _achecked(async_runner(executor, "aenqueue"))
-    params = TaskSpec(kind, payload, **options).params()
-    insert, lookup, key = _lookup(params)
-    for _ in range(_UNIQUE_TRIES):
-        rows = await run(insert, params) or await run(lookup, key)
-        if rows:
-            return int(rows[0][0])
-    raise _unique_race_lost(params)
+    from ledgerq.ledger.pg.tx import PgAsyncTx
+
+    tx = PgAsyncTx(executor, "aenqueue")
+    return await tx.enqueue(TaskSpec(kind, payload, **options))
 
 
 async def aenqueue_many(executor: AsyncExecutor, specs: Iterable[TaskSpec]) -> list[int]:
     """:func:`enqueue_many` on an async executor (see :func:`aenqueue`)."""
-    run = _achecked(async_runner(executor, "aenqueue_many"))
-    ids: list[int] = []
-    for chunk in _chunks(specs):
-        document = _rows_document(chunk)  # validates every spec first
-        rows = await run(_batch_statement(chunk), {"rows": document})
-        ids.extend(int(r[0]) for r in rows)
-    return ids
+    from ledgerq.ledger.pg.tx import PgAsyncTx
+
+    return await PgAsyncTx(executor, "aenqueue_many").enqueue_many(specs)

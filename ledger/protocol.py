@@ -90,6 +90,11 @@ class TxLedger(Protocol):
     (:mod:`ledgerq.ledger.within`) run through it;
     :class:`~ledgerq.ledger.pg.tx.PgTx` implements it on PostgreSQL."""
 
+    def enqueue(self, spec: TaskSpec) -> int:
+        """Insert one task; its id, or with ``unique``/``once`` the id of the task
+        holding its key (nothing inserted)."""
+        ...
+
     def enqueue_many(self, specs: Iterable[TaskSpec]) -> list[int]:
         """Insert ``specs``; the new ids in input order (duplicates left out)."""
         ...
@@ -135,6 +140,8 @@ class TxLedger(Protocol):
 
 class AsyncTxLedger(Protocol):
     """:class:`TxLedger` on an async Session or Connection."""
+
+    async def enqueue(self, spec: TaskSpec) -> int: ...
 
     async def enqueue_many(self, specs: Iterable[TaskSpec]) -> list[int]: ...
 

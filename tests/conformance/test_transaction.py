@@ -122,3 +122,17 @@ async def test_act_list_and_release_key_run_in_the_callers_transaction(
         assert tx.release_key("acct-9", actor="ops", dry_run=True).released == []
         with pytest.raises(TaskNotFoundError):
             tx.release_key("no-such-key", actor="ops")
+
+
+async def test_enqueue_returns_the_id_holding_a_unique_key_and_inserts_nothing(
+    ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
+) -> None:
+    with transaction() as tx:
+        first = tx.enqueue(TaskSpec("conf.tx", business_key="k-1", unique=True))
+        again = tx.enqueue(TaskSpec("conf.tx", business_key="k-1", unique=True))
+    async with atransaction() as atx:
+        later = await atx.enqueue(TaskSpec("conf.tx", business_key="k-1", unique=True))
+        other = await atx.enqueue(TaskSpec("conf.tx", business_key="k-2", unique=True))
+
+    assert first == again == later and other != first
+    assert (await ledger.stats())["total"] == 2
