@@ -112,3 +112,11 @@ def test_keyed_effects_committed_out_of_order_are_reported() -> None:
 
 def test_tasks_of_different_keys_may_interleave() -> None:
     assert not violations(good(1, 0, "a"), good(2, 1, "b"), good(3, 1))
+
+
+def test_a_key_is_ordered_per_ledger_shard() -> None:
+    """Shard 1's effect table numbers its rows on its own, and its task of the key
+    may run while shard 0's does."""
+    on_shard_1 = good(1 << 48 | 2, 3.5, "k")
+    on_shard_1 = replace(on_shard_1, effects=(replace(on_shard_1.effects[0], row=1),))
+    assert not violations(good(5, 0, "k"), on_shard_1)
