@@ -135,8 +135,15 @@ async def test_cascade_cancel_reaches_live_descendants_and_the_callback_counts_t
             shown = await ledger.find(parent)
             family = shown["children"]
             if shown["status"] == "succeeded" and family and family["total"] == 6:  # noqa: SIM102
+                # The parent's two slow children run, and so do fan.mid's two slow
+                # grandchildren: nothing else is still waiting to run (fan.mid's quick
+                # third child may otherwise be cancelled too).
                 if family["by_status"].get("running") == 2:
-                    break
+                    live = await ledger.list_tasks(
+                        TaskFilter(statuses=("pending", "published", "running"))
+                    )
+                    if sorted(t["status"] for t in live) == ["running"] * 4:
+                        break
             assert time.monotonic() < deadline, shown
             await asyncio.sleep(0.05)
         assert family["by_status"] == {"running": 2, "succeeded": 3, "dead": 1}
