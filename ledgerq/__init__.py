@@ -26,8 +26,7 @@ from ledgerq.consumers.execute import Abort
 from ledgerq.consumers.progress import LeaseLostError
 from ledgerq.consumers.registry import Registry, RegistryError, default_registry, task
 from ledgerq.consumers.results import Cancelled
-from ledgerq.ledger.actions import Action, Report
-from ledgerq.ledger.errors import (
+from ledgerq.core.errors import (
     ConfigError,
     CredentialsRefusedError,
     FamilyCompletedError,
@@ -46,6 +45,7 @@ from ledgerq.ledger.errors import (
     UnknownParentError,
     WrongShardError,
 )
+from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.operations import aact, act, alist_tasks, list_tasks
 from ledgerq.ledger.producer import TaskSpec, aenqueue, aenqueue_many, enqueue, enqueue_many

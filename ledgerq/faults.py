@@ -2,9 +2,9 @@
 
 ``LEDGERQ_CRASH_AT=<point>`` makes the process SIGKILL itself the
 ``LEDGERQ_CRASH_AFTER``-th time (default 1) it reaches that point (the points
-are listed in :mod:`ledgerq.relay.probes`). The composition root installs this
+are listed in :mod:`ledgerq.hooks.probes`). The composition root installs this
 probe only when ``LEDGERQ_CRASH_AT`` is set; otherwise the services get
-:func:`~ledgerq.relay.probes.no_probe`.
+:func:`~ledgerq.hooks.probes.no_probe`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import os
 import signal
 from collections.abc import Mapping
 
-from ledgerq.ledger.config import ConfigError
-from ledgerq.relay.probes import POINTS, Point, Probe, no_probe
+from ledgerq.core.config import ConfigError
+from ledgerq.hooks.probes import POINTS, Point, Probe, no_probe
 
 
 def probe_from_env(environ: Mapping[str, str] | None = None) -> Probe:

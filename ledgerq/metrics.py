@@ -46,8 +46,8 @@ from prometheus_client import (
     make_wsgi_app,
 )
 
+from ledgerq.core.errors import ConfigError
 from ledgerq.health import Health
-from ledgerq.ledger.errors import ConfigError
 from ledgerq.ledger.observer import Observer
 
 #: Handler durations (seconds): from a millisecond to ten minutes.

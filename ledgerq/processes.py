@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 
 #: Set in a supervised child's environment: the file its hung-handler line goes to.
 SUPERVISED_ENV = "LEDGERQ_SUPERVISED_REPORT"

@@ -15,7 +15,7 @@ handling, which uvloop does in C; ``LEDGERQ_EVENT_LOOP=asyncio`` (validated with
 the other settings) opts out.
 
 :class:`SchemaWatch` and :class:`WatchedLedger`: a running relay or worker whose
-tables are dropped meets :class:`~ledgerq.ledger.errors.SchemaMissingError` on
+tables are dropped meets :class:`~ledgerq.core.errors.SchemaMissingError` on
 its next statement. The service's own loop treats any failed statement as
 something to retry; the watched ledger sees that error first and asks the
 service to stop, as SIGTERM would (the relay finishes its loop, the worker
@@ -40,7 +40,7 @@ from collections.abc import (
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any, TypeVar, cast
 
-from ledgerq.ledger.errors import SchemaMissingError
+from ledgerq.core.errors import SchemaMissingError
 
 T = TypeVar("T")
 L = TypeVar("L")

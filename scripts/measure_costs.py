@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ledgerq import TaskSpec, enqueue_many
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.engines import sync_engine
 from ledgerq.ledger.pg.migrate import upgrade
 from tests.pki import free_port

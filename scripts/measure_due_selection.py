@@ -22,7 +22,7 @@ from collections.abc import Callable
 from sqlalchemy.orm import Session
 
 from ledgerq import TaskSpec, enqueue_many
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import RELAY_PLANNER, async_engine, sync_engine
 from ledgerq.ledger.pg.migrate import upgrade

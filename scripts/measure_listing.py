@@ -16,7 +16,7 @@ import time
 from datetime import timedelta
 
 from ledgerq.compose import open_ledger
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.pg.migrate import upgrade
 

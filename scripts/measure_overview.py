@@ -24,10 +24,10 @@ import psycopg
 from sqlalchemy import make_url
 
 from ledgerq.compose import open_ledger
+from ledgerq.core.config import Settings
 from ledgerq.dashboard.app import create_app
 from ledgerq.dashboard.overview import overview_data
 from ledgerq.dashboard.settings import DashboardSettings
-from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import upgrade
 from ledgerq.ledger.rollup import WINDOWS

@@ -47,7 +47,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from ledgerq import TaskSpec, enqueue, enqueue_many
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine, libpq_url, sync_engine

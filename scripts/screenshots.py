@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from ledgerq.compose import open_ledger  # noqa: E402
 from ledgerq.consumers.worker import WorkerConfig  # noqa: E402
+from ledgerq.core.config import Settings  # noqa: E402
 from ledgerq.dashboard.settings import DashboardSettings  # noqa: E402
-from ledgerq.ledger.config import Settings  # noqa: E402
 from ledgerq.ledger.pg.migrate import upgrade  # noqa: E402
 from ledgerq.relay.rollup import Rollup, RollupConfig  # noqa: E402
 from tests.browser import chromium, served  # noqa: E402

@@ -22,14 +22,14 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from ledgerq.broker.topology import Topology
 from ledgerq.compose import open_ledger
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
+from ledgerq.core.settings_table import DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import upgrade
 from ledgerq.ledger.routing import routing_key
-from ledgerq.ledger.settings_table import DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL
-from ledgerq.relay.broker.topology import Topology
 
 # The suite's own database: LEDGERQ_TEST_DATABASE_URL, else the configured server
 # with the database name "ledgerq_test" (never the configured database itself).

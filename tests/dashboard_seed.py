@@ -19,7 +19,7 @@ from typing import Any
 
 from ledgerq import AsyncTaskContext, Registry, RetryPolicy, TaskSpec
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from tests.harness import Pipeline, enqueue_committed
 
 SCRIPT = "<script>document.title='pwned'</script>"

@@ -27,14 +27,14 @@ from pika.exchange_type import ExchangeType
 from sqlalchemy.orm import Session
 
 from ledgerq import Registry, TaskSpec, enqueue_many
+from ledgerq.alerting.alerts import AlertHook
+from ledgerq.broker.topology import Topology
 from ledgerq.compose import open_ledger, open_relay, open_worker
 from ledgerq.consumers.worker import Worker, WorkerConfig
-from ledgerq.ledger.alerts import AlertHook
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url, sync_engine
 from ledgerq.ledger.routing import Subscription
-from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.service import Relay, RelayConfig
 from tests.support import spawn
 

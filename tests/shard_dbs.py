@@ -13,7 +13,7 @@ from dataclasses import replace
 from sqlalchemy.engine import make_url
 
 from ledgerq.compose import open_ledger
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.migrate import upgrade
 from tests.conftest import recreate_database
 

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 
 
 def ledgerq_env(settings: Settings, **extra: str) -> dict[str, str]:

@@ -25,9 +25,9 @@ from sqlalchemy import Engine
 
 from ledgerq.bench.peer_sql import Q
 from ledgerq.bench.phases import Progress
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import ConfigError
-from ledgerq.ledger.pg.engines import libpq_url
+from ledgerq.compose.storage import libpq_url
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import ConfigError
 
 
 class PeerUnavailableError(ConfigError):

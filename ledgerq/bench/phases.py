@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from ledgerq import TaskSpec, enqueue, enqueue_many
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.protocol import LedgerWithHarness
 from ledgerq.ledger.sharded import ShardLedger
 from ledgerq.processes import Services

@@ -23,11 +23,11 @@ from aio_pika.abc import DeliveryMode
 from pamqp.commands import Basic
 
 from ledgerq.compose import open_ledger
-from ledgerq.ledger.config import Settings
+from ledgerq.compose.storage import RELAY_PLANNER, WORKER_PLANNER
+from ledgerq.compose.storage import amqp_connect as connect
+from ledgerq.core.config import Settings
 from ledgerq.ledger.model import Fence, Outcome
-from ledgerq.ledger.pg.engines import RELAY_PLANNER, WORKER_PLANNER
 from ledgerq.ledger.routing import Subscription
-from ledgerq.relay.broker.aio import connect
 from ledgerq.runtime import run_service
 
 BODY = b'{"id":123456789,"epoch":0}'

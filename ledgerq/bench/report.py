@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ledgerq.bench.phases import LatencySample
-from ledgerq.ledger.errors import ConfigError
+from ledgerq.core.errors import ConfigError
 
 
 class PlottingUnavailableError(ConfigError):

@@ -7,7 +7,7 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -27,14 +27,15 @@ from ledgerq.bench.suite import (
     sharded_settings,
 )
 from ledgerq.cli.group import pass_settings, progress_bar
+from ledgerq.compose.storage import async_engine, ledger_on, sync_engine, upgrade
 from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.core.config import Settings
 from ledgerq.demo import prepare_shop
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import async_engine, sync_engine
-from ledgerq.ledger.pg.migrate import upgrade
 from ledgerq.ledger.shard_ids import MAX_LEDGER_SHARDS
 from ledgerq.ledger.sharded import ShardedLedger
+
+if TYPE_CHECKING:
+    from ledgerq.ledger.pg import PgLedger
 
 
 @click.command("bench")
@@ -305,7 +306,7 @@ def _prepare(
     engines = [sync_engine(db, "ledgerq-bench", pool_size=2) for db in databases]
     for each in engines:
         prepare_shop(each, reset=False)
-    shards = [PgLedger(async_engine(db, "ledgerq-bench", pool_size=2)) for db in databases]
+    shards = [ledger_on(async_engine(db, "ledgerq-bench", pool_size=2)) for db in databases]
     return settings, engines, shards[0] if len(shards) == 1 else ShardedLedger(shards)
 
 

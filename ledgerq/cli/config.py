@@ -13,8 +13,8 @@ import click
 from rich.console import Console
 
 from ledgerq.cli.group import emit, json_option, pass_settings
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.settings_table import SETTINGS
+from ledgerq.core.config import Settings
+from ledgerq.core.settings_table import SETTINGS
 
 
 def effective(settings: Settings) -> dict[str, dict[str, Any]]:

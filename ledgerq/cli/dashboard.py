@@ -14,7 +14,7 @@ import click
 
 from ledgerq.cli.group import EX_CONFIG, SECRETS, fail, pass_settings
 from ledgerq.cli.services import metrics_port_option
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.runtime import run_service
 
 #: The distributions of the ``dashboard`` extra, by import name.

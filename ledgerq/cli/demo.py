@@ -26,11 +26,9 @@ from sqlalchemy.orm import Session
 
 from ledgerq import enqueue
 from ledgerq.cli.group import pass_settings, progress_bar
+from ledgerq.compose.storage import async_engine, ledger_on, sync_engine, upgrade
+from ledgerq.core.config import Settings
 from ledgerq.demo import Q, prepare_shop
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import async_engine, sync_engine
-from ledgerq.ledger.pg.migrate import upgrade
 from ledgerq.processes import Services
 
 
@@ -120,7 +118,7 @@ def demo(
     # The shop is a synchronous application (its orders go through a Session); the
     # ledger's questions are async, asked on this one loop.
     with asyncio.Runner() as loop:
-        ledger = PgLedger(async_engine(settings, "ledgerq-demo", pool_size=1))
+        ledger = ledger_on(async_engine(settings, "ledgerq-demo", pool_size=1))
         loop.run(ledger.truncate())
         services = Services(settings, Path(logs))
         services.start("relay", ["relay"])

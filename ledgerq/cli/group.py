@@ -1,7 +1,7 @@
 """The ``ledgerq`` command group, the global options, and how errors reach a person.
 
 Commands are registered explicitly in :mod:`ledgerq.cli`. The global options
-are the settings of :data:`ledgerq.ledger.config.SETTINGS` that have a flag;
+are the settings of :data:`ledgerq.core.config.SETTINGS` that have a flag;
 each also reads its environment variable, and every value is validated before
 any command runs. An error a person can act on prints one line per problem,
 starting ``ledgerq:``, never a traceback, with secrets masked, and the exit code
@@ -19,9 +19,9 @@ says what kind of problem it is (BSD ``sysexits``, see :func:`exit_code`):
 ==  =====================================================================
 
 Every log record and every error line goes through one masking function
-(:mod:`ledgerq.ledger.masking`), given the passwords of the configured URLs
+(:mod:`ledgerq.core.masking`), given the passwords of the configured URLs
 and the SMTP password. ``--log-format json`` writes each record as one JSON
-object, naming the task it is about (:mod:`ledgerq.ledger.logs`).
+object, naming the task it is about (:mod:`ledgerq.core.logs`).
 """
 
 from __future__ import annotations
@@ -38,20 +38,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy.exc import OperationalError
 
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import (
+from ledgerq.broker.base import BrokerConnectionError
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import (
     ConfigError,
     LedgerqError,
     SchemaError,
     SchemaMissingError,
     ServiceUnavailableError,
     TransientStorageError,
+    first_line,
 )
-from ledgerq.ledger.logs import JsonFormatter, TaskFields
-from ledgerq.ledger.masking import SecretFilter, mask_text, secrets_of
-from ledgerq.ledger.pg.base import first_line
-from ledgerq.ledger.settings_table import BY_FIELD
-from ledgerq.relay.broker.base import BrokerConnectionError
+from ledgerq.core.logs import JsonFormatter, TaskFields
+from ledgerq.core.masking import SecretFilter, mask_text, secrets_of
+from ledgerq.core.settings_table import BY_FIELD
 
 EX_OK = 0
 EX_FAILURE = 1

@@ -14,10 +14,10 @@ from rich.text import Text
 
 from ledgerq.cli.group import emit, json_option, pass_settings
 from ledgerq.compose import open_operator_ledger
+from ledgerq.compose import storage as ledger_migrate
+from ledgerq.core.config import Settings
+from ledgerq.core.masking import mask_url
 from ledgerq.ledger.actions import children_text, progress_text
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.masking import mask_url
-from ledgerq.ledger.pg import migrate as ledger_migrate
 
 SHOW_FIELDS = (
     "kind",

@@ -24,7 +24,7 @@ from rich.console import Console
 
 from ledgerq.cli.group import EX_USAGE, emit, fail, json_option, pass_settings, progress_bar
 from ledgerq.compose import open_ledger, retention_config
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.relay.retention import TERMINAL, Retention, RetentionCounts
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")

@@ -25,8 +25,8 @@ from rich.text import Text
 from ledgerq.cli.group import EX_USAGE, emit, fail, json_option, pass_settings
 from ledgerq.cli.tasks import os_user
 from ledgerq.compose import open_operator_ledger
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import InvalidTaskError
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import InvalidTaskError
 from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope
 from ledgerq.ledger.sharded import OperatorLedger
 

@@ -22,8 +22,8 @@ from ledgerq.consumers.batch import BatchConfig
 from ledgerq.consumers.direct import DirectConfig, FallbackConfig
 from ledgerq.consumers.registry import Registry, default_registry
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import LedgerqError
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import LedgerqError
 from ledgerq.ledger.routing import RoutingError, parse_kinds, parse_queues, parse_shards
 from ledgerq.ledger.validation import check_name
 from ledgerq.processes import (

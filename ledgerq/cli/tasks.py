@@ -27,8 +27,8 @@ from rich.text import Text
 
 from ledgerq.cli.group import EX_USAGE, emit, fail, json_option, pass_settings, progress_bar
 from ledgerq.compose import open_operator_ledger
+from ledgerq.core.config import Settings
 from ledgerq.ledger.actions import Action, Report, progress_text
-from ledgerq.ledger.config import Settings
 from ledgerq.ledger.filters import DEFAULT_LIMIT, STATUSES, TaskFilter, parse_time
 from ledgerq.ledger.keys import KeyRelease
 

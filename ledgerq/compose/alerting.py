@@ -6,11 +6,11 @@ dead task."""
 
 from __future__ import annotations
 
-from ledgerq.ledger.alerting.dotted import callable_channel
-from ledgerq.ledger.alerting.email import SmtpConfig, email_channel
-from ledgerq.ledger.alerting.webhook import webhook_channel
-from ledgerq.ledger.alerts import AlertHook, Channel, fan_out
-from ledgerq.ledger.config import Settings
+from ledgerq.alerting.alerts import AlertHook, Channel, fan_out
+from ledgerq.alerting.dotted import callable_channel
+from ledgerq.alerting.email import SmtpConfig, email_channel
+from ledgerq.alerting.webhook import webhook_channel
+from ledgerq.core.config import Settings
 
 
 def alert_hook(settings: Settings) -> AlertHook:

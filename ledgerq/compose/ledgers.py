@@ -15,14 +15,14 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import ConfigError
+from ledgerq.broker.topology import Topology
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import ConfigError
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine
 from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.protocol import InspectionLedger
 from ledgerq.ledger.sharded import OperatorLedger, ShardedLedger
-from ledgerq.relay.broker.topology import Topology
 from ledgerq.runtime import SchemaWatch, watched
 
 log = logging.getLogger("ledgerq")

@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 
+from ledgerq.broker.aio import AmqpConnection, is_connected
+from ledgerq.core.errors import first_line
 from ledgerq.health import Health
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
-from ledgerq.ledger.pg.base import first_line
 from ledgerq.ledger.protocol import InspectionLedger
-from ledgerq.relay.broker.aio import AmqpConnection, is_connected
 from ledgerq.runtime import on_stop_signal
 
 log = logging.getLogger("ledgerq")

@@ -25,16 +25,16 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from ledgerq.alerting.alerts import AlertHook
+from ledgerq.broker.blocking import ThreadedPublisher
 from ledgerq.compose.alerting import alert_hook
 from ledgerq.compose.ledgers import one_shard, topology, warn_if_no_autovacuum
 from ledgerq.compose.monitoring import stop_event
-from ledgerq.ledger.alerts import AlertHook
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.outages import Outage, ends_loop, pause
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import RECONCILER_PLANNER, async_engine, session_engine
 from ledgerq.ledger.pg.migrate import check_schema
-from ledgerq.relay.broker.blocking import ThreadedPublisher
 from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
 from ledgerq.relay.retention import Retention, RetentionConfig
 from ledgerq.relay.rollup import Rollup

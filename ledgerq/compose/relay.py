@@ -20,19 +20,19 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
+from ledgerq.broker.aio import AioPublisher, connect
 from ledgerq.compose.ledgers import one_shard, schema_watched, topology, warn_if_no_autovacuum
 from ledgerq.compose.monitoring import monitoring, stop_event, watch_readiness
+from ledgerq.core.config import Settings
 from ledgerq.faults import probe_from_env
 from ledgerq.health import Health
-from ledgerq.ledger.config import Settings
+from ledgerq.hooks.probes import Probe
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import RELAY_PLANNER, async_engine
 from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.pg.notify import Wakeup
 from ledgerq.ledger.protocol import RelayLedger
-from ledgerq.relay.broker.aio import AioPublisher, connect
-from ledgerq.relay.probes import Probe
 from ledgerq.relay.service import Relay, RelayConfig
 from ledgerq.runtime import SchemaWatch, off_loop, unless_stopped
 

@@ -67,8 +67,8 @@ from sqlalchemy import TextClause
 
 from ledgerq.compose.monitoring import stop_event
 from ledgerq.consumers.hung import EXIT_HUNG
+from ledgerq.core.config import Settings
 from ledgerq.health import Health
-from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import cast
 
+from ledgerq.alerting.alerts import AlertHook
+from ledgerq.broker.aio import AioConsumption, connect, is_connected
 from ledgerq.compose.alerting import alert_hook
 from ledgerq.compose.ledgers import schema_watched, topology, warn_if_no_autovacuum
 from ledgerq.compose.monitoring import monitoring, stop_event, watch_readiness
@@ -42,11 +44,12 @@ from ledgerq.consumers.sources import (
     SourceFactory,
 )
 from ledgerq.consumers.worker import Worker, WorkerConfig
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import LedgerqError
 from ledgerq.faults import probe_from_env
 from ledgerq.health import Health
-from ledgerq.ledger.alerts import AlertHook
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import LedgerqError
+from ledgerq.hooks import Hooks
+from ledgerq.hooks.probes import Probe
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import DIRECT_PLANNER, WORKER_PLANNER, async_engine, sync_engine
@@ -59,9 +62,6 @@ from ledgerq.ledger.sharded import (
     ShardedRouting,
     ShardedWorkerLedger,
 )
-from ledgerq.relay.broker.aio import AioConsumption, connect, is_connected
-from ledgerq.relay.hooks import Hooks
-from ledgerq.relay.probes import Probe
 from ledgerq.runtime import SchemaWatch, off_loop, unless_stopped
 
 log = logging.getLogger("ledgerq")

@@ -19,7 +19,7 @@ with the given options) and puts a :class:`LedgerqState` in the lifespan state
 (``request.state.ledgerq``); at shutdown it disposes the engine, closing its
 connections. ``wrap`` runs the application's own lifespan inside it, its state
 merged in. The URL is read and checked when :func:`lifespan` is called (a bad one
-is a :class:`~ledgerq.ledger.errors.ConfigError` naming it), not at the first
+is a :class:`~ledgerq.core.errors.ConfigError` naming it), not at the first
 request.
 
 It uses Starlette's lifespan protocol only (a callable taking the app and returning
@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from ledgerq.ledger.config import ConfigError, Settings
+from ledgerq.core.config import ConfigError, Settings
 
 #: The lifespan-state key (``request.state.ledgerq``).
 STATE_KEY = "ledgerq"

@@ -21,12 +21,12 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from ledgerq.core.errors import InvalidFilterError
 from ledgerq.dashboard import csrf
 from ledgerq.dashboard.auth import actor
 from ledgerq.dashboard.pages import render
 from ledgerq.dashboard.tasks import criteria, query_string, selection
 from ledgerq.ledger.actions import Action, Report
-from ledgerq.ledger.errors import InvalidFilterError
 from ledgerq.ledger.filters import TaskFilter, parse_time
 
 #: The actions the dashboard offers, with their button text.

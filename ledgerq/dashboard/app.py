@@ -6,7 +6,7 @@ run even if escaping failed; no framing), the signed session cookie, the
 sign-in gate (:class:`~.auth.AuthGate`), then the routes. Templates are Jinja2
 with autoescaping on for every file: a value is text unless a template says
 otherwise, and none does. An error page shows one line, masked
-(:func:`~ledgerq.ledger.masking.mask_text`) with the secrets the process knows:
+(:func:`~ledgerq.core.masking.mask_text`) with the secrets the process knows:
 a database or broker password never reaches a page.
 
 The ledger is the application's (``app.state.ledger``): the caller opens it and
@@ -30,16 +30,16 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ledgerq.dashboard import actions, auth, overview, tasks
-from ledgerq.dashboard.pages import escape, render
-from ledgerq.dashboard.settings import DashboardSettings
-from ledgerq.ledger.errors import (
+from ledgerq.core.errors import (
     InvalidFilterError,
     LedgerqError,
     PrivilegeMissingError,
     TaskNotFoundError,
 )
-from ledgerq.ledger.masking import mask_text
+from ledgerq.core.masking import mask_text
+from ledgerq.dashboard import actions, auth, overview, tasks
+from ledgerq.dashboard.pages import escape, render
+from ledgerq.dashboard.settings import DashboardSettings
 from ledgerq.ledger.protocol import Ledger
 
 log = logging.getLogger("ledgerq.dashboard")

@@ -24,17 +24,20 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from ledgerq.compose import open_ledger
+from ledgerq.core.config import Settings
 from ledgerq.dashboard.app import create_app
 from ledgerq.dashboard.settings import DashboardSettings, check_bind
 from ledgerq.health import Health
-from ledgerq.ledger.config import Settings
 from ledgerq.ledger.outages import Outage
-from ledgerq.ledger.pg import PgLedger
 from ledgerq.runtime import on_stop_signal
+
+if TYPE_CHECKING:
+    from ledgerq.ledger.pg import PgLedger
 
 log = logging.getLogger("ledgerq.dashboard")
 

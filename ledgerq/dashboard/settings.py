@@ -12,7 +12,7 @@
 
 With neither a password nor a token the dashboard has no sign-in, and then it
 only binds a loopback address (:func:`check_bind`). A bad value is a
-:class:`~ledgerq.ledger.errors.ConfigError` naming the variable (exit 78).
+:class:`~ledgerq.core.errors.ConfigError` naming the variable (exit 78).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ledgerq.ledger.errors import ConfigError
+from ledgerq.core.errors import ConfigError
 
 MIN_PASSWORD = 8
 MIN_TOKEN = 16

@@ -22,8 +22,8 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ledgerq.core.errors import InvalidFilterError
 from ledgerq.dashboard.pages import render
-from ledgerq.ledger.errors import InvalidFilterError
 from ledgerq.ledger.filters import STATUSES, TaskFilter
 
 PAGE = 50

@@ -38,21 +38,24 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ledgerq.alerting.alerts import log_alert
+from ledgerq.compose.storage import ledger_on
 from ledgerq.consumers.context import HandlerContext
 from ledgerq.consumers.execute import TaskRunner
 from ledgerq.consumers.handoff import Committed
 from ledgerq.consumers.registry import Registry, default_registry
-from ledgerq.ledger.alerts import log_alert
-from ledgerq.ledger.errors import LedgerqError
+from ledgerq.core.errors import LedgerqError
 from ledgerq.ledger.executors import async_runner, runner
 from ledgerq.ledger.model import ClaimedTask, Fence, Outcome
-from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S
 from ledgerq.testing.binds import Target, in_transaction, resolve
 from ledgerq.testing.queries import TQ
 from ledgerq.testing.tasks import run_sync, selection
+
+if TYPE_CHECKING:
+    from ledgerq.ledger.pg import PgLedger
 
 log = logging.getLogger("ledgerq.testing")
 
@@ -265,7 +268,7 @@ async def _drain(
     ledger_engine, dispose_ledger = target.open_async(reuse=reuse)
     sync_engine, dispose_sync = target.open_sync()
     handler_engine = target.async_engine if reuse and target.async_engine else ledger_engine
-    ledger = PgLedger(ledger_engine)
+    ledger = ledger_on(ledger_engine)
     pool = ThreadPoolExecutor(1, thread_name_prefix="ledgerq-drain")
     keeper = _Keeper(ledger, asyncio.get_running_loop())
     task_runner = TaskRunner(

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ledgerq.compose.storage import ledger_on
 from ledgerq.ledger.executors import async_runner, runner
-from ledgerq.ledger.pg import PgLedger
 from ledgerq.testing.binds import resolve
 from ledgerq.testing.queries import TQ
 
@@ -182,7 +182,7 @@ async def areset(bind: object) -> None:
 async def _reset(bind: object, name: str, *, reuse: bool) -> None:
     engine, dispose = resolve(bind, name).open_async(reuse=reuse)
     try:
-        await PgLedger(engine).truncate()
+        await ledger_on(engine).truncate()
     finally:
         if dispose:
             await engine.dispose()

@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from ledgerq import TaskSpec, enqueue_many
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine, sync_engine
 from ledgerq.ledger.pg.tx import PgAsyncTx, PgTx

@@ -1,4 +1,4 @@
-"""What a statement refuses: bad data is a :class:`~ledgerq.ledger.errors.StorageError`
+"""What a statement refuses: bad data is a :class:`~ledgerq.core.errors.StorageError`
 that is not transient, and changes nothing, on every implementation."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from ledgerq.ledger.errors import StorageError
+from ledgerq.core.errors import StorageError
 from ledgerq.ledger.sharded import ShardLedger
 from tests.conformance.support import Enqueue, claim_one
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.errors import LedgerqError, TaskNotFoundError
+from ledgerq.core.errors import LedgerqError, TaskNotFoundError
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.sharded import ShardLedger
 from tests.conformance.support import (

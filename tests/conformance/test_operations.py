@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ledgerq import Action, TaskFilter, TaskSpec
-from ledgerq.ledger.errors import TaskNotFoundError
+from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.sharded import ShardLedger
 from tests.conformance.support import LEASE_S, WORKER, Enqueue, claim_one

@@ -1,6 +1,6 @@
 """Errors never cross the seam as driver exceptions: a dropped connection is a
-:class:`~ledgerq.ledger.errors.TransientStorageError`, a missing table a
-:class:`~ledgerq.ledger.errors.SchemaMissingError`. The faults are injected with
+:class:`~ledgerq.core.errors.TransientStorageError`, a missing table a
+:class:`~ledgerq.core.errors.SchemaMissingError`. The faults are injected with
 PostgreSQL's own means (raw SQL on a connection of the test's: terminating a
 backend, dropping a table), so this module runs on ``PgLedger``; another
 driver's ledger brings its own fault injection and runs the same assertions."""
@@ -20,8 +20,8 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from ledgerq.compose import open_ledger
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import SchemaMissingError, StorageError, TransientStorageError
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import SchemaMissingError, StorageError, TransientStorageError
 from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import upgrade

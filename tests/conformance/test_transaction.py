@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ledgerq import Action, TaskFilter, TaskSpec
-from ledgerq.ledger.errors import TaskNotFoundError
+from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.protocol import LedgerWithHarness
 from tests.conformance.conftest import ONE_DATABASE, AsyncTransaction, Transaction

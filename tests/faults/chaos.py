@@ -30,8 +30,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ledgerq import TaskSpec, enqueue
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import TransientStorageError
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import TransientStorageError
 from ledgerq.ledger.pg.engines import sync_engine
 from tests.faults.cluster import Cluster, terminal_count
 from tests.faults.outages import kill_backends, restart_broker

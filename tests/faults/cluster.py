@@ -36,15 +36,15 @@ from typing import Any
 import pika
 import pika.exceptions
 
+from ledgerq.alerting.alerts import log_alert
+from ledgerq.broker.topology import Topology
 from ledgerq.compose import open_ledger, open_reconciler
-from ledgerq.ledger.alerts import log_alert
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import TransientStorageError
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import TransientStorageError
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.routing import routing_key
 from ledgerq.ledger.sharded import ShardedLedger
 from ledgerq.ledger.states import LIVE, TERMINAL
-from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
 from tests.apps.fault_app import EFFECTS_DDL
 from tests.harness import db

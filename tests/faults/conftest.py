@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from tests import rabbit
 from tests.faults.cluster import COMBINED_RUNS, Cluster, MakeCluster
 from tests.rabbit import RabbitNode

@@ -41,7 +41,7 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.shard_ids import shard_of_id
 from ledgerq.ledger.states import TERMINAL
 from tests.faults.cluster import ClusterLedger

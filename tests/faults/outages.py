@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
 from tests.harness import db
 from tests.rabbit import RabbitNode

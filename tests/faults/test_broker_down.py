@@ -11,7 +11,7 @@ import asyncio
 import time
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from tests.faults.cluster import WORKER_ARGS, MakeCluster, terminal_count
 from tests.harness import db, enqueue_committed
 from tests.rabbit import RabbitNode

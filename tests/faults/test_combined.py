@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.migrate import upgrade
 from ledgerq.ledger.shard_ids import shard_of_id
 from tests import postgres, rabbit

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from ledgerq import Registry, TaskSpec, enqueue
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import sync_engine
 from tests.faults.cluster import MakeCluster

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.faults.cluster import WORKER_ARGS, Cluster, MakeCluster, terminal_count
 from tests.harness import db, enqueue_committed

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.faults.cluster import MakeCluster
 from tests.harness import enqueue_committed

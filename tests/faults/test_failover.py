@@ -41,7 +41,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from ledgerq import TaskSpec, enqueue_many
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.engines import sync_engine
 from ledgerq.ledger.pg.migrate import upgrade
 from tests import failover

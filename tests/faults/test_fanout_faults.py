@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.faults.cluster import MakeCluster
 from tests.harness import db, enqueue_committed

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.faults.outages import database_down
 from tests.harness import db, enqueue_committed

@@ -15,7 +15,7 @@ import signal
 from typing import Any
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from tests.faults.cluster import MakeCluster
 from tests.harness import db, enqueue_committed
 

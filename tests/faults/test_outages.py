@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from tests.faults.cluster import MakeCluster, terminal_count
 from tests.faults.outages import kill_backends, restart_broker
 from tests.harness import enqueue_committed

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from ledgerq import RetryPolicy, TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.harness import enqueue_committed
 from tests.pki import free_port

@@ -4,7 +4,7 @@ node every process is connected to stops and comes back.
 ``LEDGERQ_AMQP_URL`` lists the three nodes, first node first, so every relay,
 worker and reconciler connection starts on node 0. Stopping node 0's application
 drops all of them at once: each reconnects to the next node of the list
-(:mod:`ledgerq.relay.broker.failover`), the quorum queue elects a leader among
+(:mod:`ledgerq.broker.failover`), the quorum queue elects a leader among
 the two nodes left, and work goes on. Tasks are enqueued before, during and after
 the outage; every one must end exactly once. The test prints how long completions
 stalled around the failover (the longest time in which no task ended).
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from tests import rabbit
 from tests.faults.cluster import Cluster, terminal_count
 from tests.harness import enqueue_committed

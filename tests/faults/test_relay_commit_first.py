@@ -18,7 +18,7 @@ import signal
 import time
 
 from ledgerq import Registry, TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from tests.faults.cluster import MakeCluster
 from tests.harness import Pipeline, enqueue_committed, subscribe_queues
 from tests.rabbit import RabbitNode

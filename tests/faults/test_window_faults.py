@@ -36,12 +36,12 @@ import pika
 import pytest
 
 from ledgerq import TaskSpec
+from ledgerq.broker.topology import Topology
 from ledgerq.compose import open_reconciler, open_relay
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.routing import routing_key
 from ledgerq.ledger.states import TERMINAL
-from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
 from ledgerq.relay.service import Relay, RelayConfig
 from tests.harness import db, enqueue_committed

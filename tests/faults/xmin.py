@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
 
 

@@ -23,9 +23,9 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
+from ledgerq.alerting.alerts import AlertConfigError, AlertSender
 from ledgerq.compose import alert_hook
-from ledgerq.ledger.alerts import AlertConfigError, AlertSender
-from ledgerq.ledger.config import ConfigError, Settings
+from ledgerq.core.config import ConfigError, Settings
 from ledgerq.ledger.model import Finished
 from tests.apps import alert_hooks
 from tests.harness import stop_worker_during_alert

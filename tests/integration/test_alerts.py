@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from ledgerq import Abort, AsyncTaskContext, Registry, TaskSpec
+from ledgerq.alerting.alerts import AlertConfigError, AlertSender
+from ledgerq.alerting.webhook import check_webhook_url, webhook_alert
 from ledgerq.compose import alert_hook, open_ledger, open_reconciler
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.alerting.webhook import check_webhook_url, webhook_alert
-from ledgerq.ledger.alerts import AlertConfigError, AlertSender
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.model import Finished
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.relay.reconciler import ReconcilerConfig
@@ -313,7 +313,7 @@ async def test_the_reconciler_alerts_after_its_locked_pass(
 
 
 async def test_alerts_log_at_error_for_the_default_hook(caplog: pytest.LogCaptureFixture) -> None:
-    from ledgerq.ledger.alerts import log_alert
+    from ledgerq.alerting.alerts import log_alert
 
     sender = AlertSender(log_alert)
     with caplog.at_level(logging.ERROR, logger="ledgerq.alerts"):

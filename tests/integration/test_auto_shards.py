@@ -19,7 +19,7 @@ import pytest
 
 from ledgerq import TaskSpec
 from ledgerq.cli.inspect import _stats
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.sharding import shard_of
 from tests.faults.cluster import WORKER_ARGS, Cluster, check, terminal_count

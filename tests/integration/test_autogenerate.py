@@ -25,8 +25,8 @@ from alembic.script import Script
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from ledgerq.core.config import Settings
 from ledgerq.ledger.autogenerate import is_ledgerq_name, ledgerq_schema
-from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import upgrade
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from ledgerq.compose import open_reconciler, open_relay
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.harness import db
 

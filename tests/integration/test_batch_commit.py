@@ -14,7 +14,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from ledgerq import AsyncTaskContext, Registry, TaskContext, TaskSpec
 from ledgerq.consumers.batch import BatchConfig
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.harness import EFFECTS_DDL, Pipeline, db, effects, enqueue_committed
 

@@ -13,9 +13,9 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from ledgerq.bench.suite import KEYS, bench_settings, sharded_settings
-from ledgerq.ledger.config import Settings
+from ledgerq.broker.topology import Topology
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
-from ledgerq.relay.broker.topology import Topology
 from tests.conftest import drop_database
 from tests.support import ledgerq_env
 

@@ -27,11 +27,11 @@ import pytest
 from yarl import URL
 
 from ledgerq import AsyncTaskContext, Registry, TaskSpec
+from ledgerq.broker.topology import Topology
 from ledgerq.compose import open_reconciler, open_relay, open_worker
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.relay.broker.topology import Topology
 from tests.harness import enqueue_committed
 
 SECURITY_MD = Path(__file__).parents[2] / "docs" / "security.md"

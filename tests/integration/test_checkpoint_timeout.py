@@ -18,7 +18,7 @@ import pytest
 
 from ledgerq import AsyncTaskContext, Registry, TaskContext, TaskSpec
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.harness import Pipeline, enqueue_committed
 

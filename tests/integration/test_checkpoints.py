@@ -24,7 +24,7 @@ from ledgerq import (
     TaskSpec,
 )
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.harness import EFFECTS_DDL, Pipeline, db, enqueue_committed
 from tests.support import ledgerq, until

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from ledgerq import Registry, TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.harness import EFFECTS_DDL, Pipeline, db, effects, enqueue_committed
 from tests.support import ledgerq, spawn

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.harness import enqueue_committed
 from tests.support import ledgerq

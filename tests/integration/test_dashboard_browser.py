@@ -22,8 +22,8 @@ import pytest_asyncio
 from playwright.async_api import BrowserContext, Page, expect
 
 from ledgerq.compose import open_ledger
+from ledgerq.core.config import Settings
 from ledgerq.dashboard.settings import DashboardSettings
-from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.browser import chromium, served
 from tests.conftest import delete_broker_objects

@@ -12,7 +12,7 @@ import time
 import httpx
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from tests.browser import free_port
 from tests.harness import enqueue_committed
 from tests.support import ledgerq_env

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
+from ledgerq.core.config import Settings
 from ledgerq.dashboard.app import create_app, post_routes
 from ledgerq.dashboard.overview import overview_data
 from ledgerq.dashboard.settings import DashboardSettings
-from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.rollup import WINDOWS, bucket_of
 from ledgerq.relay.rollup import Rollup, RollupConfig

@@ -33,9 +33,9 @@ from sqlalchemy.orm import Session
 from ledgerq import AsyncTaskContext, Registry, TaskContext, TaskSpec, enqueue, enqueue_many
 from ledgerq.compose import open_ledger, open_reconciler
 from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.core.config import Settings
 from ledgerq.dashboard.app import create_app
 from ledgerq.dashboard.settings import DashboardSettings
-from ledgerq.ledger.config import Settings
 from ledgerq.ledger.migrations import VERSION_TABLE
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg.engines import libpq_url, sync_engine

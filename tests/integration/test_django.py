@@ -28,7 +28,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
 from tests.conftest import (
     TEST_AMQP_URL,

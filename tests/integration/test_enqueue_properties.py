@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sqlalchemy import Connection, Engine, text
 
 from ledgerq import InvalidTaskError, TaskSpec, UnknownParentError, enqueue, enqueue_many
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.engines import sync_engine
 from tests.strategies import as_stored, kinds, options, payloads
 

@@ -25,9 +25,9 @@ from sqlalchemy.orm import Session
 from ledgerq import TaskSpec, enqueue
 from ledgerq.consumers.registry import default_registry
 from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import FamilyCompletedError, UnknownParentError
 from ledgerq.ledger.actions import Action
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import FamilyCompletedError, UnknownParentError
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import sync_engine

@@ -31,15 +31,15 @@ from ledgerq import (
     enqueue,
     enqueue_many,
 )
+from ledgerq.broker.base import PublishOutcome
+from ledgerq.broker.topology import Topology
 from ledgerq.consumers.intake import MAX_BODY_BYTES
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.model import DueTask, Finished
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine, sync_engine
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
-from ledgerq.relay.broker.base import PublishOutcome
-from ledgerq.relay.broker.topology import Topology
 from tests.harness import EFFECTS_DDL, Pipeline, db, enqueue_committed, subscribe_like_worker
 from tests.support import ledgerq
 

@@ -25,8 +25,8 @@ from ledgerq.compose import (
     open_worker,
 )
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import ConfigError, TaskNotFoundError
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import ConfigError, TaskNotFoundError
 from ledgerq.ledger.pg.migrate import check_schema, upgrade
 from ledgerq.ledger.shard_ids import id_range, shard_for_key, shard_of_id
 from ledgerq.ledger.sharded import ShardedLedger

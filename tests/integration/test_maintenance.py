@@ -11,10 +11,10 @@ from typing import TypeVar
 import pytest
 
 from ledgerq import Registry, TaskSpec
+from ledgerq.broker.base import Publisher
 from ledgerq.compose import open_reconciler
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.relay.broker.base import Publisher
 from ledgerq.relay.overdue import Overdue, OverdueConfig
 from ledgerq.relay.reconciler import ReconcilerConfig
 from ledgerq.relay.rescue import RescueConfig, Rescuer

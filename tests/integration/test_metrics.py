@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.config import ConfigError, Settings
+from ledgerq.core.config import ConfigError, Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.retry import RetryPolicy
 from tests.harness import enqueue_committed

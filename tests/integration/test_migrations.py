@@ -9,7 +9,7 @@ from alembic import command
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import alembic_config, current_revision, head_revision, upgrade
 

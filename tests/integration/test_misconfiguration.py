@@ -26,11 +26,11 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from ledgerq.ledger.config import Settings
+from ledgerq.broker.topology import Topology, message_body
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import head_revision, upgrade
 from ledgerq.ledger.routing import routing_key
-from ledgerq.relay.broker.topology import Topology, message_body
 from tests.support import ledgerq, ledgerq_env, spawn
 
 EX_USAGE, EX_UNAVAILABLE, EX_CONFIG = 64, 69, 78

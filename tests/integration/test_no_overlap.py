@@ -30,7 +30,7 @@ from ledgerq import AsyncTaskContext, Registry, TaskSpec
 from ledgerq.compose import open_reconciler
 from ledgerq.consumers.hung import EXIT_HUNG
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.states import TERMINAL

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from ledgerq import InvalidTaskError, TaskSpec, aenqueue, enqueue, enqueue_many
 from ledgerq.compose import open_ledger
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine, libpq_url, sync_engine

@@ -30,8 +30,8 @@ from ledgerq import (
 )
 from ledgerq.compose import open_worker
 from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.core.config import Settings
 from ledgerq.ledger.actions import MOVED_ON, NOT_FOUND, plan
-from ledgerq.ledger.config import Settings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.operations import adrive
 from ledgerq.ledger.pg import PgLedger

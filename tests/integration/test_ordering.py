@@ -21,7 +21,7 @@ import psycopg
 
 from ledgerq import Action, Registry, RetryPolicy, TaskFilter, TaskSpec
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url

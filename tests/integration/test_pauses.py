@@ -17,7 +17,7 @@ import psycopg
 from ledgerq import Registry, TaskSpec
 from ledgerq.compose import open_ledger
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from tests.harness import Pipeline, enqueue_committed, subscribe_like_worker, subscribe_queues

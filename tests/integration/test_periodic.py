@@ -18,7 +18,7 @@ import pytest
 from ledgerq import Registry
 from ledgerq.compose import open_ledger
 from ledgerq.consumers.periodic import PeriodicConfig, PeriodicEnqueuer, Schedule
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from tests.harness import Pipeline

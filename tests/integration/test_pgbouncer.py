@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session
 
 from ledgerq import Registry, TaskContext, TaskSpec, enqueue
 from ledgerq.compose import open_reconciler
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import ConfigError
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import ConfigError
 from ledgerq.ledger.pg.engines import check_database, sync_engine
 from ledgerq.ledger.pg.migrate import upgrade
 from ledgerq.ledger.pg.notify import Wakeup

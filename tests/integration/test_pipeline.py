@@ -13,12 +13,12 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from ledgerq import AsyncTaskContext, Registry, RegistryError, TaskContext, TaskSpec, enqueue
+from ledgerq.broker.base import PublishOutcome
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.model import DueTask, Finished
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import sync_engine
-from ledgerq.relay.broker.base import PublishOutcome
 from tests.harness import (
     EFFECTS_DDL,
     Pipeline,

@@ -28,13 +28,13 @@ import psycopg
 import pytest
 
 from ledgerq import Registry, TaskSpec
+from ledgerq.broker.base import QueueMismatchError
+from ledgerq.broker.topology import Topology
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
-from ledgerq.relay.broker.base import QueueMismatchError
-from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.service import RelayConfig
 from tests.harness import Pipeline, enqueue_committed, subscribe_like_worker, subscribe_queues
 

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import async_scoped_session, async_sessionmaker
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from ledgerq import TaskNotFoundError, TaskSpec, aenqueue, aenqueue_many, enqueue, enqueue_many
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine, libpq_url, sync_engine
 

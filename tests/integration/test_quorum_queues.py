@@ -14,11 +14,11 @@ import pika.exceptions
 import pytest
 
 from ledgerq import AsyncTaskContext, Registry, TaskSpec
+from ledgerq.broker.base import QueueMismatchError
+from ledgerq.broker.topology import DELIVERY_LIMIT
 from ledgerq.compose import open_ledger, open_reconciler, open_relay, open_worker, topology
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
-from ledgerq.relay.broker.base import QueueMismatchError
-from ledgerq.relay.broker.topology import DELIVERY_LIMIT
+from ledgerq.core.config import Settings
 from ledgerq.relay.service import RelayConfig
 from tests.harness import Pipeline, enqueue_committed
 from tests.support import ledgerq

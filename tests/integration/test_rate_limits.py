@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from ledgerq import Registry, TaskSpec
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.scheduling import RateLimit

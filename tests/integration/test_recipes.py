@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 
 import ledgerq
 from ledgerq import TaskNotFoundError
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.harness import db
 from tests.recipes import fastapi_app, flask_app

@@ -12,12 +12,12 @@ import pika
 import pytest
 
 from ledgerq import Registry, TaskSpec
+from ledgerq.alerting.alerts import AlertHook, log_alert
+from ledgerq.broker.topology import Topology
 from ledgerq.compose import open_reconciler
-from ledgerq.ledger.alerts import AlertHook, log_alert
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.model import Finished
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.relay.broker.topology import Topology
 from ledgerq.relay.reconciler import Reconciler, ReconcilerConfig
 from tests.harness import Pipeline, enqueue_committed, subscribe_queues
 from tests.support import ledgerq

@@ -14,8 +14,8 @@ import json
 from typing import Any
 
 from ledgerq import Action, Registry, TaskContext, TaskFilter, TaskSpec
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import TaskNotFoundError
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
 from tests.harness import Pipeline, enqueue_committed, subscribe_queues

@@ -26,8 +26,8 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import StorageError
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import StorageError
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url

@@ -23,15 +23,15 @@ import psycopg
 import pytest
 
 from ledgerq import Registry, TaskSpec, enqueue
+from ledgerq.broker.topology import Topology
 from ledgerq.compose import open_worker
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import InvalidTaskError
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import InvalidTaskError
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.routing import routing_key
 from ledgerq.ledger.sharding import shard_of
-from ledgerq.relay.broker.topology import Topology
 from tests.harness import Pipeline, enqueue_committed
 from tests.support import ledgerq
 

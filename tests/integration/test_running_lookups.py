@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import TextClause, create_engine, text
 
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.params import outcome_params
 from ledgerq.ledger.pg.engines import WORKER_PLANNER

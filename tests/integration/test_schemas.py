@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from ledgerq import enqueue
 from ledgerq.compose import open_ledger
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.engines import connect_args, libpq_url
 from tests.conftest import delete_broker_objects, drop_database, recreate_database, routed_queues
 from tests.harness import EFFECTS_DDL, TERMINAL

@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from ledgerq import ConfigError, aenqueue
 from ledgerq.contrib.starlette import LedgerqState, lifespan
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.harness import db
 

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from ledgerq import Abort, Registry, TaskContext, aenqueue, enqueue
 from ledgerq.consumers.context import AsyncTaskContext
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.testing import (
     NoHandlerError,
     UncommittedTasksError,

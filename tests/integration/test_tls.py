@@ -33,8 +33,8 @@ import pytest
 
 from ledgerq import AsyncTaskContext, Registry, TaskSpec
 from ledgerq.compose import open_reconciler, open_relay
-from ledgerq.ledger.config import ConfigError, Settings
-from ledgerq.ledger.errors import ServiceUnavailableError
+from ledgerq.core.config import ConfigError, Settings
+from ledgerq.core.errors import ServiceUnavailableError
 from ledgerq.ledger.pg.engines import connect_waiting, libpq_url
 from ledgerq.ledger.pg.migrate import upgrade
 from ledgerq.ledger.pg.notify import Wakeup

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sqlalchemy.orm import Session
 
 from ledgerq import Abort, AsyncTaskContext, Registry, TaskContext, TaskSpec, enqueue
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import sync_engine
 from tests.harness import Pipeline, enqueue_committed

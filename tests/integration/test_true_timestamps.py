@@ -21,7 +21,7 @@ from sqlalchemy import text
 from ledgerq import AsyncTaskContext, Registry, TaskContext, TaskSpec
 from ledgerq.consumers.batch import BatchConfig
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from tests.harness import EFFECTS_DDL, Pipeline, db, enqueue_committed
 

@@ -27,8 +27,8 @@ from playwright.async_api import expect
 from prometheus_client.parser import text_string_to_metric_families
 
 from ledgerq import TaskSpec
+from ledgerq.core.config import Settings
 from ledgerq.dashboard.settings import DashboardSettings
-from ledgerq.ledger.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.routing import Subscription
 from tests.browser import chromium, free_port, served

@@ -13,8 +13,8 @@ from typing import Any
 
 from ledgerq import AsyncTaskContext, Registry, TaskSpec
 from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.core.config import Settings
 from ledgerq.ledger.actions import Action
-from ledgerq.ledger.config import Settings
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.relay.service import RelayConfig

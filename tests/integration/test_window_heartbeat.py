@@ -15,7 +15,7 @@ from sqlalchemy import text
 from ledgerq import AsyncTaskContext, Registry, TaskSpec
 from ledgerq.compose import open_reconciler
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.relay.reconciler import ReconcileCounts, ReconcilerConfig
 from tests.harness import EFFECTS_DDL, Pipeline, db, effects, enqueue_committed

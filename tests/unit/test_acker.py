@@ -9,8 +9,8 @@ import asyncio
 import json
 import random
 
+from ledgerq.broker.base import Delivery
 from ledgerq.consumers.acker import Acker
-from ledgerq.relay.broker.base import Delivery
 
 
 class Channel:
@@ -29,7 +29,7 @@ class Channel:
 
 
 class FakeDelivery:
-    """Stands in for :class:`~ledgerq.relay.broker.base.Delivery`."""
+    """Stands in for :class:`~ledgerq.broker.base.Delivery`."""
 
     def __init__(self, channel: Channel, tag: int) -> None:
         self.channel = channel

@@ -10,6 +10,7 @@ from typing import cast
 
 import pytest
 
+from ledgerq.broker.base import OnDelivery
 from ledgerq.compose.worker import claim_source
 from ledgerq.consumers.acker import Acker
 from ledgerq.consumers.claimer import Slots
@@ -22,10 +23,9 @@ from ledgerq.consumers.sources import (
     Feed,
 )
 from ledgerq.consumers.worker import WorkerConfig
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
+from ledgerq.hooks import NO_HOOKS
 from ledgerq.ledger.protocol import DirectLedger, WorkerLedger
-from ledgerq.relay.broker.base import OnDelivery
-from ledgerq.relay.hooks import NO_HOOKS
 
 
 class Consumed:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ledgerq.ledger.config import ConfigError, Settings
-from ledgerq.ledger.errors import LedgerqError
-from ledgerq.ledger.settings_table import SETTINGS
+from ledgerq.core.config import ConfigError, Settings
+from ledgerq.core.errors import LedgerqError
+from ledgerq.core.settings_table import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from ledgerq.cli import cli
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.settings_table import SETTINGS
+from ledgerq.core.config import Settings
+from ledgerq.core.settings_table import SETTINGS
 from ledgerq.metrics import RelayMetrics, WorkerMetrics, new_registry
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
+from ledgerq.broker.topology import MAX_ENVELOPE, Topology, envelope_body
 from ledgerq.consumers.acker import Acker
 from ledgerq.consumers.handoff import Arrival
 from ledgerq.consumers.intake import Intake, decode_message
 from ledgerq.ledger.model import DueTask
-from ledgerq.relay.broker.topology import MAX_ENVELOPE, Topology, envelope_body
 from ledgerq.relay.envelopes import KindDurations, pack
 from tests.unit.test_intake_hardening import Channel, good
 

@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ledgerq.broker.base import Delivery as BrokerDelivery
+from ledgerq.broker.topology import MAX_ENVELOPE, envelope_body
 from ledgerq.consumers.acker import Acker
 from ledgerq.consumers.handoff import Arrival
 from ledgerq.consumers.intake import MAX_BODY_BYTES, Intake, decode_fence
-from ledgerq.relay.broker.base import Delivery as BrokerDelivery
-from ledgerq.relay.broker.topology import MAX_ENVELOPE, envelope_body
 
 
 class Channel:

@@ -135,10 +135,10 @@ def test_the_sdist_carries_tests_docs_licence_and_the_real_package_folders(sdist
         "docs/reference.md",
         "tests/conftest.py",
         "tests/integration/test_misconfiguration.py",
-        "ledger/queries.sql",
-        "ledger/migrations/env.py",
-        "relay/service.py",
-        "consumers/worker.py",
+        "ledgerq/ledger/queries.sql",
+        "ledgerq/ledger/migrations/env.py",
+        "ledgerq/relay/service.py",
+        "ledgerq/consumers/worker.py",
         "ledgerq/py.typed",
     ):
         assert path in names, f"{path} is missing from the sdist"

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import ConfigError, WrongShardError
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import ConfigError, WrongShardError
 from ledgerq.ledger.router import Shards
 from ledgerq.ledger.shard_ids import (
     MAX_LEDGER_SHARDS,

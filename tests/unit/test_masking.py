@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from ledgerq.ledger.config import Settings
-from ledgerq.ledger.errors import CredentialsRefusedError, ServiceUnavailableError
-from ledgerq.ledger.masking import SecretFilter, mask_text, mask_url, secrets_of, split_urls
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import CredentialsRefusedError, ServiceUnavailableError
+from ledgerq.core.masking import SecretFilter, mask_text, mask_url, secrets_of, split_urls
 
 SECRET = "s3cr3t-Pw"
 

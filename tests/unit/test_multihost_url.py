@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from psycopg.conninfo import conninfo_to_dict
 
-from ledgerq.ledger.config import Settings
+from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.engines import libpq_url
 
 #: SQLAlchemy's documented form for several hosts.

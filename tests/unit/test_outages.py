@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from ledgerq.ledger.errors import (
+from ledgerq.core.errors import (
     ConfigError,
     PrivilegeMissingError,
     SchemaError,

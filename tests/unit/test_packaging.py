@@ -1,9 +1,11 @@
 """What gets installed: one import name, ``ledgerq``, with everything it needs inside.
 
-The repository keeps ``ledger/``, ``relay/`` and ``consumers/`` at the top (with
-symlinks under ``ledgerq/``); ``pyproject.toml`` maps them to ``ledgerq.ledger``
-and so on. These tests check that mapping against the folders on disk, build the
-wheel once and look inside it, and import the public API in a fresh interpreter.
+Every file has one path: the code lives where it is imported from
+(``ledgerq/ledger/producer.py`` is ``ledgerq.ledger.producer``), and the product
+card's top-level ``ledger/``, ``relay/`` and ``consumers/`` are links to those
+packages. These tests check the package list against the folders on disk, the
+links, build the wheel once and look inside it, and import the public API in a
+fresh interpreter.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 
 #: Repository folder -> the package it installs as.
-FOLDERS = {
-    "ledgerq": "ledgerq",
-    "ledger": "ledgerq.ledger",
-    "relay": "ledgerq.relay",
-    "consumers": "ledgerq.consumers",
+FOLDERS = {"ledgerq": "ledgerq"}
+#: The product card's top-level folders -> the package folder each one is.
+CARD_FOLDERS = {
+    "ledger": "ledgerq/ledger",
+    "relay": "ledgerq/relay",
+    "consumers": "ledgerq/consumers",
 }
 BROKER_CLIENTS = ("aio_pika", "aiormq", "pika", "pamqp")
 #: Files that are not Python but must ship (read through importlib.resources).
@@ -50,10 +53,8 @@ DATA_FILES = (
 
 
 def packages_on_disk() -> dict[str, Path]:
-    """Every folder with an ``__init__.py`` under the four roots, by package name.
-
-    Symlinked folders (``ledgerq/ledger`` -> ``../ledger``) are not followed: each
-    folder is reached once, from its own root."""
+    """Every folder with an ``__init__.py`` under ``ledgerq/``, by package name
+    (symlinks not followed: a package reached twice is an error)."""
     found: dict[str, Path] = {}
     for folder, package in FOLDERS.items():
         for here, dirs, files in os.walk(ROOT / folder, followlinks=False):
@@ -97,6 +98,18 @@ def test_each_listed_package_maps_to_its_own_folder(package: str) -> None:
     assert packages_on_disk()[package] == folder
 
 
+@pytest.mark.parametrize("folder", sorted(CARD_FOLDERS))
+def test_the_card_folders_are_the_packages_themselves(folder: str) -> None:
+    # One path per file: the top-level folder is a link to the package, so a
+    # traceback, git, grep and mypy all name ledgerq/<folder>/..., and no file
+    # is reachable under two package names.
+    link = ROOT / folder
+    assert link.is_symlink(), f"{folder}/ should link to {CARD_FOLDERS[folder]}/"
+    assert link.resolve() == (ROOT / CARD_FOLDERS[folder]).resolve()
+    inside = [p for p in (ROOT / "ledgerq").rglob("*") if p.is_symlink()]
+    assert inside == [], f"links inside the package give files a second path: {inside}"
+
+
 def test_no_folder_with_python_files_lacks_an_init() -> None:
     # A folder of modules without __init__.py would be silently left out of the wheel.
     missing = sorted(
@@ -108,16 +121,6 @@ def test_no_folder_with_python_files_lacks_an_init() -> None:
         and "__init__.py" not in files
     )
     assert missing == []
-
-
-def test_the_repository_symlinks_point_at_the_mapped_folders() -> None:
-    # So that tools mapping files to modules (mypy, import-linter) see the installed layout.
-    for folder, package in FOLDERS.items():
-        if folder == "ledgerq":
-            continue
-        link = ROOT / "ledgerq" / package.split(".")[1]
-        assert link.is_symlink(), f"{link} should be a symlink to ../{folder}"
-        assert link.resolve() == (ROOT / folder).resolve() == mapped_folder(package).resolve()
 
 
 # -- (b) the wheel -------------------------------------------------------------------------
@@ -211,10 +214,10 @@ def test_the_wheel_carries_its_data_files(names: list[str], path: str) -> None:
 
 
 def test_the_wheel_carries_the_migrations(names: list[str]) -> None:
-    migrations = sorted((ROOT / "ledger" / "migrations").rglob("*.py"))
+    migrations = sorted((ROOT / "ledgerq" / "ledger" / "migrations").rglob("*.py"))
     assert any(p.parent.name == "versions" and p.name != "__init__.py" for p in migrations)
     for path in migrations:
-        inside = "ledgerq/ledger/" + path.relative_to(ROOT / "ledger").as_posix()
+        inside = path.relative_to(ROOT).as_posix()
         assert inside in names, f"{inside} is missing from the wheel"
 
 

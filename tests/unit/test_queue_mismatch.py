@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledgerq.relay.broker.topology import Topology, mismatch
+from ledgerq.broker.topology import Topology, mismatch
 
 DETAIL = "PRECONDITION_FAILED - inequivalent arg 'x-queue-type'"
 

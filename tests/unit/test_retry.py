@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledgerq.ledger.errors import InvalidRetryPolicyError
+from ledgerq.core.errors import InvalidRetryPolicyError
 from ledgerq.ledger.retry import DEFAULT_POLICY, RetryPolicy
 
 

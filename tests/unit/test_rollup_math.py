@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ledgerq.core.errors import ConfigError
 from ledgerq.dashboard.auth import safe_next
 from ledgerq.dashboard.settings import DashboardSettings, check_bind, is_loopback
-from ledgerq.ledger.errors import ConfigError
 from ledgerq.ledger.rollup import BUCKETS, bucket_of, bucket_upper, percentile
 from ledgerq.relay.rollup import RollupConfig
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ledgerq.broker.topology import Topology
 from ledgerq.ledger.routing import (
     RoutingError,
     Subscription,
@@ -12,7 +13,6 @@ from ledgerq.ledger.routing import (
     parse_shards,
     routing_key,
 )
-from ledgerq.relay.broker.topology import Topology
 
 
 def test_shard_ranges_and_lists_parse_to_the_shard_numbers() -> None:

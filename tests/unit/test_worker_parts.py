@@ -21,6 +21,7 @@ from typing import Any, cast
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ledgerq.broker.topology import message_body
 from ledgerq.consumers.acker import Acker
 from ledgerq.consumers.batch import BatchConfig, Batcher
 from ledgerq.consumers.claimer import Claimer, Slots
@@ -33,10 +34,9 @@ from ledgerq.consumers.handoff import Arrival, Claimed, Committed, Ended
 from ledgerq.consumers.intake import Intake, TaskMessage, decode_message
 from ledgerq.consumers.leases import Leases
 from ledgerq.consumers.registry import Handler, Registry
-from ledgerq.ledger.errors import StorageError, TransientStorageError
+from ledgerq.core.errors import StorageError, TransientStorageError
+from ledgerq.hooks.probes import Point
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
-from ledgerq.relay.broker.topology import message_body
-from ledgerq.relay.probes import Point
 
 # -- the broker's side: a channel that settles tags, deliveries that record ----------
 

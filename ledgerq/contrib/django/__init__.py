@@ -2,7 +2,7 @@
 
 - ``settings.LEDGERQ`` (a dict) holds ledgerq's settings by name (``AMQP_URL``,
   ``AMQP_PREFIX``, ``QUEUE_TYPE``, ... : each field of
-  :class:`~ledgerq.ledger.config.Settings`, upper case) and ``DATABASE``, the
+  :class:`~ledgerq.core.config.Settings`, upper case) and ``DATABASE``, the
   alias of the Django database the ledger lives in (``"default"`` unless given).
   The ledger's URL is built from that ``DATABASES`` entry
   (:func:`~ledgerq.contrib.django.conf.database_url`).

@@ -9,7 +9,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from ledgerq.contrib.django.conf import ledgerq_settings
-from ledgerq.ledger.errors import ConfigError
+from ledgerq.core.errors import ConfigError
 
 
 def check_ledgerq_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:

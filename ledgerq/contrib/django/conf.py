@@ -15,7 +15,7 @@ A value given in ``settings.LEDGERQ`` wins over the environment variable of the
 same setting (the settings module is where a Django project decides; read the
 environment there if a value should come from it); a command-line option wins
 over both. An unknown key, a database that is not PostgreSQL on psycopg 3, and
-a bad value are ``ImproperlyConfigured`` or :class:`~ledgerq.ledger.errors.ConfigError`
+a bad value are ``ImproperlyConfigured`` or :class:`~ledgerq.core.errors.ConfigError`
 naming the key, found by ``manage.py check`` as well.
 """
 
@@ -30,8 +30,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections
 from sqlalchemy.engine import URL
 
-from ledgerq.ledger.config import ConfigError, Settings
-from ledgerq.ledger.settings_table import BY_FIELD, SETTINGS
+from ledgerq.core.config import ConfigError, Settings
+from ledgerq.core.settings_table import BY_FIELD, SETTINGS
 
 #: Keys of ``settings.LEDGERQ`` that are not a ledgerq setting of their own.
 DATABASE_KEY = "DATABASE"
@@ -170,7 +170,7 @@ def environ() -> dict[str, str]:
 
 
 def ledgerq_settings() -> Settings:
-    """ledgerq's :class:`~ledgerq.ledger.config.Settings` for this Django project: the
+    """ledgerq's :class:`~ledgerq.core.config.Settings` for this Django project: the
     environment, then ``settings.LEDGERQ`` and the ledger's database over it (for the
     Python admin API, or an embedded service). A bad value is a ConfigError naming its
     ``settings.LEDGERQ`` key."""

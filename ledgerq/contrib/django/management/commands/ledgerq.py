@@ -31,7 +31,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from ledgerq.cli import cli
 from ledgerq.cli.group import EX_CONFIG, fail, run_cli
 from ledgerq.contrib.django.conf import environ, named
-from ledgerq.ledger.config import ConfigError, Settings
+from ledgerq.core.config import ConfigError, Settings
 
 #: ``manage.py ledgerq worker`` without ``--app``: every installed app's tasks.py.
 DISCOVER = "ledgerq.contrib.django.discover"

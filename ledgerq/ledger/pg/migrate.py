@@ -1,0 +1,182 @@
+"""``ledgerq migrate``, and the schema check every other command makes at start.
+
+:func:`upgrade` creates the database if it is missing, then runs Alembic up to
+the head. :func:`check_schema` is the start check of every command that needs
+the ledger (``stats``, ``show``, ``relay``, ``worker``, ``reconcile``; ``demo``
+and ``bench`` migrate first): PostgreSQL reachable within the connect wait, the
+revision in ``ledgerq_alembic_version`` equal to this ledgerq's Alembic head,
+and the hot and history tables present. Anything else is a
+:class:`~ledgerq.core.errors.SchemaError` whose line says what to do (run
+``ledgerq migrate``, or upgrade ledgerq when the database is newer than it).
+A schema that disappears while a service runs is caught later, statement by
+statement, as :class:`~ledgerq.core.errors.SchemaMissingError`
+(:mod:`ledgerq.ledger.pg.base`).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+import psycopg
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import ConfigError, SchemaError, ServiceUnavailableError
+from ledgerq.core.masking import mask_url
+from ledgerq.ledger.migrations import VERSION_TABLE
+from ledgerq.ledger.pg.base import GRANTS, first_line
+from ledgerq.ledger.pg.engines import connect_waiting
+from ledgerq.ledger.pg.shards import SHARD_TABLE, Identity, assign, check_identity, identity_of
+
+#: Tables every ledgerq command relies on, besides the version table.
+LEDGER_TABLES = ("ledgerq_tasks", "ledgerq_history")
+MIGRATE = "run `ledgerq migrate`"
+
+
+def alembic_config(database_url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(resources.files("ledgerq.ledger") / "migrations"))
+    # Alembic's config uses ConfigParser interpolation, so '%' must be doubled.
+    config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    return config
+
+
+@cache
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config("postgresql+psycopg://"))
+
+
+def head_revision() -> str:
+    """The revision this ledgerq's migrations end at."""
+    head = _scripts().get_current_head()
+    assert head is not None, "ledgerq ships at least one migration"
+    return head
+
+
+def migration_url(settings: Settings) -> str:
+    """Where migrations run: a session connection (DDL, Alembic's version table),
+    so the direct URL when the ledger's own is a transaction pooler."""
+    url = settings.session_database_url
+    if url is None:
+        raise ConfigError(
+            "LEDGERQ_DATABASE_POOLER is transaction, so `ledgerq migrate` needs a session "
+            "connection: set LEDGERQ_DIRECT_DATABASE_URL (PostgreSQL itself)"
+        )
+    return url
+
+
+def ensure_database(settings: Settings) -> bool:
+    """Create the configured database if it does not exist; return whether it did."""
+    url = make_url(migration_url(settings))
+    name = url.database
+    if not name:
+        return False
+    maintenance = url.set(database="postgres").render_as_string(hide_password=False)
+    try:
+        with connect_waiting(settings, maintenance, autocommit=True) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            ).fetchone()
+            if exists:
+                return False
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            return True
+    except psycopg.errors.DuplicateDatabase:
+        return False
+    except psycopg.Error as exc:
+        raise ServiceUnavailableError("PostgreSQL", settings.database_url, first_line(exc)) from exc
+
+
+def check_revision(revision: str) -> None:
+    """Raise ValueError unless ``revision`` names one of ledgerq's migrations (or head)."""
+    try:
+        found = _scripts().get_revisions(revision)
+    except CommandError:
+        found = ()
+    if not found:
+        known = ", ".join(sorted(s.revision for s in _scripts().walk_revisions()))
+        raise ValueError(f"no ledgerq migration is called {revision!r} (known: {known}, head)")
+
+
+def upgrade(settings: Settings, revision: str = "head") -> None:
+    """Migrate every ledger shard's database (Alembic runs per database), and record
+    each one's shard (:func:`~ledgerq.ledger.pg.shards.assign`) once it has the table."""
+    check_revision(revision)
+    count = settings.ledger_shard_count
+    for index, shard in enumerate(settings.ledger_shards()):
+        ensure_database(shard)
+        command.upgrade(alembic_config(migration_url(shard)), revision)
+        assign(shard, migration_url(shard), index, count)
+
+
+def _state(settings: Settings) -> tuple[str | None, list[str], Identity]:
+    """The recorded revision (None: never migrated), the ledger tables missing, and
+    the ledger shard the database says it is (None: not recorded)."""
+    query = "SELECT " + ", ".join(["to_regclass(%s) IS NOT NULL"] * (2 + len(LEDGER_TABLES)))
+    try:
+        with connect_waiting(settings) as conn:
+            present = conn.execute(query, (VERSION_TABLE, SHARD_TABLE, *LEDGER_TABLES)).fetchone()
+            assert present is not None
+            missing = [t for t, ok in zip(LEDGER_TABLES, present[2:], strict=True) if not ok]
+            if not present[0]:
+                return None, missing, None
+            version = conn.execute(
+                sql.SQL("SELECT version_num FROM {}").format(sql.Identifier(VERSION_TABLE))
+            ).fetchone()
+            identity = identity_of(conn) if present[1] else None
+            return (str(version[0]) if version else None), missing, identity
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise SchemaError(f"{first_line(exc)}: {GRANTS}") from exc
+    except psycopg.Error as exc:
+        raise ServiceUnavailableError("PostgreSQL", settings.database_url, first_line(exc)) from exc
+
+
+def current_revision(settings: Settings) -> str | None:
+    """The revision the database records, or None if it was never migrated."""
+    return _state(settings.ledger_shard(0))[0]
+
+
+def check_schema(settings: Settings) -> str:
+    """The schema's revision if every ledger shard's database is at this ledgerq's
+    head with every table in place and says it is the shard at its position in the
+    URL list; else :class:`SchemaError` (or :class:`ConfigError` for a database at
+    the wrong position, :class:`ServiceUnavailableError`, or
+    :class:`~ledgerq.core.errors.CredentialsRefusedError`)."""
+    count = settings.ledger_shard_count
+    revisions = [
+        _check_one(shard, index, count) for index, shard in enumerate(settings.ledger_shards())
+    ]
+    return revisions[0]
+
+
+def _check_one(settings: Settings, index: int, count: int) -> str:
+    current, missing, identity = _state(settings)
+    head = head_revision()
+    where = mask_url(settings.database_url)
+    if current is None:
+        raise SchemaError(f"the ledger schema is missing in {where} (never migrated): {MIGRATE}")
+    if current != head:
+        known = {script.revision for script in _scripts().walk_revisions()}
+        if current in known:
+            raise SchemaError(
+                f"the ledger schema in {where} is at revision {current}, this ledgerq needs "
+                f"{head}: {MIGRATE}"
+            )
+        raise SchemaError(
+            f"the ledger schema in {where} is at revision {current}, which this ledgerq does "
+            f"not know (a newer ledgerq migrated it?): upgrade ledgerq, or fix "
+            "LEDGERQ_DATABASE_URL / --database-url"
+        )
+    if missing:
+        raise SchemaError(
+            f"the ledger schema in {where} is at {current} but its tables "
+            f"{', '.join(missing)} are gone: drop the table {VERSION_TABLE}, then {MIGRATE}"
+        )
+    check_identity(settings.database_url, identity, index, count)
+    return current

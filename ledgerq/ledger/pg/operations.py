@@ -1,0 +1,126 @@
+"""The operator's side of the ledger on PostgreSQL: list, show, act, audit.
+
+``act`` runs an action's plan (:func:`ledgerq.ledger.actions.plan`) on one
+connection and commits at every batch boundary: each batch of up to
+``batch_size`` tasks is its own short transaction (its compare-and-sets and its
+audit lines together), so a bulk action over a million tasks never holds locks
+for minutes, and an action interrupted half-way leaves an audit row whose
+counts say how far it got. ``progress`` is called after each commit.
+``release_key`` (:mod:`ledgerq.ledger.keys`) is one short transaction: the
+deaths found, released and audited together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sqlalchemy import TextClause
+
+from ledgerq.core.errors import TaskNotFoundError
+from ledgerq.ledger.actions import (
+    BATCH_SIZE,
+    Action,
+    Report,
+    Rows,
+    children_summary,
+    jsonable,
+    plan,
+    task_row,
+)
+from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter
+from ledgerq.ledger.keys import KeyRelease, release_plan
+from ledgerq.ledger.operations import adrive
+from ledgerq.ledger.pg.base import PgBase, translated
+from ledgerq.ledger.sql import IQ, OQ
+
+AUDIT_COLUMNS = (
+    "id", "at", "actor", "action", "selection", "options", "reason", "matched", "changed",
+    "skipped", "finished_at",
+)  # fmt: skip
+
+
+class PgOperations(PgBase):
+    async def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
+        params = selection.params(selection.limit or DEFAULT_LIMIT)
+        return [task_row(r) for r in await self._rows(OQ.list_tasks, params)]
+
+    async def find(
+        self, task_id: int | None = None, *, business_key: str | None = None
+    ) -> dict[str, Any]:
+        if task_id is None:
+            if business_key is None:
+                raise TaskNotFoundError("name a task id or a business key")
+            newest = await self.list_tasks(TaskFilter(business_key=business_key, limit=1))
+            if not newest:
+                raise TaskNotFoundError(f"no task with business key {business_key!r}")
+            task_id = int(newest[0]["id"])
+        rows = await self._rows(IQ.show_task, {"id": task_id})
+        if not rows:
+            raise TaskNotFoundError(f"no task with id {task_id}")
+        task = {k: jsonable(v) for k, v in rows[0]._mapping.items()}
+        task["attempt_log"] = task.get("attempt_log") or []
+        task["audit"] = [
+            {k: jsonable(v) for k, v in r._mapping.items()}
+            for r in await self._rows(OQ.task_audit, {"id": task_id})
+        ]
+        family = (await self._rows(OQ.family, {"id": task_id}))[0]._mapping
+        task["children"] = children_summary({k: jsonable(v) for k, v in family.items()})
+        return task
+
+    async def audit(
+        self, limit: int = DEFAULT_LIMIT, before: int | None = None
+    ) -> list[dict[str, Any]]:
+        params = {"limit": limit, "before": before if before is not None else MAX_BIGINT}
+        rows = await self._rows(OQ.list_audit, params)
+        return [{k: jsonable(v) for k, v in zip(AUDIT_COLUMNS, r, strict=True)} for r in rows]
+
+    async def act(
+        self,
+        action: Action,
+        selection: TaskFilter,
+        *,
+        actor: str,
+        reason: str | None = None,
+        dry_run: bool = False,
+        batch_size: int = BATCH_SIZE,
+        progress: Callable[[Report], None] | None = None,
+    ) -> Report:
+        report = Report(action.name)
+        steps = plan(
+            action,
+            selection,
+            actor=actor,
+            reason=reason,
+            dry_run=dry_run,
+            batch_size=batch_size,
+            report=report,
+        )
+        with translated():
+            async with self.engine.connect() as conn:
+
+                async def run(statement: TextClause, params: Mapping[str, Any]) -> Rows:
+                    result = await conn.execute(statement, params)
+                    return result.all() if result.returns_rows else []
+
+                async def commit() -> None:
+                    await conn.commit()
+                    if progress is not None:
+                        progress(report)
+
+                await adrive(steps, run, commit)
+                await conn.commit()
+        return report
+
+    async def release_key(
+        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
+    ) -> KeyRelease:
+        steps = release_plan(key, actor=actor, reason=reason, dry_run=dry_run)
+        with translated():
+            async with self.engine.begin() as conn:
+
+                async def run(statement: TextClause, params: Mapping[str, Any]) -> Rows:
+                    result = await conn.execute(statement, params)
+                    return result.all() if result.returns_rows else []
+
+                return await adrive(steps, run)

@@ -1,0 +1,234 @@
+"""The producer's outbox helper: put tasks in the ledger inside the caller's transaction.
+
+``enqueue(session, "send_email", {"to": ...})`` runs one INSERT on the caller's
+own Session or Connection (SQLAlchemy, or a raw psycopg 3 one: see
+:mod:`ledgerq.ledger.executors`), through the seam's transaction-scoped part
+(:class:`~ledgerq.ledger.protocol.TxLedger`; the statements in
+:mod:`ledgerq.ledger.pg.tx`), and does not commit: the task exists exactly when the
+caller's business transaction commits, and never if it rolls back. Everything is
+validated before the INSERT, so bad input raises
+:class:`~ledgerq.core.errors.InvalidTaskError` and writes nothing.
+
+De-duplication by ``business_key`` comes in two strengths. ``unique=True``: one
+*live* task per (kind, key), through a partial unique index on the hot table;
+once it finishes, the key is free again. ``once=True``: the key is *permanent*
+(``ledgerq_unique_keys``, primary key (kind, key)), taken in the caller's
+transaction with the new task's id, so a second enqueue of that kind and key
+never creates a task, even years after the first finished or was purged.
+Either way a duplicate inserts nothing and returns the id of the task holding
+the key. Producers racing on one key agree through the index or the primary
+key (the second waits for the first to commit or roll back), never through a
+check-then-insert.
+
+``parent_id`` makes the task a child of another (fan-out, migration 0010): the
+ledger's insert trigger refuses a parent that does not exist
+(:class:`~ledgerq.core.errors.UnknownParentError`) or whose family already
+completed (:class:`~ledgerq.core.errors.FamilyCompletedError`); the statement
+then failed, so the caller's transaction must be rolled back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ledgerq.core.errors import (
+    InvalidTaskError,
+)
+from ledgerq.ledger import tracing
+from ledgerq.ledger import validation as v
+from ledgerq.ledger.executors import (
+    AsyncExecutor,
+    Executor,
+)
+from ledgerq.ledger.retry import RetryPolicy
+from ledgerq.ledger.sharding import deployment_count, shard_of
+
+RetryLike = RetryPolicy | Sequence[float] | Mapping[str, Any] | None
+
+#: Rows per INSERT statement in the batch form.
+BATCH_CHUNK = 5000
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task to enqueue. Construction validates it: any bad field, or a keyword
+    that is not a field, raises :class:`InvalidTaskError` naming it (see
+    :mod:`ledgerq.ledger.validation` for the rules)."""
+
+    kind: str
+    payload: Any = field(default_factory=dict)
+    queue: str = "default"
+    business_key: str | None = None
+    unique: bool = False
+    once: bool = False
+    run_at: datetime | None = None
+    delay: float | timedelta | None = None
+    priority: int = 0
+    max_attempts: int = 5
+    retry: RetryLike = None
+    timeout: float | timedelta | None = None
+    #: The task's shard; None: from ``shard_key``, else from the id (modulo
+    #: ``LEDGERQ_SHARDS``; 0 when it is 1).
+    shard: int | None = None
+    #: Hashed to the shard (``LEDGERQ_SHARDS``; :func:`~ledgerq.ledger.sharding.shard_of`),
+    #: so every task of one key lands in one shard; instead of ``shard``.
+    shard_key: str | None = None
+    parent_id: int | None = None
+    #: Tasks sharing an ordering key run one at a time, in commit order (see
+    #: docs/howto.md#run-tasks-in-order-per-key).
+    ordering_key: str | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TaskSpec:
+        # Before the generated __init__, so an unknown keyword (``enqueue`` passes its
+        # options through) is an InvalidTaskError naming it, not a TypeError.
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise InvalidTaskError(
+                f"unknown task option {unknown[0]!r}; the options are {', '.join(names[2:])}"
+            )
+        if len(args) > 2:
+            raise InvalidTaskError(
+                f"give kind and payload positionally and the rest as keywords; got "
+                f"{len(args)} positional arguments"
+            )
+        return super().__new__(cls)
+
+    def __post_init__(self) -> None:
+        # Validate eagerly; params() re-reads the (immutable) fields.
+        self.params()
+
+    def params(self) -> dict[str, Any]:
+        """The INSERT's bound parameters, or InvalidTaskError."""
+        kind = v.check_name(self.kind, "kind")
+        business_key = v.check_business_key(self.business_key)
+        if v.check_flag(self.unique, "unique") and business_key is None:
+            raise InvalidTaskError("unique=True needs a business_key to de-duplicate on")
+        once = v.check_flag(self.once, "once")
+        if once and business_key is None:
+            raise InvalidTaskError("once=True needs a business_key to de-duplicate on")
+        run_at, delay_s = v.resolve_due(self.run_at, self.delay)
+        policy = v.check_retry(self.retry)
+        return {
+            "kind": kind,
+            "queue": v.check_name(self.queue, "queue"),
+            "payload": v.encode_payload({} if self.payload is None else self.payload),
+            "business_key": business_key,
+            # once=True: the permanent key (ledgerq_unique_keys) covers live duplicates too.
+            "dedupe_key": business_key if self.unique and not once else None,
+            "once": once,
+            "priority": v.check_priority(self.priority),
+            "shard": _shard_of(self, shards := _shard_count()),
+            "shards": shards,
+            "run_at": run_at,
+            "delay_s": delay_s,
+            "max_attempts": v.check_max_attempts(self.max_attempts),
+            "retry": json.dumps(policy.to_json()),
+            "timeout_s": v.check_optional_seconds(self.timeout, "timeout"),
+            "parent_id": None
+            if self.parent_id is None
+            else v.check_int_option(self.parent_id, "parent_id", minimum=1),
+            "trace_context": tracing.current_context(),
+            "ordering_key": v.check_key(self.ordering_key, "ordering_key"),
+        }
+
+
+def _shard_of(spec: TaskSpec, count: int) -> int | None:
+    """The task's shard, or None: the INSERT takes it from the new id (modulo count)."""
+    key = v.check_key(spec.shard_key, "shard_key")
+    if spec.shard is not None:
+        if key is not None:
+            raise InvalidTaskError("give shard or shard_key, not both")
+        return v.check_int_option(spec.shard, "shard", maximum=v.MAX_SHARD)
+    if key is not None:
+        return shard_of(key, 0, count)
+    return 0 if count == 1 else None
+
+
+def _shard_count() -> int:
+    try:
+        return deployment_count()
+    except ValueError as exc:
+        raise InvalidTaskError(str(exc)) from None
+
+
+def _rows_document(specs: Sequence[TaskSpec]) -> str:
+    """One JSON array of rows for ``insert_tasks``; payloads are embedded as JSON."""
+    parts = []
+    for spec in specs:
+        if not isinstance(spec, TaskSpec):
+            raise InvalidTaskError(f"a batch takes TaskSpec objects, got a {type(spec).__name__}")
+        params = spec.params()
+        payload, retry = params.pop("payload"), params.pop("retry")
+        trace = params.pop("trace_context") or "null"
+        run_at = params.pop("run_at")
+        # In UTC: an offset with seconds (valid in Python) prints as text
+        # PostgreSQL refuses ("+00:00:00.000001").
+        params["run_at"] = run_at.astimezone(UTC).isoformat() if run_at is not None else None
+        head = json.dumps(params, separators=(",", ":"))
+        parts.append(
+            head[:-1]
+            + ',"payload":'
+            + payload
+            + ',"retry":'
+            + retry
+            + ',"trace_context":'
+            + trace
+            + "}"
+        )
+    return "[" + ",".join(parts) + "]"
+
+
+def _chunks(specs: Iterable[TaskSpec]) -> Iterable[list[TaskSpec]]:
+    chunk: list[TaskSpec] = []
+    for spec in specs:
+        chunk.append(spec)
+        if len(chunk) >= BATCH_CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def enqueue(executor: Executor, kind: str, payload: Any = None, **options: Any) -> int:
+    """Insert one task in ``executor``'s transaction and return its id.
+
+    With ``unique=True`` and a ``business_key``, a live task of the same kind and
+    key is reused: its id is returned and nothing is inserted. With ``once=True``,
+    the key is permanent: the id of the task that first took it is returned (even
+    if that task finished long ago) and nothing is inserted.
+    """
+    from ledgerq.ledger.pg.tx import PgTx  # the seam's transaction-scoped part
+
+    tx = PgTx(executor, "enqueue")  # a wrong executor is refused before a bad task
+    return tx.enqueue(TaskSpec(kind, payload, **options))
+
+
+def enqueue_many(executor: Executor, specs: Iterable[TaskSpec]) -> list[int]:
+    """Insert many tasks, one statement per 5,000; return the new ids in input order.
+
+    Tasks skipped as duplicates (``unique=True`` or ``once=True``) are left out of the
+    result.
+    """
+    from ledgerq.ledger.pg.tx import PgTx
+
+    return PgTx(executor, "enqueue_many").enqueue_many(specs)
+
+
+async def aenqueue(executor: AsyncExecutor, kind: str, payload: Any = None, **options: Any) -> int:
+    """:func:`enqueue` on an async executor (see :mod:`ledgerq.ledger.executors`)."""
+    from ledgerq.ledger.pg.tx import PgAsyncTx
+
+    tx = PgAsyncTx(executor, "aenqueue")
+    return await tx.enqueue(TaskSpec(kind, payload, **options))
+
+
+async def aenqueue_many(executor: AsyncExecutor, specs: Iterable[TaskSpec]) -> list[int]:
+    """:func:`enqueue_many` on an async executor (see :func:`aenqueue`)."""
+    from ledgerq.ledger.pg.tx import PgAsyncTx
+
+    return await PgAsyncTx(executor, "aenqueue_many").enqueue_many(specs)
