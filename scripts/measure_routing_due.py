@@ -48,14 +48,14 @@ def main() -> None:
     parser.add_argument("--base", default="main", help="git revision of the 'before' statement")
     args = parser.parse_args()
     before_sql = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{args.base}:ledger/queries.sql"],
+        ["git", "-C", str(ROOT), "show", f"{args.base}:ledgerq/ledger/queries.sql"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     statements = {
         "before": _pyformat(parse(before_sql)["select_due"]),
-        "after": _pyformat(parse((ROOT / "ledger/queries.sql").read_text())["select_due"]),
+        "after": _pyformat(parse((ROOT / "ledgerq/ledger/queries.sql").read_text())["select_due"]),
     }
     params = {"limit": 500, "aging_s": 300.0}
     with psycopg.connect(args.dsn, autocommit=True, options="-c jit=off -c enable_sort=off") as db:
