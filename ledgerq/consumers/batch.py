@@ -91,7 +91,11 @@ class Batcher:
 
     def __post_init__(self) -> None:
         self._windows = Windows(
-            self.runner, self.config, self.sync_engine, self.async_engine, self._demote
+            runner=self.runner,
+            config=self.config,
+            demote=self._demote,
+            sync_engine=self.sync_engine,
+            async_engine=self.async_engine,
         )
 
     @property

@@ -60,31 +60,38 @@ import contextvars
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
-from ledgerq.consumers.execute import TaskRunner, _returned, failure, handler_timeout
-from ledgerq.consumers.registry import Handler
+from ledgerq.consumers.context import AsyncTaskContext, TaskContext
+from ledgerq.consumers.execute import failure, handler_timeout
 from ledgerq.consumers.window_items import (
-    NOT_LOCKED,
     Item,
     NotLocked,
     Ran,
     SelfRolledBackError,
     WindowState,
-    check_own,
-    emptied,
     report_all,
-    successes,
-    unflushed,
 )
-from ledgerq.core.logs import current_task
-from ledgerq.ledger.model import ClaimedTask
+from ledgerq.consumers.window_plan import (
+    CALL,
+    CLOSE_MARKS,
+    FLUSH,
+    MARK,
+    OPEN_MARKS,
+    UNDO,
+    End,
+    Handle,
+    Lock,
+    Succeed,
+    TimedOut,
+    WindowPlan,
+    never,
+)
+from ledgerq.core.plans import adrive, drive
 from ledgerq.ledger.within import (
     AsyncHandlerMarks,
     HandlerMarks,
@@ -96,22 +103,18 @@ from ledgerq.ledger.within import (
 )
 
 if TYPE_CHECKING:
-    from ledgerq.consumers.batch import BatchConfig
+    pass
 
 log = logging.getLogger("ledgerq.worker")
-_Started = tuple[float, contextvars.Token[tuple[int, str, int] | None]]
 
 
 @dataclass
-class Windows:
+class Windows(WindowPlan):
     """Runs windows of items and reports every item of them (module docstring);
     ``demote(kind)`` sends a kind to the ordinary path for a while."""
 
-    runner: TaskRunner
-    config: BatchConfig
     sync_engine: Engine | None
     async_engine: AsyncEngine | None
-    demote: Callable[[str], None]
     #: Windows committed, tasks run in them, tasks sent to the ordinary path.
     windows: int = 0
     batched: int = 0
@@ -124,69 +127,58 @@ class Windows:
         try:
             async with self.async_engine.connect() as conn:
                 await conn.begin()
-                held = await alock_within(conn, [i.task.fence for i in items])
-                marks = await AsyncHandlerMarks.open(conn)
-                for item in self._admitted(items, held.ids, state):
-                    state.done(await self._run_async(item.task, item.handler, conn, marks, state))
-                await marks.close()
-                ok = successes(state.taken, state.ran)
-                won = await asucceed_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
-                committed = len(won) == len(ok)
-                if committed:
-                    await conn.commit()
-                else:
-                    await conn.rollback()
+                committed = await self._drive_async(items, state, conn)
         except Exception as exc:  # nothing of the window was committed
             return self._window_failed(items, state, exc)
         self._count(state, committed)
         return len(state.taken)
 
-    async def _run_async(
-        self,
-        task: ClaimedTask,
-        handler: Handler,
-        conn: AsyncConnection,
-        marks: AsyncHandlerMarks,
-        state: WindowState,
+    async def _drive_async(
+        self, items: list[Item], state: WindowState, conn: AsyncConnection
+    ) -> bool:
+        marks: list[AsyncHandlerMarks] = []
+
+        async def do(step: object) -> Any:
+            if isinstance(step, Lock):
+                return await alock_within(conn, step.fences)
+            if step is OPEN_MARKS:
+                return marks.append(await AsyncHandlerMarks.open(conn))
+            if isinstance(step, Handle):
+                return await self._handle_async(step.item, state, conn, marks[0])
+            if step is CLOSE_MARKS:
+                return await marks[0].close()
+            if isinstance(step, Succeed):
+                return await asucceed_within(conn, list(step.fences), list(step.results))
+            assert isinstance(step, End)
+            return await (conn.commit() if step.commit else conn.rollback())
+
+        return await adrive(self.window_plan(items, state), do)
+
+    async def _handle_async(
+        self, item: Item, state: WindowState, conn: AsyncConnection, marks: AsyncHandlerMarks
     ) -> Ran:
-        """One async handler in the window: its savepoint is begun here and never
-        released (a round trip saved; ``max_tasks`` keeps them under 64). The
-        session joins the window's transaction ("rollback_only": its commit only
-        flushes, its rollback ends the window: :class:`SelfRolledBackError`)."""
-        timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
-        await marks.mark()
+        task, fn = item.task, item.handler.fn
+        timeout = handler_timeout(task, item.handler, self.runner.default_timeout_s)
         ctx = AsyncTaskContext(
             task, self.runner.worker, _bind=conn, _join="rollback_only", _session=state.session
         )
-        state.session = None
-        started = self._begin(task, ctx)
-        try:
-            try:
-                async with asyncio.timeout(timeout):
-                    value = await handler.fn(task.payload, ctx)
-                result = _returned(value, ctx)
-                session = ctx._session
-                if session is not None and unflushed(session.sync_session):
-                    await session.flush()  # ORM objects; no COMMIT, no RELEASE
-                check_own(marks)
-                if session is not None:
-                    emptied(session.sync_session)
-                    state.session = session
-                return result
-            except TimeoutError:
-                check_own(marks)
-                await marks.undo()
-                return self.runner._timed_out(task, timeout, ctx)
-            except SelfRolledBackError:
-                raise
-            except Exception as exc:
-                check_own(marks)
-                await marks.undo()
-                return self.runner._failed(task, exc, ctx)
-        finally:
-            # No session.close(): "rollback_only" leaves the connection alone, and a
-            # session that is not handed on holds nothing else worth a greenlet hop.
-            self._end(task, started, ctx)
+
+        async def do(step: object) -> Any:
+            if step is CALL:
+                try:
+                    async with asyncio.timeout(timeout):
+                        return await fn(task.payload, ctx)
+                except TimeoutError:
+                    raise TimedOut from None
+            if step is MARK:
+                return await marks.mark()
+            if step is FLUSH:
+                assert ctx._session is not None
+                return await ctx._session.flush()
+            assert step is UNDO
+            return await marks.undo()
+
+        return await adrive(self.handler_plan(item, ctx, state, marks, overran=never), do)
 
     # -- sync handlers, one pool thread per window -------------------------------
     async def run_sync(self, items: list[Item]) -> int:
@@ -260,85 +252,56 @@ class Windows:
         assert self.sync_engine is not None
         with self.sync_engine.connect() as conn:
             conn.begin()
-            held = lock_within(conn, [i.task.fence for i in items])
-            state.holder = held.holder
-            marks = HandlerMarks(conn)
-            for item in self._admitted(items, held.ids, state):
-                state.done(self._run_sync(item.task, item.handler, conn, marks, state))
-            marks.close()
-            ok = successes(state.taken, state.ran)
-            won = succeed_many_within(conn, [t.fence for t, _ in ok], [r for _, r in ok])
-            with state.lock:
-                committed = len(won) == len(ok) and not state.abandoned
-            if committed:
-                conn.commit()
-            else:
-                conn.rollback()
-        return committed
+            marks: list[HandlerMarks] = []
 
-    def _run_sync(
-        self,
-        task: ClaimedTask,
-        handler: Handler,
-        conn: Connection,
-        marks: HandlerMarks,
-        state: WindowState,
+            def do(step: object) -> Any:
+                if isinstance(step, Lock):
+                    return lock_within(conn, step.fences)
+                if step is OPEN_MARKS:
+                    return marks.append(HandlerMarks(conn))
+                if isinstance(step, Handle):
+                    return self._handle_sync(step.item, state, conn, marks[0])
+                if step is CLOSE_MARKS:
+                    return marks[0].close()
+                if isinstance(step, Succeed):
+                    return succeed_many_within(conn, list(step.fences), list(step.results))
+                assert isinstance(step, End)
+                return conn.commit() if step.commit else conn.rollback()
+
+            return drive(self.window_plan(items, state), do)
+
+    def _handle_sync(
+        self, item: Item, state: WindowState, conn: Connection, marks: HandlerMarks
     ) -> Ran:
-        """One sync handler in the window (in its thread), as :meth:`_run_async`."""
-        timeout = handler_timeout(task, handler, self.runner.default_timeout_s)
-        marks.mark()
+        """One sync handler in the window (in its thread), as :meth:`_handle_async`."""
+        task, fn = item.task, item.handler.fn
+        timeout = handler_timeout(task, item.handler, self.runner.default_timeout_s)
         ctx = TaskContext(
             task, self.runner.worker, _bind=conn, _join="rollback_only", _session=state.session
         )
-        state.session = None
         state.ctx = ctx
-        started = self._begin(task, ctx)
+
+        def do(step: object) -> Any:
+            if step is CALL:
+                return fn(task.payload, ctx)
+            if step is MARK:
+                return marks.mark()
+            if step is FLUSH:
+                assert ctx._session is not None
+                return ctx._session.flush()
+            assert step is UNDO
+            return marks.undo()
+
+        def overran(started: float) -> bool:
+            return time.perf_counter() - started > (timeout or math.inf)
+
         self.runner.in_threads.add(task.fence)
         try:
-            try:
-                result = _returned(handler.fn(task.payload, ctx), ctx)
-                session = ctx._session
-                if session is not None and unflushed(session):
-                    session.flush()  # ORM objects; no COMMIT, no RELEASE
-                check_own(marks)
-                if timeout is not None and time.perf_counter() - started[0] > timeout:
-                    marks.undo()
-                    return self.runner._timed_out(task, timeout, ctx)
-                if session is not None:
-                    emptied(session)
-                    state.session = session
-                return result
-            except SelfRolledBackError:
-                raise
-            except Exception as exc:
-                check_own(marks)
-                marks.undo()
-                return self.runner._failed(task, exc, ctx)
+            return drive(self.handler_plan(item, ctx, state, marks, overran=overran), do)
         finally:
-            # No session.close(): "rollback_only" leaves the connection alone, and a
-            # session that is not handed on holds nothing else worth closing.
             self.runner.in_threads.discard(task.fence)
-            self._end(task, started, ctx)
 
     # -- shared ------------------------------------------------------------------
-    def _admitted(self, items: list[Item], held: set[int], state: WindowState) -> Iterator[Item]:
-        """The items to run in this window, in order, until it closes (``window_s``
-        after it opened, or abandoned). Each item it takes goes to ``state.taken``
-        (and becomes ``state.running``); one whose row the window did not lock is
-        recorded NOT_LOCKED instead of run."""
-        opened = time.monotonic()
-        for item in items:
-            with state.lock:
-                late = bool(state.taken) and time.monotonic() - opened > self.config.window_s
-                if late or state.abandoned:
-                    return
-                state.taken.append(item)
-                if item.task.id not in held:
-                    state.ran.append(NOT_LOCKED)
-                    continue
-                state.running = (item, time.monotonic())
-            yield item
-
     def _count(self, state: WindowState, committed: bool) -> None:
         """Report the window's tasks, and count it."""
         self.windows += 1
@@ -361,19 +324,3 @@ class Windows:
         for item in taken:
             item.fallback()
         return len(taken)
-
-    def _begin(self, task: ClaimedTask, ctx: HandlerContext) -> _Started:
-        """Before a handler: the lease keeping sees its context; log lines name it."""
-        self.runner._notify(task, ctx)
-        self.runner.probe("worker.mid_handler")
-        return time.perf_counter(), current_task.set((task.id, task.kind, task.attempts))
-
-    def _end(self, task: ClaimedTask, started: _Started, ctx: HandlerContext) -> None:
-        current_task.reset(started[1])
-        if ctx._checkpointed:
-            self.runner.checkpoint_kinds.add(task.kind)
-        took = time.perf_counter() - started[0]
-        self.runner.observer.ran(task.kind, took, task.waited_s)
-        if took > self.config.slow_s:
-            log.info("kind %s took %.0f ms in a batched window", task.kind, took * 1000)
-            self.demote(task.kind)
