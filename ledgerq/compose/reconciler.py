@@ -31,6 +31,7 @@ from ledgerq.compose.alerting import alert_hook
 from ledgerq.compose.ledgers import one_shard, topology, warn_if_no_autovacuum
 from ledgerq.compose.monitoring import stop_event
 from ledgerq.core.config import Settings
+from ledgerq.hooks import Hooks
 from ledgerq.ledger.outages import Outage, ends_loop, pause
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import RECONCILER_PLANNER, async_engine, session_engine
@@ -86,7 +87,9 @@ async def open_reconciler(
         raise
     try:
         retention = Retention(ledger, retention_config(settings))
-        reconciler = Reconciler(ledger, publisher, config, alert, retention, Rollup(ledger))
+        reconciler = Reconciler(
+            ledger, publisher, config, Hooks(alert=alert), retention, Rollup(ledger)
+        )
         await warn_if_no_autovacuum(ledger)
         yield reconciler
     finally:

@@ -26,6 +26,7 @@ from ledgerq.compose.monitoring import monitoring, stop_event, watch_readiness
 from ledgerq.core.config import Settings
 from ledgerq.faults import probe_from_env
 from ledgerq.health import Health
+from ledgerq.hooks import Hooks
 from ledgerq.hooks.probes import Probe
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
@@ -74,8 +75,7 @@ async def open_relay(
             relay_ledger,
             publisher,
             config or RelayConfig(),
-            probe or probe_from_env(),
-            observer=observer,
+            Hooks(probe=probe or probe_from_env(), observer=observer),
         )
         await warn_if_no_autovacuum(ledger)
         watch_readiness(

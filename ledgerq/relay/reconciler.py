@@ -58,9 +58,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from ledgerq.alerting.alerts import AlertHook, AlertSender, log_alert
+from ledgerq.alerting.alerts import AlertSender
 from ledgerq.broker.base import Publisher
 from ledgerq.core.errors import TransientStorageError
+from ledgerq.hooks import NO_HOOKS, Hooks
 from ledgerq.ledger.model import Finished
 from ledgerq.ledger.protocol import ReconcilerLedger
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S
@@ -172,7 +173,8 @@ class Reconciler:
     ledger: ReconcilerLedger
     publisher: Publisher
     config: ReconcilerConfig = field(default_factory=ReconcilerConfig)
-    alert: AlertHook = log_alert
+    #: The alert hook hears of the tasks a pass buried (``dead``).
+    hooks: Hooks = NO_HOOKS
     retention: Retention | None = None
     rollup: Rollup | None = None
     rescuer: Rescuer = field(init=False)
@@ -233,7 +235,7 @@ class Reconciler:
         a time, and all of them within :data:`ALERTS_WAIT_S`."""
         if not dead:
             return
-        sender = AlertSender(self.alert)
+        sender = AlertSender(self.hooks.alert)
         for row in dead:
             sender.submit(row)
         await sender.close(ALERTS_WAIT_S)

@@ -72,10 +72,9 @@ from typing import Protocol
 
 from ledgerq.broker.base import Publisher, PublishOutcome
 from ledgerq.broker.topology import MAX_ENVELOPE
-from ledgerq.hooks.probes import Probe, no_probe
+from ledgerq.hooks import NO_HOOKS, Hooks
 from ledgerq.ledger import tracing
 from ledgerq.ledger.model import DueTask
-from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.outages import Outage, ends_loop, pause
 from ledgerq.ledger.protocol import RelayLedger
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, aging_param
@@ -156,9 +155,9 @@ class Relay:
     ledger: RelayLedger
     publisher: Publisher
     config: RelayConfig = field(default_factory=RelayConfig)
-    probe: Probe = no_probe
+    #: The probe (fault points ``relay.*``) and the observer (publish counts).
+    hooks: Hooks = NO_HOOKS
     totals: RelayCounts = field(default_factory=RelayCounts)
-    observer: Observer = NO_OBSERVER
     #: Whether the last batch failed (the readiness probe reports it).
     failing: bool = False
     #: Failed batches, logged once per outage (:mod:`ledgerq.ledger.outages`).
@@ -183,7 +182,7 @@ class Relay:
                     rows = [row for row in rows if row.id in marked]
         # Committed: the rows are published in the ledger and no lock is held.
         if rows:
-            self.probe("relay.after_commit")
+            self.hooks.probe("relay.after_commit")
             counts = await self._publish(rows, long)
         counts.elapsed_s = time.perf_counter() - started
         self.totals.add(counts)
@@ -201,7 +200,7 @@ class Relay:
         except Exception:  # the broker away before anything went out: none was sent
             await self._return(rows)
             raise
-        self.probe("relay.after_publish")
+        self.hooks.probe("relay.after_publish")
         tally: Counter[PublishOutcome] = Counter()
         failed: list[DueTask] = []
         for envelope, outcome in zip(envelopes, sent, strict=True):
@@ -221,7 +220,9 @@ class Relay:
             failed=tally[PublishOutcome.FAILED],
             messages=len(envelopes),
         )
-        self.observer.published(counts.published, counts.returned, counts.nacked, counts.failed)
+        self.hooks.observer.published(
+            counts.published, counts.returned, counts.nacked, counts.failed
+        )
         return counts
 
     async def _return(self, rows: list[DueTask]) -> None:

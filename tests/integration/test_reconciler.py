@@ -87,15 +87,18 @@ async def test_stalled_delivery_is_published_again_with_a_growing_window(
 ) -> None:
     [task_id] = await _publish(settings, 1)
     assert _queue_depth(settings, purge=True) == 0  # the message is lost
-    reconciler = await make_reconciler(stall_s=0.3)
+    # Time moves only through the seam (backdate), so a slow machine cannot
+    # carry a pass across a window's edge.
+    reconciler = await make_reconciler(stall_s=30)
     assert (await reconciler.run_once()).republished == 0  # not stalled yet
-    await asyncio.sleep(0.35)
+    assert await ledger.backdate([task_id], "published_at", 31) == 1
     assert (await reconciler.run_once()).republished == 1
     assert _queue_depth(settings) == 1
     assert (await ledger.show(task_id))["publishes"] == 2
-    await asyncio.sleep(0.35)  # the window doubled: 0.6 s now
+    # The window doubled: 60 s now.
+    assert await ledger.backdate([task_id], "published_at", 31) == 1
     assert (await reconciler.run_once()).republished == 0
-    await asyncio.sleep(0.35)
+    assert await ledger.backdate([task_id], "published_at", 61) == 1
     assert (await reconciler.run_once()).republished == 1
     assert await ledger.whereabouts([task_id]) == {task_id: "published"}
 
