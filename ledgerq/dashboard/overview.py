@@ -98,6 +98,23 @@ def _window(request: Request) -> Window:
     return WINDOWS.get(request.query_params.get("window", ""), WINDOWS[DEFAULT_WINDOW])
 
 
+def serving(subscriptions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The live workers with what each serves: queue, kinds and shards (None: every
+    one); ``auto``: a ``--shards auto`` worker, whose shards are its pool's split."""
+    return [
+        {
+            "worker": row["worker"],
+            "queue": row["queue"],
+            "kinds": sorted(row["kinds"]) if row["kinds"] is not None else None,
+            "shards": sorted(row["shards"]) if row["shards"] is not None else None,
+            "auto": "+auto." in row["worker"],
+            "since": row["started_at"].isoformat(),
+        }
+        for row in subscriptions
+        if row["live"]
+    ]
+
+
 async def overview_data(
     ledger: Ledger, window: Window, now: datetime | None = None
 ) -> dict[str, Any]:
@@ -108,7 +125,16 @@ async def overview_data(
     end = datetime.fromtimestamp((int(now.timestamp()) // step_s + 1) * step_s, UTC)
     since = end - window.span
     upto = await ledger.rolled_upto()
-    live, throughput, latency, errors, workers, unserved, routes = await asyncio.gather(
+    (
+        live,
+        throughput,
+        latency,
+        errors,
+        workers,
+        unserved,
+        routes,
+        subscriptions,
+    ) = await asyncio.gather(
         ledger.live_counts(),
         ledger.throughput(since, step_s, upto, window.grain),
         ledger.latency(since, upto, window.grain),
@@ -116,6 +142,7 @@ async def overview_data(
         ledger.workers(),
         ledger.unserved(),
         ledger.windows(),
+        ledger.subscriptions(),
     )
     totals = {k: sum(int(r[k]) for r in live) for k in ("pending", "due", "published", "running")}
     points = series(throughput, since, window)
@@ -132,6 +159,7 @@ async def overview_data(
         "latency": latencies(latency),
         "errors": errors,
         "workers": workers,
+        "serving": serving(subscriptions),
         "unserved": waiting_for_workers(unserved, now),
         "broker_windows": [
             {k: row[k] for k in ("queue", "route", "capacity", "published", "room")}

@@ -15,11 +15,14 @@ import signal
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ledgerq import TaskSpec
 from ledgerq.cli.inspect import _stats
 from ledgerq.core.config import Settings
+from ledgerq.dashboard.app import create_app
+from ledgerq.dashboard.settings import DashboardSettings
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.sharding import shard_of
 from tests.faults.cluster import WORKER_ARGS, Cluster, check, terminal_count
@@ -90,6 +93,11 @@ async def test_auto_workers_split_the_shards_and_the_survivor_takes_a_dead_ones_
         stats = await _stats(settings)  # ledgerq stats --json: who holds what
         assert {w["worker"]: frozenset(w["shards"]) for w in stats["workers"]} == held
         assert all(w["auto"] for w in stats["workers"]), stats["workers"]
+        # The dashboard's overview says the same, on the page a person reads.
+        page = await _overview_page(ledger)
+        for worker, shards in held.items():
+            row = page.split(worker, 1)[1].split("</tr>", 1)[0]
+            assert ", ".join(map(str, sorted(shards))) in row and "(auto" in row, row
 
         ids = _tasks(settings, 0, 64)
         assert {shard_of(f"key-{i}", 0, SHARDS) for i in range(64, 128)} == set(range(SHARDS))
@@ -134,6 +142,16 @@ async def test_auto_workers_split_the_shards_and_the_survivor_takes_a_dead_ones_
         assert with_shards == {f":{survivor.pid}:"}, with_shards
     finally:
         await cluster.stop()
+
+
+async def _overview_page(ledger: PgLedger) -> str:
+    """The dashboard's overview, rendered by the real app over ASGI."""
+    app = create_app(ledger, DashboardSettings(token="t" * 24), secrets=[])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+        page = await client.get("/", headers={"Authorization": "Bearer " + "t" * 24})
+    assert page.status_code == 200, page.text
+    return page.text.split('id="serving"', 1)[1]
 
 
 async def _all_terminal(cluster: Cluster, ids: list[int]) -> bool:

@@ -1,5 +1,6 @@
 """The dashboard in a real browser (headless chromium through Playwright): sign in
-(a wrong password refused), the overview's charts drawn, filter, open a task whose
+(a wrong password refused), the overview's charts drawn, which live worker serves
+which shards, filter, open a task whose
 payload holds a ``<script>`` (shown as text, not run), cancel a task and see its
 audit row, a bulk cancel counted before it is confirmed, a POST without the CSRF
 token refused; and the command refusing 0.0.0.0 without authentication.
@@ -25,6 +26,7 @@ from ledgerq.compose import open_ledger
 from ledgerq.core.config import Settings
 from ledgerq.dashboard.settings import DashboardSettings
 from ledgerq.ledger.pg import PgLedger
+from ledgerq.ledger.routing import Subscription
 from tests.browser import chromium, served
 from tests.conftest import delete_broker_objects
 from tests.dashboard_seed import Seeded, seed
@@ -75,6 +77,29 @@ async def test_a_wrong_password_is_refused_and_the_right_one_signs_in(dash: Dash
     await expect(page.locator("#chart-rate canvas")).to_have_count(1)
     await expect(page.locator(".tile.bad .n")).to_have_text(str(len(dash.seeded.ids["shop.sync"])))
     assert errors == []  # the Content-Security-Policy let the charts' own scripts run
+
+
+async def test_the_overview_says_which_live_worker_serves_which_shards(dash: Dash) -> None:
+    # Two --shards auto workers' split and a static worker, registered through the seam.
+    split = {"web-1:11:ab12+auto.0001": {0, 2, 5}, "web-2:12:cd34+auto.0001": {1, 3, 4}}
+    for worker, shards in split.items():
+        await dash.ledger.subscribe(
+            worker, [Subscription("default", shards=frozenset(shards))], ttl_s=300
+        )
+    await dash.ledger.subscribe("batch-1:13:ef56", [Subscription("other")], ttl_s=300)
+    try:
+        await dash.page.goto(dash.url + "/")
+        card = dash.page.locator("#serving")
+        for worker, shards in split.items():
+            row = card.locator("tr", has_text=worker)
+            await expect(row).to_contain_text(", ".join(map(str, sorted(shards))))
+            await expect(row).to_contain_text("(auto")
+        static = card.locator("tr", has_text="batch-1:13:ef56")
+        await expect(static).to_contain_text("every shard")
+        await expect(static).not_to_contain_text("(auto")
+    finally:
+        for worker in [*split, "batch-1:13:ef56"]:
+            await dash.ledger.unsubscribe(worker)
 
 
 async def test_filter_then_open_a_task_whose_payload_holds_a_script(dash: Dash) -> None:
