@@ -18,10 +18,10 @@ from ledgerq.cli.group import EX_USAGE, json_option, pass_settings
 from ledgerq.compose import serve_reconciler, serve_relay, serve_worker
 from ledgerq.compose.relay import GRACE_S as RELAY_GRACE_S
 from ledgerq.compose.supervisor import MAX_PROCESSES, SupervisorConfig, supervise
-from ledgerq.consumers.batch import BatchConfig
 from ledgerq.consumers.direct import DirectConfig, FallbackConfig
 from ledgerq.consumers.registry import Registry, default_registry
 from ledgerq.consumers.worker import WorkerConfig
+from ledgerq.consumers.worker_config import BatchConfig
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import LedgerqError
 from ledgerq.ledger.routing import RoutingError, parse_kinds, parse_queues, parse_shards

@@ -40,39 +40,11 @@ from ledgerq.consumers.handoff import Result
 from ledgerq.consumers.registry import Handler
 from ledgerq.consumers.window import Windows
 from ledgerq.consumers.window_items import Item, report_failed
+from ledgerq.consumers.worker_config import BatchConfig as BatchConfig  # its home: the options
 from ledgerq.ledger.model import ClaimedTask
 
 log = logging.getLogger("ledgerq.worker")
 Report = Callable[[int, Result], None]
-
-
-@dataclass(frozen=True)
-class BatchConfig:
-    #: A window takes no new handler after this long (the bound on a commit's wait).
-    window_s: float = 0.05
-    #: At most this many tasks per window: PostgreSQL keeps 64 subtransactions
-    #: (savepoints that wrote) per backend in shared memory before it overflows,
-    #: and a window takes one more than its tasks.
-    max_tasks: int = 50
-    #: Windows open at once, for async and for sync handlers each (connections held).
-    lanes: int = 2
-    #: A handler slower than this sends its kind to the ordinary path for ``cooldown_s``.
-    slow_s: float = 0.5
-    cooldown_s: float = 60.0
-    #: How long past a sync handler's own timeout its window waits before abandoning it.
-    margin_s: float = 5.0
-    #: False: every handler takes the ordinary path (its own transaction).
-    enabled: bool = True
-
-    def __post_init__(self) -> None:
-        if not 0 < self.window_s <= 1.0:
-            raise ValueError(f"batch window must be in (0, 1] s, got {self.window_s}")
-        if not 1 <= self.max_tasks <= 63:
-            raise ValueError(f"batch max_tasks must be 1..63, got {self.max_tasks}")
-        if not 1 <= self.lanes <= 100:
-            raise ValueError(f"batch lanes must be 1..100, got {self.lanes}")
-        if self.slow_s <= 0 or self.cooldown_s < 0 or self.margin_s < 0:
-            raise ValueError("batch slow_s must be positive, cooldown_s and margin_s >= 0")
 
 
 @dataclass

@@ -41,7 +41,7 @@ from ledgerq.core.logs import current_task
 from ledgerq.ledger.model import ClaimedTask, Fence
 
 if TYPE_CHECKING:
-    from ledgerq.consumers.batch import BatchConfig
+    from ledgerq.consumers.worker_config import BatchConfig
     from ledgerq.ledger.within import AsyncHandlerMarks, HandlerMarks
 
 log = logging.getLogger("ledgerq.worker")
