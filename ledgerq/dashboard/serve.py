@@ -6,7 +6,7 @@ uvicorn's graceful exit (no new connections, requests in flight get 10 s);
 then the ledger is closed and the process exits 0, like the relay and the
 worker. (uvicorn's own handlers would re-raise the signal after shutting down,
 and the process would end "killed by SIGTERM".) With a metrics port the
-ledger gauges (:class:`ledgerq.metrics.LedgerGauges`) are refreshed every
+ledger gauges (:class:`ledgerq.metrics.gauges.LedgerGauges`) are refreshed every
 :data:`GAUGES_EVERY_S` from the hot table (live counts, the unserved backlog,
 the broker windows: three reads at once; if one fails, the last snapshot
 stays, and a lost database is logged once per outage, as every loop does:
@@ -53,9 +53,9 @@ class _Server(uvicorn.Server):
 
 
 async def _refresh(ledger: PgLedger, gauges: object) -> None:
-    from ledgerq import metrics
+    from ledgerq.metrics import gauges as ledger_gauges
 
-    assert isinstance(gauges, metrics.LedgerGauges)
+    assert isinstance(gauges, ledger_gauges.LedgerGauges)
     outage = Outage("ledger gauges refresh", log)
     while True:
         try:
@@ -78,10 +78,12 @@ async def ledger_metrics(ledger: PgLedger, port: int) -> AsyncIterator[Health | 
     if not port:
         yield None
         return
-    from ledgerq import metrics  # prometheus_client loads only with a metrics port
+    # prometheus_client loads only with a metrics port
+    from ledgerq import metrics
+    from ledgerq.metrics import gauges as ledger_gauges
 
     registry = metrics.new_registry()
-    gauges = metrics.LedgerGauges(registry)
+    gauges = ledger_gauges.LedgerGauges(registry)
     health = Health()
     server = metrics.MetricsServer(port, health, registry)
     health.start_ticking()

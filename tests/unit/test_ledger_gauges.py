@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from ledgerq.metrics import LedgerGauges
+from ledgerq.metrics.gauges import LedgerGauges
 
 
 def row(queue: str, due: int, oldest: float | None) -> dict[str, object]:

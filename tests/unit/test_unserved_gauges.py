@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ledgerq.metrics import LedgerGauges
+from ledgerq.metrics.gauges import LedgerGauges
 
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 
