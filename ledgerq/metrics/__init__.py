@@ -5,12 +5,13 @@ The services report through :class:`~ledgerq.ledger.observer.Observer`;
 :class:`RelayMetrics` and :class:`WorkerMetrics` are its Prometheus
 implementations, each on a registry of its own (so several services in one
 process, as in the tests, never collide), with the process and platform
-collectors. This package is the only one that imports ``prometheus_client``
-(an import-linter contract; the ledger's own gauges are :mod:`.gauges`), and
-the composition root imports it only when a metrics port is set: ``import
-ledgerq`` and a service without metrics never load it. Under ``ledgerq worker
---processes N`` the children record to files in ``PROMETHEUS_MULTIPROC_DIR`` (prometheus-client's multiprocess mode) and the
-supervisor serves their sums (:func:`multiprocess_registry`).
+collectors. This package is the only one that imports ``prometheus_client`` (an
+import-linter contract; the ledger's own gauges are :mod:`.gauges`), and the
+composition root imports it only when a metrics port is set: ``import ledgerq``
+and a service without metrics never load it. Under ``ledgerq worker --processes
+N`` the children record to files in ``PROMETHEUS_MULTIPROC_DIR`` (prometheus-
+client's multiprocess mode) and the supervisor serves their sums
+(:func:`multiprocess_registry`).
 
 Hot-path cost: per task, one histogram observation for the handler's duration,
 one for its start latency, one counter increment for its outcome (label
