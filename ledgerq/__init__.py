@@ -50,7 +50,7 @@ from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.operations import aact, act, alist_tasks, list_tasks
 from ledgerq.ledger.producer import TaskSpec, aenqueue, aenqueue_many, enqueue, enqueue_many
 from ledgerq.ledger.retry import RetryPolicy
-from ledgerq.ledger.router import Shards
+from ledgerq.ledger.split.router import Shards
 from ledgerq.ledger.states import Status
 from ledgerq.ledger.validation import MAX_PAYLOAD_BYTES
 

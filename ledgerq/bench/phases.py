@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from ledgerq import TaskSpec, enqueue, enqueue_many
 from ledgerq.core.config import Settings
 from ledgerq.ledger.protocol import LedgerWithHarness
-from ledgerq.ledger.sharded import ShardLedger
+from ledgerq.ledger.split.ledger import ShardLedger
 from ledgerq.processes import Services
 
 T = TypeVar("T")

@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 from ledgerq.bench.phases import Bench, percentiles
 from ledgerq.bench.raw import pipeline_ceiling, raw_ceiling, release_ceiling
 from ledgerq.core.config import Settings
-from ledgerq.ledger.sharded import ShardedLedger
+from ledgerq.ledger.split.ledger import ShardedLedger
 
 #: The drains ``--handler`` can pick: name -> (kind, result key, phase label).
 DRAINS = {

@@ -31,8 +31,8 @@ from ledgerq.compose.storage import async_engine, ledger_on, sync_engine, upgrad
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.core.config import Settings
 from ledgerq.demo import prepare_shop
-from ledgerq.ledger.shard_ids import MAX_LEDGER_SHARDS
-from ledgerq.ledger.sharded import ShardedLedger
+from ledgerq.ledger.split.ids import MAX_LEDGER_SHARDS
+from ledgerq.ledger.split.ledger import ShardedLedger
 
 if TYPE_CHECKING:
     from ledgerq.ledger.pg import PgLedger

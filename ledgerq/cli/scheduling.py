@@ -28,7 +28,7 @@ from ledgerq.compose import open_operator_ledger
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import InvalidTaskError
 from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope
-from ledgerq.ledger.sharded import OperatorLedger
+from ledgerq.ledger.split.ledger import OperatorLedger
 
 
 def _with_ledger(settings: Settings, work: Callable[[OperatorLedger], Any]) -> Any:

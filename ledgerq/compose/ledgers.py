@@ -22,7 +22,7 @@ from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine
 from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.protocol import InspectionLedger
-from ledgerq.ledger.sharded import OperatorLedger, ShardedLedger
+from ledgerq.ledger.split.ledger import OperatorLedger, ShardedLedger
 from ledgerq.runtime import SchemaWatch, watched
 
 log = logging.getLogger("ledgerq")

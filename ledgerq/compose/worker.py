@@ -56,7 +56,7 @@ from ledgerq.ledger.pg.engines import DIRECT_PLANNER, WORKER_PLANNER, async_engi
 from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.pg.notify import Wakeup
 from ledgerq.ledger.protocol import DirectLedger, RoutingLedger, SchedulingLedger, WorkerLedger
-from ledgerq.ledger.sharded import (
+from ledgerq.ledger.split.ledger import (
     ShardedDirectLedger,
     ShardedLedger,
     ShardedRouting,

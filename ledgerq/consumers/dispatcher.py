@@ -27,7 +27,7 @@ from ledgerq.consumers.handoff import Claimed, Committed, Ended, Result, StillRu
 from ledgerq.consumers.leases import Leases
 from ledgerq.consumers.registry import Handler, Registry
 from ledgerq.ledger.model import ClaimedTask, Outcome
-from ledgerq.ledger.shard_ids import split_by_shard
+from ledgerq.ledger.split.ids import split_by_shard
 
 log = logging.getLogger("ledgerq.worker")
 

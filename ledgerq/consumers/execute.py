@@ -72,7 +72,7 @@ from ledgerq.hooks.probes import Probe, no_probe
 from ledgerq.ledger import tracing
 from ledgerq.ledger.model import ClaimedTask, Fence, Outcome
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
-from ledgerq.ledger.shard_ids import shard_of_id
+from ledgerq.ledger.split.ids import shard_of_id
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 from ledgerq.ledger.within import asucceed_within, succeed_within
 

@@ -34,7 +34,7 @@ from ledgerq.consumers.execute import handler_timeout
 from ledgerq.consumers.registry import Handler
 from ledgerq.consumers.results import encode_result
 from ledgerq.ledger.model import ClaimedTask
-from ledgerq.ledger.shard_ids import shard_of_id
+from ledgerq.ledger.split.ids import shard_of_id
 from ledgerq.ledger.within import asucceed_within
 
 log = logging.getLogger("ledgerq.worker")

@@ -28,7 +28,7 @@ class InvalidTaskError(LedgerqError, ValueError):
 
 class WrongShardError(InvalidTaskError):
     """A task with a ledger shard key was enqueued in a transaction on another ledger
-    shard's database than the key's (:mod:`ledgerq.ledger.shard_ids`). Raised inside
+    shard's database than the key's (:mod:`ledgerq.ledger.split.ids`). Raised inside
     the caller's transaction, after the INSERT: the transaction must roll back."""
 
 

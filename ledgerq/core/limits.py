@@ -2,7 +2,7 @@
 
 They live below both (the settings parser in :mod:`ledgerq.core.settings_table`
 and :mod:`ledgerq.core.values`, the ledger in :mod:`ledgerq.ledger.sharding` and
-:mod:`ledgerq.ledger.shard_ids`), so that a setting is refused at start with the
+:mod:`ledgerq.ledger.split.ids`), so that a setting is refused at start with the
 same bound the ledger would refuse it at run time.
 """
 

@@ -33,7 +33,7 @@ _ADDRESS = re.compile(r"[^\s@,<>\"]+@[^\s@,<>\"]+")
 
 def parse_database_urls(value: object) -> str:
     """One database URL, or several separated by commas: the ledger shards, in
-    order (:mod:`ledgerq.ledger.shard_ids`)."""
+    order (:mod:`ledgerq.ledger.split.ids`)."""
     urls = split_urls(str(value))
     if len(urls) > MAX_LEDGER_SHARDS:
         raise ValueError(

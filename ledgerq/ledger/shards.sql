@@ -1,4 +1,4 @@
--- Ledger shards (migration 0012; ledger/shard_ids.py).
+-- Ledger shards (migration 0012; ledgerq/ledger/split/ids.py).
 
 -- name: assign_shard
 -- `ledgerq migrate`, on each shard's database: record the shard, narrow the id

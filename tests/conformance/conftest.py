@@ -3,7 +3,7 @@ implementation that serves its protocol.
 
 ``ledger`` is the implementation under test. A module's ``IMPLEMENTATIONS``
 names the ones it runs on: :data:`EVERY` (the default: ``PgLedger`` on one
-database, and :class:`~ledgerq.ledger.sharded.ShardedLedger` over two shard
+database, and :class:`~ledgerq.ledger.split.ledger.ShardedLedger` over two shard
 databases) for what the processes that meet every shard ask (the worker's,
 routing, operations, inspection, scheduling, the testing protocol), and
 :data:`ONE_DATABASE` for the protocols that work on one database at a time
@@ -38,7 +38,7 @@ from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine, sync_engine
 from ledgerq.ledger.pg.tx import PgAsyncTx, PgTx
 from ledgerq.ledger.protocol import AsyncTxLedger, TxLedger
-from ledgerq.ledger.sharded import ShardedLedger
+from ledgerq.ledger.split.ledger import ShardedLedger
 from tests.conformance.support import SUBSCRIBER, Enqueue, window
 from tests.shard_dbs import create_shards
 

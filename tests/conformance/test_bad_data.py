@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from ledgerq.core.errors import StorageError
-from ledgerq.ledger.sharded import ShardLedger
+from ledgerq.ledger.split.ledger import ShardLedger
 from tests.conformance.support import Enqueue, claim_one
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from ledgerq import TaskSpec
 from ledgerq.ledger.model import ClaimedTask, Finished, Outcome
-from ledgerq.ledger.sharded import ShardLedger
+from ledgerq.ledger.split.ledger import ShardLedger
 from tests.conformance.support import (
     LEASE_S,
     WORKER,

@@ -1,6 +1,6 @@
 """Every method of every storage protocol has a conformance test: the protocols
 are introspected (:mod:`ledgerq.ledger.protocol`, and the sharded ledger's
-:class:`~ledgerq.ledger.sharded.OperatorLedger`), and each method must be called
+:class:`~ledgerq.ledger.split.ledger.OperatorLedger`), and each method must be called
 (``<something>.<method>(``) in at least one test module of this folder. A new
 storage method without a conformance test fails here, naming it."""
 
@@ -11,7 +11,8 @@ import inspect
 from pathlib import Path
 from typing import Protocol
 
-from ledgerq.ledger import protocol, sharded
+from ledgerq.ledger import protocol
+from ledgerq.ledger.split import ledger as sharded
 
 HERE = Path(__file__).parent
 

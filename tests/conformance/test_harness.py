@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from ledgerq.ledger.model import Outcome
-from ledgerq.ledger.sharded import ShardLedger
+from ledgerq.ledger.split.ledger import ShardLedger
 from tests.conformance.support import LEASE_S, WORKER, Enqueue, publish, when
 
 

@@ -8,7 +8,7 @@ import pytest
 from ledgerq import TaskSpec
 from ledgerq.core.errors import LedgerqError, TaskNotFoundError
 from ledgerq.ledger.model import Outcome
-from ledgerq.ledger.sharded import ShardLedger
+from ledgerq.ledger.split.ledger import ShardLedger
 from tests.conformance.support import (
     Enqueue,
     claim_one,

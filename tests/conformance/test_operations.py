@@ -8,7 +8,7 @@ import pytest
 from ledgerq import Action, TaskFilter, TaskSpec
 from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.model import Outcome
-from ledgerq.ledger.sharded import ShardLedger
+from ledgerq.ledger.split.ledger import ShardLedger
 from tests.conformance.support import LEASE_S, WORKER, Enqueue, claim_one
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ledgerq import TaskSpec
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import RateLimit
-from ledgerq.ledger.sharded import ShardLedger
+from ledgerq.ledger.split.ledger import ShardLedger
 from tests.conformance.support import LEASE_S, WORKER, Enqueue
 
 

@@ -43,7 +43,7 @@ from ledgerq.core.config import Settings
 from ledgerq.core.errors import TransientStorageError
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.routing import routing_key
-from ledgerq.ledger.sharded import ShardedLedger
+from ledgerq.ledger.split.ledger import ShardedLedger
 from ledgerq.ledger.states import LIVE, TERMINAL
 from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
 from tests.apps.fault_app import EFFECTS_DDL

@@ -42,7 +42,7 @@ from itertools import pairwise
 from typing import Any
 
 from ledgerq.core.config import Settings
-from ledgerq.ledger.shard_ids import shard_of_id
+from ledgerq.ledger.split.ids import shard_of_id
 from ledgerq.ledger.states import TERMINAL
 from tests.faults.cluster import ClusterLedger
 from tests.harness import db

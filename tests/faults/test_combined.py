@@ -28,7 +28,7 @@ import pytest
 
 from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.migrate import upgrade
-from ledgerq.ledger.shard_ids import shard_of_id
+from ledgerq.ledger.split.ids import shard_of_id
 from tests import postgres, rabbit
 from tests.conftest import delete_broker_objects, drop_database, routed_queues
 from tests.faults.chaos import Chaos, Producer, schedule

@@ -28,8 +28,8 @@ from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import ConfigError, TaskNotFoundError
 from ledgerq.ledger.pg.migrate import check_schema, upgrade
-from ledgerq.ledger.shard_ids import id_range, shard_for_key, shard_of_id
-from ledgerq.ledger.sharded import ShardedLedger
+from ledgerq.ledger.split.ids import id_range, shard_for_key, shard_of_id
+from ledgerq.ledger.split.ledger import ShardedLedger
 from ledgerq.relay.reconciler import ReconcilerConfig
 from ledgerq.relay.service import RelayConfig
 from tests.conftest import delete_broker_objects, drop_database, recreate_database

@@ -9,8 +9,8 @@ import pytest
 
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import ConfigError, WrongShardError
-from ledgerq.ledger.router import Shards
-from ledgerq.ledger.shard_ids import (
+from ledgerq.ledger.sharding import key_hash
+from ledgerq.ledger.split.ids import (
     MAX_LEDGER_SHARDS,
     RoundRobin,
     check_placement,
@@ -19,7 +19,7 @@ from ledgerq.ledger.shard_ids import (
     shard_of_id,
     split_by_shard,
 )
-from ledgerq.ledger.sharding import key_hash
+from ledgerq.ledger.split.router import Shards
 
 A = "postgresql+psycopg://u:secret@db1:5432/ledger"
 B = "postgresql://u:secret@db2:5432/ledger"

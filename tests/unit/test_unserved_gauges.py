@@ -1,4 +1,4 @@
-"""The dashboard's unserved and window gauges (:class:`~ledgerq.metrics.LedgerGauges`):
+"""The dashboard's unserved and window gauges (:class:`~ledgerq.metrics.gauges.LedgerGauges`):
 a (queue, kind) once unserved reads 0 when a worker serves it (an alert rule reads
 a vanished series as no data), its shards add up and its age is the oldest's; a
 broker route's window is there only while it is live."""

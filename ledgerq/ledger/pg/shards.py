@@ -2,7 +2,7 @@
 
 :func:`assign` runs in ``ledgerq migrate`` on shard ``k`` of ``n``: it records
 (k, n) in ``ledgerq_ledger_shard`` and narrows the id sequence to shard k's
-range (:func:`ledgerq.ledger.shard_ids.id_range`), in one transaction. A
+range (:func:`ledgerq.ledger.split.ids.id_range`), in one transaction. A
 database that already records another index is refused
 (:class:`~ledgerq.core.errors.ConfigError`): its ids carry that index, and a
 database never changes shard. The count may change (databases appended to the
@@ -29,7 +29,7 @@ from ledgerq.core.config import Settings
 from ledgerq.core.errors import ConfigError, SchemaError, ServiceUnavailableError
 from ledgerq.core.masking import mask_url
 from ledgerq.ledger.pg.base import first_line
-from ledgerq.ledger.shard_ids import id_range
+from ledgerq.ledger.split.ids import id_range
 from ledgerq.ledger.sql import HQ
 
 SHARD_TABLE = "ledgerq_ledger_shard"

@@ -6,7 +6,7 @@
 service checks at start that the database at position k says (k, n), so a
 reordered or wrong URL list stops it with one line instead of misrouting
 tasks. ``migrate`` also gives shard k's id sequence the range of shard k
-(:mod:`ledgerq.ledger.shard_ids`); shard 0's range is today's, so this
+(:mod:`ledgerq.ledger.split.ids`); shard 0's range is today's, so this
 migration changes nothing for a ledger in one database.
 
 Revision ID: 0012

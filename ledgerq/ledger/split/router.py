@@ -13,7 +13,7 @@ business data a task belongs to lives in the same shard, by the same key::
 
 :meth:`Shards.enqueue` is :func:`~ledgerq.ledger.producer.enqueue` plus a check
 that costs nothing: the id the INSERT returned carries the shard of the
-database it landed in (:mod:`ledgerq.ledger.shard_ids`); if that is not the
+database it landed in (:mod:`ledgerq.ledger.split.ids`); if that is not the
 key's shard it raises :class:`~ledgerq.core.errors.WrongShardError` inside
 the transaction (which must then roll back, as a ``with session.begin()``
 block does). A key of ``None`` takes the shards in turn (round robin), for
@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from ledgerq.core.config import Settings
 from ledgerq.ledger.executors import AsyncExecutor, Executor
 from ledgerq.ledger.producer import TaskSpec, aenqueue, aenqueue_many, enqueue, enqueue_many
-from ledgerq.ledger.shard_ids import RoundRobin, check_placement, shard_for_key
+from ledgerq.ledger.split.ids import RoundRobin, check_placement, shard_for_key
 
 E = TypeVar("E", Engine, AsyncEngine)
 

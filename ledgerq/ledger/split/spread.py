@@ -11,7 +11,7 @@ protocol's, apply) and merge the answers. mypy sees these attributes as
 sharded ledger, method by method.
 
 Races: the calls on several shards run concurrently and each is atomic on its
-own shard only (see :mod:`ledgerq.ledger.sharded`).
+own shard only (see :mod:`ledgerq.ledger.split.ledger`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 from ledgerq.core.errors import TaskNotFoundError
-from ledgerq.ledger.shard_ids import shard_of_id, split_by_shard
+from ledgerq.ledger.split.ids import shard_of_id, split_by_shard
 
 log = logging.getLogger("ledgerq")
 

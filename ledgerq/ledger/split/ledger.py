@@ -4,7 +4,7 @@ It implements the protocols of the processes that meet tasks of every ledger
 shard (the worker's :class:`~ledgerq.ledger.protocol.WorkerLedger`, and the
 operator's :class:`OperatorLedger`: inspection, operations, scheduling) over
 one ledger per shard, in shard order. Statements on named tasks are split by
-the shard in each id (:func:`~ledgerq.ledger.shard_ids.shard_of_id`) and run
+the shard in each id (:func:`~ledgerq.ledger.split.ids.shard_of_id`) and run
 on each shard concurrently; questions about every task ask every shard and
 merge the answers. The relay, the reconciler, retention and the rollup work
 on one database at a time (one relay loop and one reconciler pass per shard),
@@ -20,7 +20,7 @@ idempotent). Listing merges by id, newest first *within* each shard, the
 higher shards first: ids are the keyset, so ``--before`` pages stay exact.
 
 Each method is written once, in the protocol: most methods here are one line
-that says how the call spreads (:mod:`ledgerq.ledger.spread`: ``everywhere``, ``by_ids``,
+that says how the call spreads (:mod:`ledgerq.ledger.split.spread`: ``everywhere``, ``by_ids``,
 ``on_shard_of``, ``on_first``) and how the answers merge, and pass the
 caller's arguments through as they came, so the shards' own defaults apply
 (none are restated here). Only the calls that plan across shards (claiming
@@ -48,8 +48,8 @@ from ledgerq.ledger.protocol import (
     WorkerLedger,
 )
 from ledgerq.ledger.scheduling import PauseReport
-from ledgerq.ledger.shard_ids import shard_of_id, split_by_shard
-from ledgerq.ledger.spread import Shards, by_ids, everywhere, on_first, on_shard_of
+from ledgerq.ledger.split.ids import shard_of_id, split_by_shard
+from ledgerq.ledger.split.spread import Shards, by_ids, everywhere, on_first, on_shard_of
 
 T = TypeVar("T")
 L = TypeVar("L", bound=WorkerLedger)
