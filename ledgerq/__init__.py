@@ -16,11 +16,15 @@ and an application registers handlers for ``ledgerq worker --app``::
     def send_receipt(payload, ctx):
         ctx.session.execute(...)  # commits together with the task's "succeeded"
 
+Operators' scripts use :mod:`ledgerq.admin` (``from ledgerq import admin``):
+every admin command of the CLI as a function, sync and async.
+
 Importing this module loads no broker client.
 """
 
 from __future__ import annotations
 
+from ledgerq import admin
 from ledgerq.consumers.context import AsyncTaskContext, TaskContext
 from ledgerq.consumers.execute import Abort
 from ledgerq.consumers.progress import LeaseLostError
@@ -89,6 +93,7 @@ __all__ = [
     "WrongShardError",
     "aact",
     "act",
+    "admin",
     "aenqueue",
     "aenqueue_many",
     "alist_tasks",

@@ -28,7 +28,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from ledgerq.broker.base import Publishable
-from ledgerq.core.routes import ROUTE_SEPARATOR, routing_key
+from ledgerq.core.routes import ROUTE_SEPARATOR, STICKY_PREFIX, routing_key
 
 #: The most tasks one envelope (one message) may carry.
 MAX_ENVELOPE = 256
@@ -45,6 +45,10 @@ DELIVERY_LIMIT = 20
 #: A routed broker queue (``<prefix>.q.<queue>@<route>``) unused this long (no
 #: consumer, no re-declaration) is deleted by RabbitMQ: a week.
 ROUTED_QUEUE_EXPIRY_MS = 7 * 24 * 3600 * 1000
+#: A worker's personal broker queue (``<queue>@s-...``, sticky retries) goes sooner:
+#: only that worker, one start of it, ever consumes it; what was published there
+#: when it stopped comes back to the ledger (unpublish_unserved).
+STICKY_QUEUE_EXPIRY_MS = 15 * 60 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +129,11 @@ class Topology:
         the workers of one ``--kinds``/``--shards`` subscription serve. Bound by
         its name on the one direct exchange. A routed queue is deleted by the
         broker after :data:`ROUTED_QUEUE_EXPIRY_MS` without a consumer (its rows
-        stay ``published``; the reconciler publishes them again)."""
+        stay ``published``; the reconciler publishes them again), a worker's
+        personal one (``queue@s-...``) after :data:`STICKY_QUEUE_EXPIRY_MS`."""
         routed = {"x-expires": ROUTED_QUEUE_EXPIRY_MS} if ROUTE_SEPARATOR in name else {}
+        if ROUTE_SEPARATOR + STICKY_PREFIX in name:
+            routed = {"x-expires": STICKY_QUEUE_EXPIRY_MS}
         return QueueSpec(
             self.prefix + ".q." + name,
             self.exchange.name,

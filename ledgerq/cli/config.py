@@ -2,33 +2,18 @@
 
 It reads and validates the settings like every other command (a bad value is
 the same one line and exit 78) and connects to nothing, so it answers "what
-would a command use here?" even while the services are down.
+would a command use here?" even while the services are down. The work itself
+is :func:`ledgerq.admin.config`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 from rich.console import Console
 
+from ledgerq import admin
 from ledgerq.cli.group import emit, json_option, pass_settings
 from ledgerq.core.config import Settings
-from ledgerq.core.settings_table import SETTINGS
-
-
-def effective(settings: Settings) -> dict[str, dict[str, Any]]:
-    """Each setting: its value (URLs masked), its source, its variable and its flag."""
-    values = settings.masked()
-    return {
-        s.field: {
-            "value": values[s.field],
-            "source": settings.sources.get(s.field, "default"),
-            "env": s.env,
-            "flag": s.flag,
-        }
-        for s in SETTINGS
-    }
 
 
 @click.command("config")
@@ -36,7 +21,7 @@ def effective(settings: Settings) -> dict[str, dict[str, Any]]:
 @pass_settings
 def config(settings: Settings, as_json: bool) -> None:
     """The effective settings, where each came from, with secrets masked."""
-    data = effective(settings)
+    data = {name: entry.to_json() for name, entry in admin.config(settings).items()}
 
     def render(console: Console) -> None:
         # One line per setting, as environment assignments a person can copy.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -12,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ledgerq import admin
 from ledgerq.cli.group import emit, json_option, pass_settings
-from ledgerq.compose import open_operator_ledger
 from ledgerq.compose import storage as ledger_migrate
 from ledgerq.core.config import Settings
 from ledgerq.core.masking import mask_url
@@ -33,6 +32,8 @@ SHOW_FIELDS = (
     "started_at",
     "finished_at",
     "worker",
+    "sticky_worker",
+    "sticky_until",
     "epoch",
     "business_key",
     "payload",
@@ -81,45 +82,13 @@ def migrate(settings: Settings, revision: str) -> None:
         click.echo(f"ledger schema at {ledger_migrate.current_revision(shard)} ({where})")
 
 
-async def _stats(settings: Settings) -> dict[str, Any]:
-    async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
-        data = await ledger.stats()
-        # Due tasks no live worker serves (a kind none registers, a shard or queue
-        # none serves): backlog, never attempted.
-        data["unserved"] = [
-            {**row, "oldest": row["oldest"].isoformat()} for row in await ledger.unserved()
-        ]
-        # The live workers, each with what it serves (its subscriptions).
-        data["workers"] = [
-            {
-                "worker": row["worker"],
-                "queue": row["queue"],
-                "kinds": row["kinds"],
-                "shards": row["shards"],
-                # --shards auto: its shards are its pool's split (consumers/shard_pool.py)
-                "auto": "+auto." in row["worker"],
-                "since": row["started_at"].isoformat(),
-            }
-            for row in await ledger.subscriptions()
-            if row["live"]
-        ]
-        # Each live broker route's window: what the relay may still publish to it.
-        data["windows"] = await ledger.windows()
-        return data
-
-
-async def _show(settings: Settings, task_id: int | None, key: str | None) -> dict[str, Any]:
-    async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
-        return await ledger.find(task_id, business_key=key)
-
-
 @click.command()
 @json_option
 @pass_settings
 def stats(settings: Settings, as_json: bool) -> None:
     """Counts by status and by kind, the due tasks no live worker serves, the
     live workers with what each serves, and each broker route's window."""
-    data = asyncio.run(_stats(settings))
+    data = admin.stats(settings).to_json()
 
     def render(console: Console) -> None:
         table = Table(title=f"ledgerq: {data['total']} tasks")
@@ -196,7 +165,7 @@ def show(settings: Settings, task_id: int | None, key: str | None, as_json: bool
     --json prints everything."""
     if (task_id is None) == (key is None):
         raise click.UsageError("give a task ID or --key BUSINESS_KEY (one of them)")
-    data = asyncio.run(_show(settings, task_id, key))
+    data = admin.show(settings, task_id, key=key).to_json()
     emit(data, as_json, lambda console: render_task(console, data))
 
 

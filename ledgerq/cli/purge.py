@@ -7,50 +7,23 @@ anything (unless ``--yes``; with no terminal to ask on it refuses), then drops
 the wholly expired day partitions and deletes the rest in batches of
 :attr:`RetentionConfig.batch_size <ledgerq.relay.retention.RetentionConfig.batch_size>`,
 each its own short transaction, with a progress bar. ``--dry-run`` counts and
-changes nothing. Tasks still live are never touched, whatever their age.
+changes nothing. Tasks still live are never touched, whatever their age. The
+work itself is :func:`ledgerq.admin.purge`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import re
 import sys
-import time
 from datetime import datetime, timedelta
-from typing import Any
 
 import click
 from rich.console import Console
 
+from ledgerq import admin
+from ledgerq.admin.maintenance import finished_statuses, parse_duration
 from ledgerq.cli.group import EX_USAGE, emit, fail, json_option, pass_settings, progress_bar
-from ledgerq.compose import open_ledger, retention_config
 from ledgerq.core.config import Settings
-from ledgerq.relay.retention import TERMINAL, Retention, RetentionCounts
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
-
-
-def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` (or ``1d12h``); ValueError otherwise."""
-    cleaned = text.strip().lower()
-    parts = _DURATION.findall(cleaned)
-    if not cleaned or _DURATION.sub("", cleaned).strip():
-        raise ValueError(f"--older-than: cannot read {text!r} as a duration (use 30d, 12h, 90m)")
-    seconds = sum(float(n) * _UNITS[unit] for n, unit in parts)
-    if not 0 < seconds <= 100 * 365 * 86_400:
-        raise ValueError(f"--older-than must be more than 0 and at most 100 years, got {text!r}")
-    return timedelta(seconds=seconds)
-
-
-def _statuses(given: tuple[str, ...]) -> tuple[str, ...]:
-    unknown = [s for s in given if s not in TERMINAL]
-    if unknown:
-        raise ValueError(
-            f"--status: {unknown[0]!r} is not a finished status (use {', '.join(TERMINAL)}; "
-            "live tasks are never purged)"
-        )
-    return tuple(dict.fromkeys(given)) or TERMINAL
+from ledgerq.core.errors import InvalidFilterError
 
 
 def _confirm(total: int, cutoffs: dict[str, datetime], yes: bool) -> None:
@@ -66,37 +39,23 @@ def _confirm(total: int, cutoffs: dict[str, datetime], yes: bool) -> None:
     click.confirm(f"Remove {total} finished tasks ({ages})?", abort=True, err=True)
 
 
-async def _purge(
+def _purge(
     settings: Settings,
     older_than: timedelta | None,
     statuses: tuple[str, ...],
     dry_run: bool,
     yes: bool,
     as_json: bool,
-) -> dict[str, Any]:
-    async with open_ledger(settings, "ledgerq-purge", pool_size=1) as ledger:
-        retention = Retention(ledger, retention_config(settings))
-        cutoffs = await retention.cutoffs(older_than, statuses)
-        matched = await ledger.count_purgeable(cutoffs) if cutoffs else {}
-        total = sum(matched.values())
-        result: dict[str, Any] = {
-            "dry_run": dry_run,
-            "cutoffs": {s: c.isoformat() for s, c in cutoffs.items()},
-            "matched": matched,
-            "total": total,
-        }
-        if dry_run:
-            return result
-        _confirm(total, cutoffs, yes)
-        started = time.perf_counter()
-        with progress_bar(Console(stderr=True), transient=as_json) as progress:
-            bar = progress.add_task("purging", total=total)
-            counts: RetentionCounts = await retention.purge(
-                cutoffs, lambda n: progress.advance(bar, n)
-            )
-        result.update(counts.as_dict())
-        result["elapsed_s"] = round(time.perf_counter() - started, 3)
-        return result
+) -> admin.PurgeResult:
+    counted = admin.purge(settings, older_than, statuses, dry_run=True)
+    if dry_run:
+        return counted
+    _confirm(counted.total, dict(counted.cutoffs), yes)
+    with progress_bar(Console(stderr=True), transient=as_json) as progress:
+        bar = progress.add_task("purging", total=counted.total)
+        return admin.purge(
+            settings, older_than, statuses, progress=lambda n: progress.advance(bar, n)
+        )
 
 
 @click.command()
@@ -128,12 +87,12 @@ def purge(
 ) -> None:
     """Remove finished tasks older than their retention (or --older-than), in batches."""
     try:
-        age = None if older_than is None else parse_duration(older_than)
-        chosen = _statuses(statuses)
-    except ValueError as exc:
+        age = None if older_than is None else parse_duration(older_than, "--older-than")
+        chosen = finished_statuses(statuses, "--status")
+    except InvalidFilterError as exc:
         fail(str(exc), EX_USAGE)
         return
-    data = asyncio.run(_purge(settings, age, chosen, dry_run, yes, as_json))
+    data = _purge(settings, age, chosen, dry_run, yes, as_json).to_json()
 
     def render(_: Console) -> None:
         by = ", ".join(f"{s} {n}" for s, n in data["matched"].items()) or "no status"

@@ -7,12 +7,11 @@ tasks run on. The pause is a row in the ledger, so it survives restarts, and
 each pause and resume is an audit record (``ledgerq tasks audit``). ``resume``
 lifts it; the next relay batch publishes. ``kinds limit K 20/s`` sets a kind's
 rate limit (as ``@task(rate_limit=...)`` does from a worker); ``--clear``
-lifts it. The work itself is :class:`~ledgerq.ledger.pg.scheduling.PgScheduling`.
+lifts it. The work itself is the admin API (:mod:`ledgerq.admin.scheduling`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -22,21 +21,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ledgerq import admin
 from ledgerq.cli.group import EX_USAGE, emit, fail, json_option, pass_settings
-from ledgerq.cli.tasks import os_user
-from ledgerq.compose import open_operator_ledger
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import InvalidTaskError
 from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope
-from ledgerq.ledger.split.ledger import OperatorLedger
-
-
-def _with_ledger(settings: Settings, work: Callable[[OperatorLedger], Any]) -> Any:
-    async def run() -> Any:
-        async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
-            return await work(ledger)
-
-    return asyncio.run(run())
 
 
 def _report_line(report: PauseReport) -> str:
@@ -60,15 +49,11 @@ def _toggle(scope: Scope, action: str) -> click.Command:
     def command(
         settings: Settings, name: str, reason: str | None, actor: str | None, as_json: bool
     ) -> None:
-        who = actor or os_user()
-
-        async def work(ledger: OperatorLedger) -> PauseReport:
-            if action == "pause":
-                return await ledger.pause(scope, name, actor=who, reason=reason)
-            return await ledger.resume(scope, name, actor=who)
-
         try:
-            report: PauseReport = _with_ledger(settings, work)
+            if action == "pause":
+                report = admin.pause(settings, scope, name, actor=actor, reason=reason)
+            else:
+                report = admin.resume(settings, scope, name, actor=actor)
         except InvalidTaskError as exc:
             fail(str(exc), EX_USAGE)
         emit(report.to_json(), as_json, lambda console: click.echo(_report_line(report)))
@@ -109,8 +94,8 @@ def queues() -> None:
 @pass_settings
 def queues_list(settings: Settings, as_json: bool) -> None:
     """The paused queues."""
-    rows: list[dict[str, Any]] = _with_ledger(settings, lambda ledger: ledger.pauses())
-    emit([r for r in rows if r["scope"] == "queue"], as_json, _pauses_table(rows, "queue"))
+    rows = [pause.to_json() for pause in admin.pauses(settings, "queue")]
+    emit(rows, as_json, _pauses_table(rows, "queue"))
 
 
 @click.group()
@@ -124,7 +109,7 @@ def kinds() -> None:
 def kinds_list(settings: Settings, as_json: bool) -> None:
     """Kinds with a rate limit, a pause or ordering "block", and how many of their
     tasks are pending."""
-    rows: list[dict[str, Any]] = _with_ledger(settings, lambda ledger: ledger.kinds())
+    rows = [kind.to_json() for kind in admin.kinds(settings)]
 
     def render(console: Console) -> None:
         if not rows:
@@ -167,16 +152,13 @@ def kinds_limit(
         limit = None if clear else RateLimit.parse(rate, burst)
     except InvalidTaskError as exc:
         fail(str(exc), EX_USAGE)
-    who = actor or os_user()
     try:
-        _with_ledger(settings, lambda ledger: ledger.set_limit(kind, limit, actor=who))
+        change = admin.set_rate_limit(settings, kind, limit, actor=actor)
     except InvalidTaskError as exc:
         fail(str(exc), EX_USAGE)
     shown = "none" if limit is None else str(limit)
     emit(
-        {"kind": kind, "rate_per_s": limit and limit.rate_per_s, "burst": limit and limit.burst},
-        as_json,
-        lambda console: click.echo(f"kind {kind!r}: rate limit {shown}"),
+        change.to_json(), as_json, lambda console: click.echo(f"kind {kind!r}: rate limit {shown}")
     )
 
 

@@ -7,14 +7,12 @@ dry run); more than one task needs ``--yes`` or a yes at the terminal (with no
 terminal and no ``--yes`` it refuses, exit 64); then it runs in batches of 500,
 each its own transaction, with a progress bar. ``release-key KEY`` lets an
 ordering key move on past the dead tasks that hold it (after a yes, or
-``--yes``). ``audit`` lists what was done. The work itself is
-:class:`~ledgerq.ledger.pg.operations.PgOperations`.
+``--yes``). ``audit`` lists what was done. The work itself is the admin
+API (:mod:`ledgerq.admin`: ``act``, ``list_tasks``, ``release_key``, ``audit``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import getpass
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -25,12 +23,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ledgerq import admin
+from ledgerq.admin.targets import os_user
 from ledgerq.cli.group import EX_USAGE, emit, fail, json_option, pass_settings, progress_bar
-from ledgerq.compose import open_operator_ledger
 from ledgerq.core.config import Settings
 from ledgerq.ledger.actions import Action, Report, progress_text
 from ledgerq.ledger.filters import DEFAULT_LIMIT, STATUSES, TaskFilter, parse_time
-from ledgerq.ledger.keys import KeyRelease
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -89,11 +87,7 @@ def list_command(settings: Settings, /, as_json: bool, **criteria: Any) -> None:
     """Live and finished tasks, newest first; filters combine."""
     selection = _selection(**criteria)
 
-    async def run() -> list[dict[str, Any]]:
-        async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
-            return await ledger.list_tasks(selection)
-
-    rows = asyncio.run(run())
+    rows = [row.to_json() for row in admin.list_tasks(settings, selection)]
 
     def render(console: Console) -> None:
         if not rows:
@@ -155,34 +149,26 @@ def _act(settings: Settings, action: Action, options: dict[str, Any]) -> None:
     dry_run, yes, as_json = options.pop("dry_run"), options.pop("yes"), options.pop("as_json")
     selection = _selection(ids=tuple(ids), **options)
 
-    async def run() -> Report:
-        async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
-            counted = await ledger.act(action, selection, actor=actor, dry_run=True)
-            if dry_run:
-                return counted
-            _confirm(action, counted.matched, yes)
-            console = Console(stderr=True)
-            if as_json or counted.matched <= 1 or not console.is_terminal:
-                return await ledger.act(action, selection, actor=actor, reason=reason)
-            with progress_bar(console, transient=True) as bar:
-                job = bar.add_task(action.name, total=counted.matched)
+    def run() -> Report:
+        counted = admin.act(settings, action, selection, actor=actor, dry_run=True)
+        if dry_run:
+            return counted
+        _confirm(action, counted.matched, yes)
+        console = Console(stderr=True)
+        if as_json or counted.matched <= 1 or not console.is_terminal:
+            return admin.act(settings, action, selection, actor=actor, reason=reason)
+        with progress_bar(console, transient=True) as bar:
+            job = bar.add_task(action.name, total=counted.matched)
 
-                def advance(report: Report) -> None:
-                    bar.update(job, completed=report.matched)
+            def advance(report: Report) -> None:
+                bar.update(job, completed=report.matched)
 
-                return await ledger.act(
-                    action, selection, actor=actor, reason=reason, progress=advance
-                )
+            return admin.act(
+                settings, action, selection, actor=actor, reason=reason, progress=advance
+            )
 
-    report = asyncio.run(run())
+    report = run()
     emit(report.to_json(), as_json, lambda console: click.echo("\n".join(_report_lines(report))))
-
-
-def os_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
 
 
 def action_command(name: str, help_text: str) -> Decorator:
@@ -269,27 +255,23 @@ def release_key(
     dead task again instead, use `tasks retry ID`."""
     who = actor or os_user()
 
-    async def run() -> KeyRelease:
-        async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
-            counted = await ledger.release_key(key, actor=who, dry_run=True)
-            if dry_run or not counted.held:
-                return counted
-            if not yes:
-                question = (
-                    f"release ordering key {counted.key!r} from {len(counted.released)} dead "
-                    f"tasks (ids {', '.join(map(str, counted.released))}); "
-                    f"{counted.waiting} pending behind it may run?"
+    counted = admin.release_key(settings, key, actor=who, dry_run=True)
+    report = counted
+    if not dry_run and counted.held:
+        if not yes:
+            question = (
+                f"release ordering key {counted.key!r} from {len(counted.released)} dead "
+                f"tasks (ids {', '.join(map(str, counted.released))}); "
+                f"{counted.waiting} pending behind it may run?"
+            )
+            if not sys.stdin.isatty():
+                fail(
+                    f"release-key {counted.key!r} is held by {len(counted.released)} dead "
+                    "tasks; refusing without --yes (no terminal to confirm on)",
+                    EX_USAGE,
                 )
-                if not sys.stdin.isatty():
-                    fail(
-                        f"release-key {counted.key!r} is held by {len(counted.released)} dead "
-                        "tasks; refusing without --yes (no terminal to confirm on)",
-                        EX_USAGE,
-                    )
-                click.confirm(question, abort=True)
-            return await ledger.release_key(key, actor=who, reason=reason)
-
-    report = asyncio.run(run())
+            click.confirm(question, abort=True)
+        report = admin.release_key(settings, key, actor=who, reason=reason)
     emit(report.to_json(), as_json, lambda console: click.echo(report.line()))
 
 
@@ -301,11 +283,7 @@ def release_key(
 def audit(settings: Settings, limit: int, before: int | None, as_json: bool) -> None:
     """Operator actions, newest first: who, when, what, on which tasks, and the counts."""
 
-    async def run() -> list[dict[str, Any]]:
-        async with open_operator_ledger(settings, "ledgerq-cli", pool_size=1) as ledger:
-            return await ledger.audit(limit, before)
-
-    rows = asyncio.run(run())
+    rows = [record.to_json() for record in admin.audit(settings, limit, before)]
 
     def render(console: Console) -> None:
         table = Table(title=f"{len(rows)} audit records, newest first", box=box.SIMPLE_HEAD)

@@ -82,6 +82,7 @@ async def scheduling(
     database; a lost schema ends it and, through ``watch``, stops the worker."""
     changed = await ledger.register_limits(registry.rate_limits())
     changed += await ledger.register_ordering(registry.orderings())
+    changed += await ledger.register_sticky(registry.sticky_retries())
     changed += await ledger.register_children_done(registry.children_done())
     if changed:
         log.info("scheduling settings written for %s", ", ".join(sorted(set(changed))))

@@ -17,12 +17,16 @@ period on ``queue``; ``on_children_done="import.finish"`` is written there too:
 when a task of the kind and every task it spawned (``ctx.spawn``, or
 ``enqueue(parent_id=...)``) are terminal, the ledger enqueues one task of that
 kind with ``{"parent_id", "succeeded", "dead", "cancelled"}`` (see
-docs/design.md, "Fan-out").
+docs/design.md, "Fan-out"); ``sticky_retry=SECONDS`` is written there too: a
+retry of the kind goes to the worker that ran the failed attempt while that
+worker is live, until SECONDS after the retry is due, then to any worker
+(docs/design.md, "Sticky retries").
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -67,6 +71,13 @@ class Handler:
     #: Seconds an attempt may run at most however often it checkpoints (the
     #: timeout alone runs from the last checkpoint; consumers.execute.Deadline).
     max_runtime: float | None = None
+    #: Seconds a retry is held for the worker that ran the failed attempt, counted
+    #: from when the retry is due (None: any worker takes it).
+    sticky_retry_s: float | None = None
+
+
+#: The longest ``sticky_retry`` (a day): a hold is a preference, not a schedule.
+MAX_STICKY_RETRY_S = 86_400.0
 
 
 class Registry:
@@ -88,6 +99,7 @@ class Registry:
         lease: bool = False,
         on_children_done: str | None = None,
         max_runtime: float | None = None,
+        sticky_retry: float | None = None,
     ) -> Callable[[F], F]:
         """Decorator: register ``fn`` as the handler of ``kind``."""
         try:
@@ -103,6 +115,7 @@ class Registry:
         except ValueError as exc:  # InvalidTaskError and ScheduleError are ValueErrors
             raise RegistryError(str(exc)) from exc
         _check_options(kind, timeout, max_runtime, burst, limit, ordering, lease, group_commit)
+        sticky = _sticky_seconds(kind, sticky_retry)
 
         def register(fn: F) -> F:
             params = [
@@ -134,6 +147,7 @@ class Registry:
                 lease,
                 on_children_done,
                 max_runtime,
+                sticky,
             )
             return fn
 
@@ -156,6 +170,10 @@ class Registry:
     def children_done(self) -> dict[str, str | None]:
         """Every kind and the callback kind its families enqueue (None: none)."""
         return {h.kind: h.on_children_done for h in self._handlers.values()}
+
+    def sticky_retries(self) -> dict[str, float | None]:
+        """Every kind and how long its retries are held for the failing worker (None: not)."""
+        return {h.kind: h.sticky_retry_s for h in self._handlers.values()}
 
     def schedules(self) -> list[Schedule]:
         """The periodic kinds' schedules."""
@@ -190,6 +208,23 @@ def _check_options(
         raise RegistryError(
             f"{kind!r}: lease=True is for long tasks, group_commit=True for short ones"
         )
+
+
+def _sticky_seconds(kind: str, value: object) -> float | None:
+    """``sticky_retry`` as seconds, or RegistryError naming it."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_STICKY_RETRY_S
+    ):
+        raise RegistryError(
+            f"sticky_retry ({kind!r}) must be a number of seconds above 0 and at most "
+            f"{MAX_STICKY_RETRY_S:g}, got {value!r}"
+        )
+    return float(value)
 
 
 #: The default registry that ``from ledgerq import task`` writes to.

@@ -62,6 +62,7 @@ from ledgerq.consumers.subscriber import Subscriber
 from ledgerq.consumers.worker_config import WorkerConfig
 from ledgerq.hooks import NO_HOOKS, Hooks
 from ledgerq.ledger.protocol import RoutingLedger, WorkerLedger
+from ledgerq.ledger.routing import Subscription
 
 __all__ = ["Worker", "WorkerConfig", "WorkerCounts"]
 
@@ -166,7 +167,10 @@ class Worker:
             None if routing is None else Liveness(routing, config.worker_id, config.liveness_s)
         )
         self._kinds = registry.kinds()
-        self.subscriptions = config.subscriptions(self._kinds)
+        served = config.serves(self._kinds)
+        #: It runs a kind with sticky_retry: it consumes a personal route too.
+        self._sticky = any(h.sticky_retry_s is not None for h in registry if h.kind in served)
+        self.subscriptions = config.subscriptions(self._kinds, sticky=self._sticky)
         self.subscriber = (
             None
             if routing is None
@@ -225,7 +229,7 @@ class Worker:
         if self.pool is not None:  # after the first beat: it counts itself in
             self.pool.shards = await self.pool.compute()
             self._subscribe(self.pool.shards)
-        await self.source.start([s.broker_name for s in self.subscriptions], self._announce)
+        await self.source.start(_broker_names(self.subscriptions), self._announce)
         if self.pool is not None:
             await self.pool.start()
 
@@ -249,7 +253,7 @@ class Worker:
         await asyncio.shield(self._stopping)
 
     def _subscribe(self, shards: frozenset[int]) -> None:
-        self.subscriptions = self.config.subscriptions(self._kinds, shards)
+        self.subscriptions = self.config.subscriptions(self._kinds, shards, sticky=self._sticky)
         if self.subscriber is not None:
             self.subscriber.subscriptions = self.subscriptions
 
@@ -270,8 +274,8 @@ class Worker:
             if self.subscriber is not None:
                 await self.subscriber.beat()
 
-        subscriptions = self.config.subscriptions(self._kinds, shards)
-        await self.source.resubscribe([s.broker_name for s in subscriptions], announce)
+        subscriptions = self.config.subscriptions(self._kinds, shards, sticky=self._sticky)
+        await self.source.resubscribe(_broker_names(subscriptions), announce)
 
     async def _stop(self) -> None:
         self.finisher.stopping()
@@ -289,3 +293,8 @@ class Worker:
             await self.liveness.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
         log.info("worker stopped: %s (%d acks sent)", self.counts, self.acker.acks_sent)
+
+
+def _broker_names(subscriptions: Sequence[Subscription]) -> list[str]:
+    """The broker queues a worker consumes: each subscription's route, and its own."""
+    return [name for s in subscriptions for name in s.broker_names]

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ledgerq.consumers.shard_pool import REFRESH_S
-from ledgerq.ledger.routing import Subscription
+from ledgerq.ledger.routing import Subscription, sticky_route
 from ledgerq.ledger.sharding import MAX_SHARDS
 from ledgerq.ledger.validation import check_name
 
@@ -145,16 +145,24 @@ class WorkerConfig:
         return kinds if self.kinds is None else kinds & self.kinds
 
     def subscriptions(
-        self, registered: Iterable[str], shards: frozenset[int] | None = None
+        self,
+        registered: Iterable[str],
+        shards: frozenset[int] | None = None,
+        *,
+        sticky: bool = False,
     ) -> tuple[Subscription, ...]:
         """What this worker serves, one per queue: exactly the kinds it has handlers
         for (narrowed by ``kinds``), its shards (``shards`` if given: those of
         ``--shards auto`` now), and its prefetch as its share of the route's
         window (a task of a kind no live worker registers waits in the ledger,
-        unattempted)."""
+        unattempted). ``sticky``: it runs a kind with ``sticky_retry``, so each
+        subscription also names the worker's personal route."""
         kinds = self.serves(registered)
         served = self.shards if shards is None else shards
-        return tuple(Subscription(q, kinds, served, self.effective_prefetch) for q in self.queues)
+        own = sticky_route(self.worker_id) if sticky else None
+        return tuple(
+            Subscription(q, kinds, served, self.effective_prefetch, own) for q in self.queues
+        )
 
     @property
     def effective_prefetch(self) -> int:

@@ -14,6 +14,10 @@ from __future__ import annotations
 #: with another queue.
 ROUTE_SEPARATOR = "@"
 
+#: How a worker's personal route's name starts (``sticky_retry``; a shared
+#: route's starts ``r-``).
+STICKY_PREFIX = "s-"
+
 
 def routing_key(queue: str, route: str | None) -> str:
     """The routing key (and the broker queue's suffix) of ``queue`` on ``route``."""

@@ -369,6 +369,11 @@ class SchedulingLedger(Protocol):
         (``release`` or ``block``), at its start; the kinds whose setting changed."""
         ...
 
+    async def register_sticky(self, windows: Mapping[str, float | None]) -> list[str]:
+        """Each of a worker's kinds' ``@task(sticky_retry=...)`` window in seconds
+        (None: none), at its start; the kinds whose setting changed."""
+        ...
+
     async def register_children_done(self, callbacks: Mapping[str, str | None]) -> list[str]:
         """The callback kind each of a worker's kinds enqueues when a task of it and
         all its children are terminal (None: none), at its start; the kinds whose

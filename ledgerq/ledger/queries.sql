@@ -186,6 +186,27 @@ WITH r AS (
 )
 SELECT kind FROM blocking UNION ALL SELECT kind FROM releasing
 
+-- name: register_sticky
+-- A worker's kinds at its start and each one's @task(sticky_retry=...) window in
+-- seconds (NULL: none): a retry of the kind is held for the worker that ran the
+-- failed attempt that long (finish, migration 0018). A kind with a window gets
+-- a row; one without is written only if its row says otherwise.
+WITH r AS (
+    SELECT * FROM unnest(CAST(:kinds AS text[]), CAST(:seconds AS float8[])) AS r(kind, s)
+), held AS (
+    INSERT INTO ledgerq_kinds AS k (kind, sticky_s)
+    SELECT kind, s FROM r WHERE s IS NOT NULL
+    ON CONFLICT (kind) DO UPDATE SET sticky_s = excluded.sticky_s, updated_at = now()
+    WHERE k.sticky_s IS DISTINCT FROM excluded.sticky_s
+    RETURNING k.kind
+), free AS (
+    UPDATE ledgerq_kinds k SET sticky_s = NULL, updated_at = now()
+    FROM r
+    WHERE k.kind = r.kind AND r.s IS NULL AND k.sticky_s IS NOT NULL
+    RETURNING k.kind
+)
+SELECT kind FROM held UNION ALL SELECT kind FROM free
+
 -- name: register_children_done
 -- A worker's kinds at its start and the kind of the callback each enqueues when
 -- a task of it and all its children are terminal (@task(on_children_done=...),
@@ -311,7 +332,10 @@ SELECT id, status FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 -- is the wall clock when this statement runs (m.at, clock_timestamp()), not the
 -- transaction's start: run in a handler's own transaction (succeed_within) it
 -- comes after the handler's work, however early its first write began that
--- transaction.
+-- transaction. A retry of a kind with @task(sticky_retry=s)
+-- (ledgerq_kinds.sticky_s, migration 0018) is held for the attempt's worker
+-- (sticky_worker) until s seconds after it is due (sticky_until; the view
+-- ledgerq_ready reads both); any other retry, and a release, for nobody.
 -- transitions: running -> succeeded, running -> cancelled, running -> dead, running -> pending
 WITH m AS (
     SELECT u.*, clock_timestamp() AS at
@@ -347,6 +371,11 @@ WITH m AS (
         attempts = CASE WHEN m.verdict = 'release' THEN GREATEST(t.attempts - 1, 0)
                         ELSE t.attempts END,
         suspect = t.suspect OR m.verdict = 'release',
+        sticky_worker = CASE WHEN m.verdict = 'retry' AND EXISTS (
+            SELECT 1 FROM ledgerq_kinds k WHERE k.kind = t.kind AND k.sticky_s IS NOT NULL)
+            THEN t.worker END,
+        sticky_until = CASE WHEN m.verdict = 'retry' THEN m.at + make_interval(
+            secs => m.delay + (SELECT k.sticky_s FROM ledgerq_kinds k WHERE k.kind = t.kind)) END,
         attempt_log = COALESCE(t.attempt_log, '[]'::jsonb) || jsonb_build_array(
             jsonb_build_object('attempt', t.attempts, 'worker', t.worker,
                                'started_at', t.started_at, 'ended_at', m.at,

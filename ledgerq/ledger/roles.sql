@@ -51,7 +51,7 @@ GRANT INSERT (kind, key, task_id), SELECT (kind, key, task_id)
 GRANT SELECT, DELETE ON ledgerq_tasks TO ledgerq_service;
 GRANT UPDATE (status, epoch, attempts, publishes, run_at, published_at, started_at,
               heartbeat_at, lease_until, worker, checkpoint, last_error, suspect, attempt_log,
-              progress, route)
+              progress, route, sticky_worker, sticky_until)
     ON ledgerq_tasks TO ledgerq_service;
 GRANT INSERT ON ledgerq_history TO ledgerq_service;
 GRANT SELECT (id, kind, attempts, status, last_error, ordering_key)
@@ -63,8 +63,9 @@ GRANT SELECT (id, kind, attempts, status, last_error, ordering_key)
 -- rows' ordering_key. The fan-out triggers (migration 0010) run as the migrator:
 -- no grant on ledgerq_families.
 GRANT SELECT ON ledgerq_pauses TO ledgerq_service;
-GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens, ordering, on_children_done),
-      UPDATE (rate_per_s, burst, tokens, refilled_at, updated_at, ordering, on_children_done)
+GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens, ordering, on_children_done, sticky_s),
+      UPDATE (rate_per_s, burst, tokens, refilled_at, updated_at, ordering, on_children_done,
+              sticky_s)
     ON ledgerq_kinds TO ledgerq_service;
 -- Routing: a worker registers what it serves (subscribe, unsubscribe); the
 -- relay and the reconciler read it (ledgerq_route, in select_due and the rest).

@@ -17,6 +17,9 @@ in ``ledgerq_subscriptions`` with an expiry it refreshes on its heartbeat. The
 relay publishes to each live route at most its window (migration 0014,
 docs/design.md "The window"); what no live subscription covers stays
 ``pending`` in the ledger and counts as unserved backlog, never as an attempt.
+A worker that runs a kind with ``@task(sticky_retry=...)`` also consumes a
+personal route (:func:`sticky_route`, migration 0018): the retries held for it
+go there, and nothing else does.
 
 Races: a worker that dies keeps its subscription live until it expires (one
 lease): the relay may fill its window meanwhile; once it lapses, the reconciler
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 
 from ledgerq.core.errors import ConfigError
 from ledgerq.core.routes import ROUTE_SEPARATOR as ROUTE_SEPARATOR
+from ledgerq.core.routes import STICKY_PREFIX as STICKY_PREFIX
 from ledgerq.core.routes import routing_key as routing_key
 from ledgerq.ledger.sharding import MAX_SHARDS
 from ledgerq.ledger.validation import check_name
@@ -52,6 +56,10 @@ class Subscription:
     #: How many delivered but unstarted tasks the subscriber can hold (its lane's
     #: prefetch): its share of its route's window. 0 holds nothing.
     capacity: int = 0
+    #: The worker's personal route (:func:`sticky_route`), when it runs a kind with
+    #: ``@task(sticky_retry=...)``: the retries held for it come there, and only it
+    #: consumes that broker queue. None: no personal route.
+    sticky: str | None = None
 
     @property
     def route(self) -> str | None:
@@ -67,6 +75,19 @@ class Subscription:
     def broker_name(self) -> str:
         """The queue name the broker topology is asked for (``queue`` or ``queue@route``)."""
         return routing_key(self.queue, self.route)
+
+    @property
+    def broker_names(self) -> tuple[str, ...]:
+        """Every broker queue the subscriber consumes: its route's, then its own."""
+        if self.sticky is None:
+            return (self.broker_name,)
+        return (self.broker_name, routing_key(self.queue, self.sticky))
+
+
+def sticky_route(worker_id: str) -> str:
+    """A worker's personal route: ``s-`` and 16 hex digits of a BLAKE2b digest of its
+    id (unique per start, so a restarted worker gets a new one)."""
+    return STICKY_PREFIX + hashlib.blake2b(worker_id.encode(), digest_size=8).hexdigest()
 
 
 def parse_kinds(value: str | None) -> frozenset[str] | None:

@@ -6,22 +6,25 @@
 -- name: subscribe
 -- A worker's subscriptions, at its start and on every refresh: (re)written
 -- with a new expiry, its capacity per queue (the window's share it brings) and
--- whether it claims from the ledger itself (direct). Its other rows (a queue
--- it no longer consumes) go.
+-- whether it claims from the ledger itself (direct), and its personal route
+-- (sticky_route, migration 0018; NULL: none). Its other rows (a queue it no
+-- longer consumes) go.
 WITH gone AS (
     DELETE FROM ledgerq_subscriptions
     WHERE worker = :worker AND queue <> ALL(CAST(:queues AS text[]))
 )
 INSERT INTO ledgerq_subscriptions AS s (worker, queue, kinds, shards, route, expires_at,
-                                         capacity, direct)
+                                         capacity, direct, sticky_route)
 SELECT :worker, r.queue, CAST(NULLIF(r.kinds, '') AS text[]), CAST(NULLIF(r.shards, '') AS integer[]),
-       NULLIF(r.route, ''), now() + make_interval(secs => :ttl_s), r.capacity, :direct
+       NULLIF(r.route, ''), now() + make_interval(secs => :ttl_s), r.capacity, :direct,
+       NULLIF(r.sticky, '')
 FROM unnest(CAST(:queues AS text[]), CAST(:kinds AS text[]), CAST(:shards AS text[]),
-            CAST(:routes AS text[]), CAST(:capacities AS integer[]))
-     AS r(queue, kinds, shards, route, capacity)
+            CAST(:routes AS text[]), CAST(:capacities AS integer[]), CAST(:stickies AS text[]))
+     AS r(queue, kinds, shards, route, capacity, sticky)
 ON CONFLICT (worker, queue) DO UPDATE
 SET kinds = excluded.kinds, shards = excluded.shards, route = excluded.route,
-    expires_at = excluded.expires_at, capacity = excluded.capacity, direct = excluded.direct
+    expires_at = excluded.expires_at, capacity = excluded.capacity, direct = excluded.direct,
+    sticky_route = excluded.sticky_route
 RETURNING s.queue
 
 -- name: unsubscribe

@@ -89,6 +89,7 @@ class LedgerQueries:
     kind_durations: TextClause
     register_limits: TextClause
     register_ordering: TextClause
+    register_sticky: TextClause
     register_children_done: TextClause
     mark_published: TextClause
     return_unpublished: TextClause

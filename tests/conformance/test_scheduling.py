@@ -56,12 +56,17 @@ async def test_limits_set_by_an_operator_and_registered_by_workers_show_in_kinds
     )
 
 
-async def test_registered_orderings_and_callbacks_report_only_what_changed(
+async def test_registered_orderings_windows_and_callbacks_report_only_what_changed(
     ledger: ShardLedger,
 ) -> None:
     assert await ledger.register_ordering({"conf.o": "block"}) == ["conf.o"]
     assert await ledger.register_ordering({"conf.o": "block"}) == []
     assert await ledger.register_ordering({"conf.o": "release"}) == ["conf.o"]
+
+    assert await ledger.register_sticky({"conf.s": 30.0, "conf.plain": None}) == ["conf.s"]
+    assert await ledger.register_sticky({"conf.s": 30.0, "conf.plain": None}) == []
+    assert await ledger.register_sticky({"conf.s": 5.0}) == ["conf.s"]
+    assert await ledger.register_sticky({"conf.s": None}) == ["conf.s"]
 
     assert await ledger.register_children_done({"conf.parent": "conf.done"}) == ["conf.parent"]
     assert await ledger.register_children_done({"conf.parent": "conf.done"}) == []

@@ -18,8 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ledgerq import TaskSpec
-from ledgerq.cli.inspect import _stats
+from ledgerq import TaskSpec, admin
 from ledgerq.core.config import Settings
 from ledgerq.dashboard.app import create_app
 from ledgerq.dashboard.settings import DashboardSettings
@@ -90,7 +89,7 @@ async def test_auto_workers_split_the_shards_and_the_survivor_takes_a_dead_ones_
         first, second = held.values()
         assert first | second == frozenset(range(SHARDS)) and not first & second, held
         assert first and second, held  # 16 shards: an empty share is a 1 in 2**15 chance
-        stats = await _stats(settings)  # ledgerq stats --json: who holds what
+        stats = (await admin.astats(settings)).to_json()  # ledgerq stats --json: who holds what
         assert {w["worker"]: frozenset(w["shards"]) for w in stats["workers"]} == held
         assert all(w["auto"] for w in stats["workers"]), stats["workers"]
         # The dashboard's overview says the same, on the page a person reads.

@@ -1,4 +1,4 @@
-"""``ledgerq purge``'s durations: what a person types, and what is refused."""
+"""``ledgerq purge``'s (and ``admin.purge``'s) durations: what is read, what refused."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from ledgerq.cli.purge import parse_duration
+from ledgerq.admin import parse_duration
 
 
 @pytest.mark.parametrize(
@@ -41,5 +41,5 @@ def test_a_duration_is_read(text: str, expected: timedelta) -> None:
 )
 def test_anything_else_is_refused_naming_the_option(text: str, message: str) -> None:
     with pytest.raises(ValueError, match="--older-than") as refused:
-        parse_duration(text)
+        parse_duration(text, "--older-than")
     assert message in str(refused.value)

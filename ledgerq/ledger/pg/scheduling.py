@@ -85,6 +85,13 @@ class PgScheduling(PgBase):
         params = {"kinds": kinds, "orderings": [orderings[k] for k in kinds]}
         return [str(r[0]) for r in await self._rows(Q.register_ordering, params)]
 
+    async def register_sticky(self, windows: Mapping[str, float | None]) -> list[str]:
+        if not windows:
+            return []
+        kinds = sorted(windows)
+        params = {"kinds": kinds, "seconds": [windows[k] for k in kinds]}
+        return [str(r[0]) for r in await self._rows(Q.register_sticky, params)]
+
     async def register_children_done(self, callbacks: Mapping[str, str | None]) -> list[str]:
         if not callbacks:
             return []

@@ -344,6 +344,7 @@ class PgServices(PgBase):
             ],
             "routes": [s.route or "" for s in subscriptions],
             "capacities": [s.capacity for s in subscriptions],
+            "stickies": [s.sticky or "" for s in subscriptions],
             "direct": direct,
         }
         await self._rows(UQ.subscribe, params)

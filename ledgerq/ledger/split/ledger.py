@@ -240,6 +240,7 @@ class ShardedLedger(ShardedDirectLedger[ShardLedger], ShardedRouting):
     set_limit = everywhere()
     register_limits = everywhere(_changed)
     register_ordering = everywhere(_changed)
+    register_sticky = everywhere(_changed)
     register_children_done = everywhere(_changed)
     #: The periodic enqueuer's: on shard 0, whose permanent keys let one task per
     #: period through (keys are unique per database, not across them).
