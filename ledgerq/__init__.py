@@ -27,6 +27,7 @@ from __future__ import annotations
 from ledgerq import admin
 from ledgerq.consumers.context import AsyncTaskContext, TaskContext
 from ledgerq.consumers.execute import Abort
+from ledgerq.consumers.handles import TaskHandle
 from ledgerq.consumers.progress import LeaseLostError
 from ledgerq.consumers.registry import Registry, RegistryError, default_registry, task
 from ledgerq.consumers.results import Cancelled
@@ -52,7 +53,14 @@ from ledgerq.core.errors import (
 from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.operations import aact, act, alist_tasks, list_tasks
-from ledgerq.ledger.producer import TaskSpec, aenqueue, aenqueue_many, enqueue, enqueue_many
+from ledgerq.ledger.producer import (
+    EnqueueOptions,
+    TaskSpec,
+    aenqueue,
+    aenqueue_many,
+    enqueue,
+    enqueue_many,
+)
 from ledgerq.ledger.retry import RetryPolicy
 from ledgerq.ledger.split.router import Shards
 from ledgerq.ledger.states import Status
@@ -66,6 +74,7 @@ __all__ = [
     "Cancelled",
     "ConfigError",
     "CredentialsRefusedError",
+    "EnqueueOptions",
     "FamilyCompletedError",
     "InvalidFilterError",
     "InvalidRetryPolicyError",
@@ -86,6 +95,7 @@ __all__ = [
     "StorageError",
     "TaskContext",
     "TaskFilter",
+    "TaskHandle",
     "TaskNotFoundError",
     "TaskSpec",
     "TransientStorageError",

@@ -16,7 +16,7 @@ from ledgerq.cli.group import emit, json_option, pass_settings
 from ledgerq.compose import storage as ledger_migrate
 from ledgerq.core.config import Settings
 from ledgerq.core.masking import mask_url
-from ledgerq.ledger.actions import children_text, progress_text
+from ledgerq.ledger.actions import children_text, progress_text, status_text
 
 SHOW_FIELDS = (
     "kind",
@@ -26,7 +26,9 @@ SHOW_FIELDS = (
     "max_attempts",
     "queue",
     "priority",
+    "tags",
     "run_at",
+    "expires_at",
     "created_at",
     "published_at",
     "started_at",
@@ -184,7 +186,14 @@ def render_task(console: Console, data: dict[str, Any]) -> None:
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     for key in SHOW_FIELDS:
-        value = progress_text(data.get(key)) if key == "progress" else shown(data.get(key))
+        if key == "progress":
+            value = progress_text(data.get(key))
+        elif key == "status":
+            value = status_text(data)
+        elif key == "max_attempts" and data.get(key) is None:
+            value = "(the kind's default, filled in by the first claim)"
+        else:
+            value = shown(data.get(key))
         table.add_row(key, Text(value))  # Text: never read as markup
     if data.get("children"):
         table.add_row("children", Text(children_text(data["children"])))

@@ -27,7 +27,7 @@ from ledgerq import admin
 from ledgerq.admin.targets import os_user
 from ledgerq.cli.group import EX_USAGE, emit, fail, json_option, pass_settings, progress_bar
 from ledgerq.core.config import Settings
-from ledgerq.ledger.actions import Action, Report, progress_text
+from ledgerq.ledger.actions import Action, Report, attempts_text, progress_text, status_text
 from ledgerq.ledger.filters import DEFAULT_LIMIT, STATUSES, TaskFilter, parse_time
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -43,6 +43,8 @@ _FILTERS: list[Decorator] = [
     click.option("--until", default=None, metavar="TIME", help="Created before TIME."),
     click.option("--error", default=None, metavar="TEXT",
                  help="Last error contains TEXT (case-insensitive)."),
+    click.option("--tag", "tags", multiple=True, metavar="TAG",
+                 help="Tasks carrying TAG (repeatable: every one must match)."),
     click.option("--before", default=None, type=int, metavar="ID",
                  help="Only ids below ID (the next page: the last id shown)."),
 ]  # fmt: skip
@@ -99,13 +101,17 @@ def list_command(settings: Settings, /, as_json: bool, **criteria: Any) -> None:
             table.add_column(name, no_wrap=True, min_width=width)
         for name, width in (("tries", 5), ("run_at (UTC)", 14), ("key", 3), ("progress", 8)):
             table.add_column(name, no_wrap=True, min_width=width)
+        tagged = any(r["tags"] for r in rows)  # the column only when some task has tags
+        if tagged:
+            table.add_column("tags", overflow="ellipsis", no_wrap=True, max_width=30)
         table.add_column("last error", overflow="ellipsis", no_wrap=True, ratio=1)
         for r in rows:
+            tags = [Text(",".join(r["tags"] or ()))] if tagged else []
             table.add_row(
-                str(r["id"]), r["status"], Text(r["kind"]), Text(r["queue"]),
-                f"{r['attempts']}/{r['max_attempts']}", _when(r["run_at"]),
+                str(r["id"]), status_text(r), Text(r["kind"]), Text(r["queue"]),
+                attempts_text(r), _when(r["run_at"]),
                 Text(r["business_key"] or ""), Text(progress_text(r["progress"])),
-                Text(_short(r["last_error"], 40)),
+                *tags, Text(_short(r["last_error"], 40)),
             )  # fmt: skip
         console.print(table)
         if len(rows) == (selection.limit or DEFAULT_LIMIT):

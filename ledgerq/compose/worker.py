@@ -84,6 +84,7 @@ async def scheduling(
     changed += await ledger.register_ordering(registry.orderings())
     changed += await ledger.register_sticky(registry.sticky_retries())
     changed += await ledger.register_children_done(registry.children_done())
+    changed += await ledger.register_defaults(registry.defaults())
     if changed:
         log.info("scheduling settings written for %s", ", ".join(sorted(set(changed))))
     schedules = registry.schedules()

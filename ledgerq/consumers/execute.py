@@ -108,9 +108,10 @@ def failure(task: ClaimedTask, error: str, *, final: bool = False) -> Outcome:
 
 
 def handler_timeout(task: ClaimedTask, handler: Handler, default: float | None) -> float | None:
-    """The smaller of the task's and the handler's timeouts, else the worker's default."""
-    limits = [t for t in (task.timeout_s, handler.timeout_s) if t]
-    return min(limits) if limits else default
+    """The task's timeout (given at enqueue, else filled in by the claim from the
+    kind's ``@task(timeout=...)``), else the handler's (a kind no worker registered
+    a default for yet), else the worker's default: an enqueue overrides the kind."""
+    return task.timeout_s or handler.timeout_s or default
 
 
 @dataclass(frozen=True)
@@ -142,10 +143,11 @@ class Deadline:
 
     def describe(self, ctx: HandlerContext) -> str:
         if self.cap is not None and self.at(ctx) == self.started + self.cap:
-            return f"timed out after {self.cap} s (max_runtime)"
+            return f"timed out after {self.cap:g} s (max_runtime)"
+        # :g, so a limit of 1 reads "1 s" whether it came from @task or the row
         if ctx._progress_at is not None:
-            return f"timed out after {self.timeout} s without a checkpoint"
-        return f"timed out after {self.timeout} s"
+            return f"timed out after {self.timeout or 0:g} s without a checkpoint"
+        return f"timed out after {self.timeout or 0:g} s"
 
 
 def _returned(value: Any, ctx: HandlerContext) -> str | None:

@@ -21,21 +21,34 @@ docs/design.md, "Fan-out"); ``sticky_retry=SECONDS`` is written there too: a
 retry of the kind goes to the worker that ran the failed attempt while that
 worker is live, until SECONDS after the retry is due, then to any worker
 (docs/design.md, "Sticky retries").
+
+Per-kind defaults (issue 26): ``max_attempts``, ``retry`` and ``timeout`` are
+written into ``ledgerq_kinds`` at every worker's start too (:meth:`Registry.defaults`),
+and the claim fills what a producer left unset from them, so they apply to a task
+enqueued by kind name from a process that never imported the handler.
+``queue``, ``priority``, ``expires``, ``unique`` and ``once`` are the producer's:
+the :class:`~ledgerq.consumers.handles.TaskHandle` that ``@task`` returns passes them
+to every ``handle.enqueue(...)``, and each is overridable there.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, ParamSpec, TypeVar
 
+from ledgerq.consumers.handles import TaskHandle, kind_options
 from ledgerq.consumers.periodic import Schedule
+from ledgerq.ledger.model import KindDefaults
+from ledgerq.ledger.producer import RetryLike
 from ledgerq.ledger.scheduling import RateLimit
 from ledgerq.ledger.validation import check_name
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 #: ``@task(ordering=...)``: what a dead task does to its ordering key.
 ORDERINGS = ("release", "block")
 
@@ -74,6 +87,10 @@ class Handler:
     #: Seconds a retry is held for the worker that ran the failed attempt, counted
     #: from when the retry is due (None: any worker takes it).
     sticky_retry_s: float | None = None
+    #: What the claim fills in when a producer left it unset (written at worker start).
+    defaults: KindDefaults = field(default_factory=KindDefaults)
+    #: The options ``handle.enqueue`` passes unless overridden (queue, priority, ...).
+    enqueue_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 #: The longest ``sticky_retry`` (a day): a hold is a preference, not a schedule.
@@ -100,10 +117,29 @@ class Registry:
         on_children_done: str | None = None,
         max_runtime: float | None = None,
         sticky_retry: float | None = None,
-    ) -> Callable[[F], F]:
-        """Decorator: register ``fn`` as the handler of ``kind``."""
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        retry: RetryLike = None,
+        expires: float | timedelta | None = None,
+        unique: bool = False,
+        once: bool = False,
+    ) -> Callable[[Callable[P, R]], TaskHandle[P, R]]:
+        """Decorator: register ``fn`` as the handler of ``kind``; returns its
+        :class:`~ledgerq.consumers.handles.TaskHandle` (callable as ``fn``, and
+        ``.enqueue(executor, payload, **options)`` with the kind's defaults)."""
         try:
             check_name(kind, "kind")
+            options, defaults = kind_options(
+                kind,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                retry=retry,
+                timeout=timeout,
+                expires=expires,
+                unique=unique,
+                once=once,
+            )
             if on_children_done is not None:
                 check_name(on_children_done, "on_children_done")
             limit = None if rate_limit is None else RateLimit.parse(rate_limit, burst)
@@ -117,7 +153,9 @@ class Registry:
         _check_options(kind, timeout, max_runtime, burst, limit, ordering, lease, group_commit)
         sticky = _sticky_seconds(kind, sticky_retry)
 
-        def register(fn: F) -> F:
+        def register(fn: Callable[P, R]) -> TaskHandle[P, R]:
+            if isinstance(fn, TaskHandle):  # stacked @task: register the function itself
+                fn = fn.fn
             params = [
                 p
                 for p in inspect.signature(fn).parameters.values()
@@ -148,8 +186,10 @@ class Registry:
                 on_children_done,
                 max_runtime,
                 sticky,
+                defaults,
+                options,
             )
-            return fn
+            return TaskHandle(fn, kind, options)
 
         return register
 
@@ -174,6 +214,10 @@ class Registry:
     def sticky_retries(self) -> dict[str, float | None]:
         """Every kind and how long its retries are held for the failing worker (None: not)."""
         return {h.kind: h.sticky_retry_s for h in self._handlers.values()}
+
+    def defaults(self) -> dict[str, KindDefaults]:
+        """Every kind and its defaults for unset max_attempts, retry and timeout."""
+        return {h.kind: h.defaults for h in self._handlers.values()}
 
     def schedules(self) -> list[Schedule]:
         """The periodic kinds' schedules."""

@@ -242,7 +242,9 @@ class Windows(WindowPlan):
                 item.task.id,
             )
             self.demote(item.task.kind)
-            timed_out = failure(item.task, f"timed out after {limit} s (in a batched window)")
+            timed_out = failure(
+                item.task, f"timed out after {limit or 0:g} s (in a batched window)"
+            )
             self.runner.hung.watch(item.task, future, since + (limit or 0.0))
             future.add_done_callback(lambda _: item.report(timed_out))
         return len(taken)

@@ -2,7 +2,8 @@
 
 The list takes the same filters as ``ledgerq tasks list`` (query parameters
 ``status`` (repeatable), ``kind``, ``queue``, ``key``, ``since``, ``until``,
-``error``, ``before``), parsed by the same :meth:`TaskFilter.parse
+``error``, ``tag`` (repeatable, each may hold several comma-separated: a tag
+never holds a comma; every one must match), ``before``), parsed by the same :meth:`TaskFilter.parse
 <ledgerq.ledger.filters.TaskFilter.parse>` and listed by the same
 :meth:`~ledgerq.ledger.protocol.OperationsLedger.list_tasks`: newest first,
 :data:`PAGE` per page, the next page by keyset (``before`` = the last id
@@ -44,6 +45,9 @@ def criteria(params: QueryParams) -> dict[str, Any]:
     statuses = [s for s in params.getlist("status") if s]
     if statuses:
         out["status"] = statuses
+    tags = [t.strip() for v in params.getlist("tag") for t in v.split(",") if t.strip()]
+    if tags:
+        out["tag"] = list(dict.fromkeys(tags))
     return out
 
 
@@ -51,7 +55,9 @@ def selection(params: QueryParams, *, paged: bool = True) -> TaskFilter:
     """The :class:`TaskFilter` of the query parameters (``paged``: with ``before``
     and the page size, as the list uses it; else every match, as an action does)."""
     fields = criteria(params)
-    options: dict[str, Any] = {TEXT_FIELDS[k]: v for k, v in fields.items() if k != "status"}
+    options: dict[str, Any] = {TEXT_FIELDS[k]: v for k, v in fields.items() if k in TEXT_FIELDS}
+    if "tag" in fields:
+        options["tags"] = tuple(fields["tag"])
     if paged:
         before = params.get("before", "").strip()
         if before:

@@ -33,7 +33,7 @@ retried one moves tables) are never met twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -49,7 +49,7 @@ from ledgerq.ledger.validation import check_max_attempts, check_priority
 LIST_COLUMNS = (
     "id", "kind", "queue", "status", "attempts", "max_attempts", "business_key", "run_at",
     "created_at", "finished_at", "last_error", "priority", "epoch", "result", "progress",
-    "location",
+    "expires_at", "expired", "tags", "location",
 )  # fmt: skip
 ACTIONS = ("cancel", "retry", "reschedule", "set-attempts", "set-priority")
 BATCH_SIZE = 500
@@ -67,6 +67,19 @@ Plan = Generator[Step | None, Rows, "Report"]
 
 def jsonable(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
+
+
+def status_text(row: Mapping[str, Any]) -> str:
+    """A task's status as people read it: ``cancelled (expired)`` for a task that
+    expired before it started."""
+    return f"{row['status']} (expired)" if row.get("expired") else str(row["status"])
+
+
+def attempts_text(row: Mapping[str, Any]) -> str:
+    """``attempts/max_attempts``; ``-`` for a max_attempts left to the kind's
+    default (filled in by the task's first claim)."""
+    limit = row.get("max_attempts")
+    return f"{row['attempts']}/{'-' if limit is None else limit}"
 
 
 def progress_text(progress: Any) -> str:

@@ -13,8 +13,10 @@
 -- row the relay marked published is left to its message (the reconciler
 -- re-publishes it if the message is lost). The claim is the claim statement's:
 -- epoch + 1, running, attempts + 1, lease, worker; the message the relay may
--- have published for the old epoch claims nothing afterwards.
--- transitions: pending -> running
+-- have published for the old epoch claims nothing afterwards. As in claim: a
+-- picked row whose expiry has passed ends cancelled and expired instead (and
+-- the first claim's trigger fills what the producer left unset).
+-- transitions: pending -> running, pending -> cancelled
 WITH picked AS (
     SELECT id, epoch
     FROM ledgerq_pick(
@@ -22,13 +24,21 @@ WITH picked AS (
                                              'kinds', CAST(:kinds AS text[]), 'credit', :limit))
          FROM unnest(CAST(:queues AS text[])) AS q),
         :limit, :aging_s)
-), claimed AS (
+), ended AS (
+    DELETE FROM ledgerq_tasks t USING picked m
+    WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'pending' AND t.expires_at <= now()
+    RETURNING t.*, {{expired_end}}
+), buried AS (
+    {{bury}}
+    RETURNING id
+), {{expired_audit}}, claimed AS (
     UPDATE ledgerq_tasks t
     SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
         started_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
         lease_until = clock_timestamp() + make_interval(secs => :lease_s), worker = :worker
     FROM picked m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'pending'
+      AND (t.expires_at IS NULL OR t.expires_at > now())
     RETURNING t.id, t.epoch, t.kind, t.queue, CAST(t.payload AS text) AS payload_text,
               t.attempts, t.max_attempts, t.retry, t.timeout_s, t.checkpoint, t.business_key,
               t.parent_id, t.trace_context,

@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ledgerq.core.errors import InvalidFilterError
+from ledgerq.core.errors import InvalidFilterError, InvalidTaskError
 from ledgerq.ledger.states import Status
+from ledgerq.ledger.validation import check_tag
 
 #: Rows ``list`` returns when no limit is given.
 DEFAULT_LIMIT = 50
@@ -76,9 +77,18 @@ def _check_id(value: object, what: str) -> int:
     return value
 
 
+def _check_tags(values: object) -> tuple[str, ...]:
+    if isinstance(values, str) or not isinstance(values, list | tuple):
+        raise InvalidFilterError(f"tags must be a list of tags, got {values!r}")
+    try:
+        return tuple(dict.fromkeys(check_tag(t, "tag") for t in values))
+    except InvalidTaskError as exc:
+        raise InvalidFilterError(str(exc)) from None
+
+
 @dataclass(frozen=True)
 class TaskFilter:
-    """Tasks by status, kind, queue, business key, creation time, error text or id.
+    """Tasks by status, kind, queue, business key, creation time, error text, id or tags.
     Construction validates every field (:class:`InvalidFilterError`)."""
 
     statuses: tuple[str, ...] = ()
@@ -90,6 +100,8 @@ class TaskFilter:
     #: A substring of ``last_error`` (case-insensitive).
     error: str | None = None
     ids: tuple[int, ...] = ()
+    #: Tasks carrying every one of these tags.
+    tags: tuple[str, ...] = ()
     #: At most this many tasks (``None``: list shows :data:`DEFAULT_LIMIT`, an
     #: action takes every match).
     limit: int | None = None
@@ -99,6 +111,7 @@ class TaskFilter:
     def __post_init__(self) -> None:
         object.__setattr__(self, "statuses", check_statuses(self.statuses))
         object.__setattr__(self, "ids", tuple(_check_id(i, "an id") for i in self.ids))
+        object.__setattr__(self, "tags", _check_tags(self.tags))
         if self.limit is not None and not (
             type(self.limit) is int and 1 <= self.limit <= MAX_LIMIT
         ):
@@ -160,6 +173,7 @@ class TaskFilter:
             "until": self.until,
             "error": self.error,
             "ids": list(self.ids) if self.ids else None,
+            "tags": list(self.tags) if self.tags else None,
             "before": cursor if cursor is not None else MAX_BIGINT,
             "limit": limit,
         }

@@ -21,6 +21,7 @@
 --                 otherwise attempt_log is kept as it is
 --   ended_attempt_error  that record's error (the attempt's own, or NULL)
 --   ended_cancel  cancel_requested_at
+--   ended_expired whether it ended by expiring (not started by expires_at)
 -- A finished task has no lease and no de-duplication key (its key is free for
 -- a new task).
 INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key, priority,
@@ -28,7 +29,8 @@ INSERT INTO ledgerq_history (id, kind, queue, payload, business_key, dedupe_key,
                              publishes, lease_until, heartbeat_at, worker, checkpoint,
                              last_error, timeout_s, parent_id, created_at, published_at,
                              started_at, finished_at, suspect, result, attempt_log,
-                             cancel_requested_at, trace_context, ordering_key, progress)
+                             cancel_requested_at, trace_context, ordering_key, progress,
+                             expires_at, expired, tags)
 SELECT id, kind, queue, payload, business_key, NULL, priority,
        shard, run_at, ended_as, attempts, max_attempts, retry, epoch,
        publishes, NULL, heartbeat_at, ended_worker, checkpoint,
@@ -40,14 +42,16 @@ SELECT id, kind, queue, payload, business_key, NULL, priority,
                 'ended_at', ended_at, 'error', ended_attempt_error, 'outcome', ended_as,
                 'cancel_requested_at', cancel_requested_at))
             ELSE attempt_log END,
-       ended_cancel, trace_context, ordering_key, progress
+       ended_cancel, trace_context, ordering_key, progress,
+       expires_at, ended_expired, tags
 FROM ended
 
 -- fragment: listed_columns
 -- The columns of a task-list row (ledger/actions.py LIST_COLUMNS), of the branch's
 -- table under the alias x.
 x.id, x.kind, x.queue, x.status, x.attempts, x.max_attempts, x.business_key, x.run_at,
-x.created_at, x.finished_at, x.last_error, x.priority, x.epoch, x.result, x.progress
+x.created_at, x.finished_at, x.last_error, x.priority, x.epoch, x.result, x.progress,
+x.expires_at, x.expired, x.tags
 
 -- fragment: task_filter
 -- The operator's task filter (ledger/filters.py TaskFilter.params), on the row
@@ -55,7 +59,8 @@ x.created_at, x.finished_at, x.last_error, x.priority, x.epoch, x.result, x.prog
 -- NULL when unset (it folds away when the statement is planned with its
 -- values). The error criterion reads only rows that have an error (on history,
 -- the partial index (status, id) WHERE last_error IS NOT NULL) and tests the
--- substring there.
+-- substring there. The tags criterion: every tag given (@>, the GIN index on
+-- tags of either table).
 x.id < :before
 AND (CAST(:kind AS text) IS NULL OR x.kind = :kind)
 AND (CAST(:queue AS text) IS NULL OR x.queue = :queue)
@@ -65,3 +70,31 @@ AND (CAST(:until AS timestamptz) IS NULL OR x.created_at < :until)
 AND (CAST(:error AS text) IS NULL
      OR (x.last_error IS NOT NULL AND strpos(lower(x.last_error), lower(:error)) > 0))
 AND (CAST(:ids AS bigint[]) IS NULL OR x.id = ANY(CAST(:ids AS bigint[])))
+AND (CAST(:tags AS text[]) IS NULL OR x.tags @> CAST(:tags AS text[]))
+
+-- fragment: expired_end
+-- How a task that expired ends (the `ended` columns bury reads), after the
+-- DELETE's RETURNING t.*: cancelled, expired, no attempt ended; its
+-- last_error says so (the time it expired).
+'cancelled' AS ended_as, now() AS ended_at, CAST(NULL AS text) AS ended_worker,
+'expired: not started by ' || to_char(t.expires_at AT TIME ZONE 'UTC',
+                                      'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS ended_error,
+CAST(NULL AS jsonb) AS ended_result, false AS ended_attempt,
+CAST(NULL AS text) AS ended_attempt_error, t.cancel_requested_at AS ended_cancel,
+true AS ended_expired
+
+-- fragment: expired_audit
+-- The audit record of tasks that expired (actor ledgerq, action expire) and
+-- its task lines, from the CTE `buried` (the ids bury moved); nothing when it
+-- moved none.
+audited AS (
+    INSERT INTO ledgerq_audit (actor, action, selection, reason, matched, changed, finished_at)
+    SELECT 'ledgerq', 'expire', '{}'::jsonb, 'not started by its expiry, expires_at',
+           count(*), count(*), now()
+    FROM buried HAVING count(*) > 0
+    RETURNING id
+), audited_tasks AS (
+    INSERT INTO ledgerq_audit_tasks (audit_id, task_id, outcome)
+    SELECT a.id, b.id, 'changed' FROM audited a CROSS JOIN buried b
+)
+

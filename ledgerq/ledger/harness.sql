@@ -10,6 +10,8 @@ SET run_at = CASE WHEN :column = 'run_at'
     published_at = CASE WHEN :column = 'published_at'
                         THEN now() - make_interval(secs => :seconds) ELSE published_at END,
     lease_until = CASE WHEN :column = 'lease_until'
-                       THEN now() - make_interval(secs => :seconds) ELSE lease_until END
+                       THEN now() - make_interval(secs => :seconds) ELSE lease_until END,
+    expires_at = CASE WHEN :column = 'expires_at'
+                      THEN now() - make_interval(secs => :seconds) ELSE expires_at END
 WHERE id = ANY(CAST(:ids AS bigint[]))
 RETURNING id

@@ -215,3 +215,15 @@ class RollupStep:
     rows: int
     rolled_upto: datetime | None
     caught_up: bool
+
+
+@dataclass(frozen=True, slots=True)
+class KindDefaults:
+    """A kind's defaults for what a producer leaves unset (``@task(max_attempts=...,
+    retry=..., timeout=...)``), written to the ledger at a worker's start and read by
+    the claim; None: no default of the kind's (the built-in one applies)."""
+
+    max_attempts: int | None = None
+    #: The retry policy's JSON form (:meth:`RetryPolicy.to_json`).
+    retry: dict[str, Any] | None = None
+    timeout_s: float | None = None

@@ -17,7 +17,8 @@
 -- task_filter: unset criteria are NULL and fold away when the statement is
 -- planned with its values).
 SELECT id, kind, queue, status, attempts, max_attempts, business_key, run_at, created_at,
-       finished_at, last_error, priority, epoch, result, progress, location
+       finished_at, last_error, priority, epoch, result, progress, expires_at, expired, tags,
+       location
 FROM (
     (SELECT {{listed_columns}}, 'live' AS location
      FROM ledgerq_tasks x
@@ -64,7 +65,8 @@ WITH m AS (
     RETURNING t.*, 'cancelled' AS ended_as, now() AS ended_at,
               CAST(NULL AS text) AS ended_worker, t.last_error AS ended_error,
               CAST(NULL AS jsonb) AS ended_result, false AS ended_attempt,
-              CAST(NULL AS text) AS ended_attempt_error, now() AS ended_cancel
+              CAST(NULL AS text) AS ended_attempt_error, now() AS ended_cancel,
+              false AS ended_expired
 ), buried AS (
     -- the history row (fragments.sql); no attempt ended, its log is kept
     {{bury}}
@@ -117,7 +119,9 @@ RETURNING t.id
 -- name: retry_history
 -- A dead or cancelled task runs again: back to the hot table as pending, the
 -- same id, due now, attempts 0 (a fresh budget), the epoch bumped so a message
--- of its old life claims nothing. Its attempt_log and checkpoint are kept.
+-- of its old life claims nothing. Its attempt_log, checkpoint and tags are
+-- kept; its expiry is not (an operator's retry of an expired task means "run
+-- it anyway").
 -- transitions: dead -> pending, cancelled -> pending
 WITH m AS (
     SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
@@ -129,11 +133,11 @@ WITH m AS (
 INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, attempts, max_attempts, retry, epoch, publishes,
                            checkpoint, last_error, timeout_s, parent_id, created_at,
-                           attempt_log, trace_context, ordering_key)
+                           attempt_log, trace_context, ordering_key, tags)
 SELECT id, kind, queue, payload, business_key, NULL, priority, shard,
        now(), 'pending', 0, max_attempts, retry, epoch + 1, 0,
        checkpoint, last_error, timeout_s, parent_id, created_at,
-       attempt_log, trace_context, ordering_key
+       attempt_log, trace_context, ordering_key, tags
 FROM revived
 RETURNING id
 

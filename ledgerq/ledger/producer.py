@@ -33,7 +33,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from ledgerq.core.errors import (
     InvalidTaskError,
@@ -48,6 +48,29 @@ from ledgerq.ledger.retry import RetryPolicy
 from ledgerq.ledger.sharding import deployment_count, shard_of
 
 RetryLike = RetryPolicy | Sequence[float] | Mapping[str, Any] | None
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options ``enqueue`` takes after kind and payload (the fields of
+    :class:`TaskSpec`), for typing ``**options`` (``TaskHandle.enqueue``)."""
+
+    queue: str
+    business_key: str | None
+    unique: bool
+    once: bool
+    run_at: datetime | None
+    delay: float | timedelta | None
+    priority: int
+    max_attempts: int | None
+    retry: RetryLike
+    timeout: float | timedelta | None
+    shard: int | None
+    shard_key: str | None
+    parent_id: int | None
+    ordering_key: str | None
+    expires: float | timedelta | datetime | None
+    tags: Sequence[str] | None
+
 
 #: Rows per INSERT statement in the batch form.
 BATCH_CHUNK = 5000
@@ -68,8 +91,12 @@ class TaskSpec:
     run_at: datetime | None = None
     delay: float | timedelta | None = None
     priority: int = 0
-    max_attempts: int = 5
+    #: None (unset): the kind's default (``@task(max_attempts=...)``, resolved by the
+    #: claim), else 5.
+    max_attempts: int | None = None
+    #: None (unset): the kind's default (``@task(retry=...)``), else the default backoff.
     retry: RetryLike = None
+    #: None (unset): the kind's ``@task(timeout=...)``, else the worker's default.
     timeout: float | timedelta | None = None
     #: The task's shard; None: from ``shard_key``, else from the id (modulo
     #: ``LEDGERQ_SHARDS``; 0 when it is 1).
@@ -81,6 +108,11 @@ class TaskSpec:
     #: Tasks sharing an ordering key run one at a time, in commit order (see
     #: docs/howto.md#run-tasks-in-order-per-key).
     ordering_key: str | None = None
+    #: Seconds from the insert (database clock) or an aware datetime: a task not
+    #: started by then ends ``cancelled``, marked expired, and never runs.
+    expires: float | timedelta | datetime | None = None
+    #: Short labels (``"tenant:7"``) to find and act on tasks by (``--tag``).
+    tags: Sequence[str] | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> TaskSpec:
         # Before the generated __init__, so an unknown keyword (``enqueue`` passes its
@@ -112,7 +144,8 @@ class TaskSpec:
         if once and business_key is None:
             raise InvalidTaskError("once=True needs a business_key to de-duplicate on")
         run_at, delay_s = v.resolve_due(self.run_at, self.delay)
-        policy = v.check_retry(self.retry)
+        expires_at, expires_s = v.resolve_expiry(self.expires, run_at, delay_s)
+        retry = None if self.retry is None else json.dumps(v.check_retry(self.retry).to_json())
         return {
             "kind": kind,
             "queue": v.check_name(self.queue, "queue"),
@@ -126,14 +159,19 @@ class TaskSpec:
             "shards": shards,
             "run_at": run_at,
             "delay_s": delay_s,
-            "max_attempts": v.check_max_attempts(self.max_attempts),
-            "retry": json.dumps(policy.to_json()),
+            "max_attempts": None
+            if self.max_attempts is None
+            else v.check_max_attempts(self.max_attempts),
+            "retry": retry,
             "timeout_s": v.check_optional_seconds(self.timeout, "timeout"),
             "parent_id": None
             if self.parent_id is None
             else v.check_int_option(self.parent_id, "parent_id", minimum=1),
             "trace_context": tracing.current_context(),
             "ordering_key": v.check_key(self.ordering_key, "ordering_key"),
+            "expires_at": expires_at,
+            "expires_s": expires_s,
+            "tags": v.check_tags(self.tags),
         }
 
 
@@ -165,17 +203,18 @@ def _rows_document(specs: Sequence[TaskSpec]) -> str:
         params = spec.params()
         payload, retry = params.pop("payload"), params.pop("retry")
         trace = params.pop("trace_context") or "null"
-        run_at = params.pop("run_at")
         # In UTC: an offset with seconds (valid in Python) prints as text
         # PostgreSQL refuses ("+00:00:00.000001").
-        params["run_at"] = run_at.astimezone(UTC).isoformat() if run_at is not None else None
+        for name in ("run_at", "expires_at"):
+            when = params.pop(name)
+            params[name] = when.astimezone(UTC).isoformat() if when is not None else None
         head = json.dumps(params, separators=(",", ":"))
         parts.append(
             head[:-1]
             + ',"payload":'
             + payload
             + ',"retry":'
-            + retry
+            + (retry or "null")
             + ',"trace_context":'
             + trace
             + "}"

@@ -41,6 +41,7 @@ from ledgerq.ledger.model import (
     Finished,
     Held,
     HistoryDay,
+    KindDefaults,
     Outcome,
     RollupStep,
     TaskTiming,
@@ -304,6 +305,11 @@ class ReconcilerLedger(Protocol):
         route no live subscriber serves; the ids that moved."""
         ...
 
+    async def expire_due(self, limit: int) -> list[int]:
+        """pending or published -> cancelled, marked expired (audited), for up to
+        ``limit`` rows whose ``expires_at`` has passed; the ids that ended."""
+        ...
+
     async def silent_workers(self) -> dict[str, int]:
         """Workers all of whose running rows' leases ran out, with how many rows each left."""
         ...
@@ -378,6 +384,12 @@ class SchedulingLedger(Protocol):
         """The callback kind each of a worker's kinds enqueues when a task of it and
         all its children are terminal (None: none), at its start; the kinds whose
         setting changed."""
+        ...
+
+    async def register_defaults(self, defaults: Mapping[str, KindDefaults]) -> list[str]:
+        """Each of a worker's kinds and its defaults (``@task(max_attempts=...,
+        retry=..., timeout=...)``), at its start; the claim fills what a producer left
+        unset from them. The kinds whose defaults changed."""
         ...
 
     async def enqueue(self, specs: Sequence[TaskSpec]) -> list[int]:
@@ -579,7 +591,7 @@ class Ledger(
 
 
 #: The timestamps of a live task :meth:`HarnessLedger.backdate` moves.
-TimeColumn = Literal["run_at", "published_at", "lease_until"]
+TimeColumn = Literal["run_at", "published_at", "lease_until", "expires_at"]
 
 
 class HarnessLedger(Protocol):

@@ -16,13 +16,15 @@
 -- its shard from it (id modulo :shards, LEDGERQ_SHARDS; ledger/sharding.py).
 INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
-                           trace_context, ordering_key)
+                           trace_context, ordering_key, expires_at, tags)
 SELECT n.id, :kind, :queue, CAST(:payload AS jsonb), :business_key, :dedupe_key, :priority,
        COALESCE(CAST(:shard AS integer), n.id % CAST(:shards AS integer)),
        COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
        'pending', :max_attempts,
        CAST(:retry AS jsonb), :timeout_s, :parent_id, CAST(:trace_context AS jsonb),
-       :ordering_key
+       :ordering_key,
+       COALESCE(CAST(:expires_at AS timestamptz), now() + make_interval(secs => :expires_s)),
+       CAST(:tags AS text[])
 FROM (SELECT nextval('ledgerq_task_id_seq') AS id) n
 ON CONFLICT (kind, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
@@ -32,11 +34,12 @@ RETURNING id
 -- shard of a row with neither shard nor shard_key (id modulo its shards).
 INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
-                           trace_context, ordering_key)
+                           trace_context, ordering_key, expires_at, tags)
 SELECT r.new_id, r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority,
        COALESCE(r.shard, r.new_id % r.shards),
        COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
-       r.retry, r.timeout_s, r.parent_id, r.trace_context, r.ordering_key
+       r.retry, r.timeout_s, r.parent_id, r.trace_context, r.ordering_key,
+       COALESCE(r.expires_at, now() + make_interval(secs => r.expires_s)), r.tags
 FROM (
     SELECT r.*, nextval('ledgerq_task_id_seq') AS new_id
     FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
@@ -44,9 +47,11 @@ FROM (
                  priority smallint, shard smallint, shards integer, run_at timestamptz,
                  delay_s float8, max_attempts integer,
                  retry jsonb, timeout_s double precision, parent_id bigint,
-                 trace_context jsonb, ordering_key text)) WITH ORDINALITY
+                 trace_context jsonb, ordering_key text, expires_at timestamptz,
+                 expires_s float8, tags text[])) WITH ORDINALITY
          AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, shards, run_at,
-              delay_s, max_attempts, retry, timeout_s, parent_id, trace_context, ordering_key, n)
+              delay_s, max_attempts, retry, timeout_s, parent_id, trace_context, ordering_key,
+              expires_at, expires_s, tags, n)
     ORDER BY r.n
 ) r
 ORDER BY r.n
@@ -70,10 +75,12 @@ WITH claimed AS (
 )
 INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
-                           ordering_key)
+                           ordering_key, expires_at, tags)
 SELECT claimed.task_id, :kind, :queue, CAST(:payload AS jsonb), :business_key, NULL, :priority,
        COALESCE(CAST(:shard AS integer), claimed.task_id % CAST(:shards AS integer)), COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay_s)),
-       'pending', :max_attempts, CAST(:retry AS jsonb), :timeout_s, :parent_id, :ordering_key
+       'pending', :max_attempts, CAST(:retry AS jsonb), :timeout_s, :parent_id, :ordering_key,
+       COALESCE(CAST(:expires_at AS timestamptz), now() + make_interval(secs => :expires_s)),
+       CAST(:tags AS text[])
 FROM claimed
 RETURNING id
 
@@ -87,9 +94,11 @@ WITH r AS (
              AS (kind text, queue text, payload jsonb, business_key text, dedupe_key text,
                  priority smallint, shard smallint, shards integer, run_at timestamptz,
                  delay_s float8, max_attempts integer, retry jsonb, timeout_s double precision,
-                 parent_id bigint, once boolean, ordering_key text)) WITH ORDINALITY
+                 parent_id bigint, once boolean, ordering_key text, expires_at timestamptz,
+                 expires_s float8, tags text[])) WITH ORDINALITY
          AS r(kind, queue, payload, business_key, dedupe_key, priority, shard, shards, run_at,
-              delay_s, max_attempts, retry, timeout_s, parent_id, once, ordering_key, n)
+              delay_s, max_attempts, retry, timeout_s, parent_id, once, ordering_key,
+              expires_at, expires_s, tags, n)
     ORDER BY r.n
 ), claimed AS (
     INSERT INTO ledgerq_unique_keys (kind, key, task_id)
@@ -99,10 +108,11 @@ WITH r AS (
 )
 INSERT INTO ledgerq_tasks (id, kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
-                           ordering_key)
+                           ordering_key, expires_at, tags)
 SELECT r.new_id, r.kind, r.queue, r.payload, r.business_key, r.dedupe_key, r.priority,
        COALESCE(r.shard, r.new_id % r.shards), COALESCE(r.run_at, now() + make_interval(secs => r.delay_s)), 'pending', r.max_attempts,
-       r.retry, r.timeout_s, r.parent_id, r.ordering_key
+       r.retry, r.timeout_s, r.parent_id, r.ordering_key,
+       COALESCE(r.expires_at, now() + make_interval(secs => r.expires_s)), r.tags
 FROM r
 WHERE NOT r.once OR r.new_id IN (SELECT task_id FROM claimed)
 ORDER BY r.n
@@ -229,6 +239,25 @@ WITH r AS (
 )
 SELECT kind FROM named UNION ALL SELECT kind FROM cleared
 
+-- name: register_defaults
+-- A worker's kinds at its start and their defaults (@task(max_attempts=...,
+-- retry=..., timeout=...), NULL: none), which the claim reads for what a
+-- producer left unset (the trigger of migration 0019). Every kind of the worker is written:
+-- the defaults of the latest worker to start stand (a deploy changes them).
+-- Only a row that changes is written.
+INSERT INTO ledgerq_kinds AS k (kind, max_attempts, retry, timeout_s)
+SELECT r.kind, r.max_attempts, r.retry, r.timeout_s
+FROM unnest(CAST(:kinds AS text[]), CAST(:max_attempts AS integer[]),
+            CAST(:retries AS jsonb[]), CAST(:timeouts AS float8[]))
+     AS r(kind, max_attempts, retry, timeout_s)
+ON CONFLICT (kind) DO UPDATE
+SET max_attempts = excluded.max_attempts, retry = excluded.retry,
+    timeout_s = excluded.timeout_s, updated_at = now()
+WHERE k.max_attempts IS DISTINCT FROM excluded.max_attempts
+   OR k.retry IS DISTINCT FROM excluded.retry
+   OR k.timeout_s IS DISTINCT FROM excluded.timeout_s
+RETURNING k.kind
+
 -- name: mark_published
 -- By the relay before it publishes (the row is pending and locked since
 -- select_due; the transaction commits, then the messages go out), or by the
@@ -281,15 +310,33 @@ RETURNING t.id
 -- finish). A claim that won rows frees room
 -- in its route's window, so it wakes the relays (NOTIFY ledgerq_enqueued, sent
 -- on commit; they poll as well).
--- transitions: pending -> running, published -> running
-WITH claimed AS (
+-- Per-kind defaults: what the producer left unset (NULL max_attempts, retry,
+-- timeout_s) is filled in at a task's first claim (attempts 0 -> 1) from the
+-- kind's row in ledgerq_kinds (written by the workers at their start,
+-- register_defaults), max_attempts else 5, by the BEFORE UPDATE trigger of
+-- migration 0019 (so the service role needs no UPDATE on what a task is): the
+-- RETURNING sees the filled row, and every later step reads concrete values.
+-- Expiry: a fenced row whose expires_at has passed is not claimed: it ends
+-- cancelled and expired (its message is then acked unrun, as for any row gone).
+-- transitions: pending -> running, published -> running, pending -> cancelled, published -> cancelled
+WITH m AS (
+    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+), ended AS (
+    DELETE FROM ledgerq_tasks t USING m
+    WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
+      AND t.expires_at <= now()
+    RETURNING t.*, {{expired_end}}
+), buried AS (
+    {{bury}}
+    RETURNING id
+), {{expired_audit}}, claimed AS (
     UPDATE ledgerq_tasks t
     SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
         started_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
         lease_until = clock_timestamp() + make_interval(secs => :lease_s), worker = :worker
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+    FROM m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
-      AND t.run_at <= now()
+      AND t.run_at <= now() AND (t.expires_at IS NULL OR t.expires_at > now())
     RETURNING t.id, t.epoch, t.kind, t.queue, CAST(t.payload AS text) AS payload_text,
               t.attempts, t.max_attempts, t.retry, t.timeout_s, t.checkpoint, t.business_key,
               t.parent_id, t.trace_context,
@@ -359,7 +406,7 @@ WITH m AS (
               COALESCE(m.error, t.last_error) AS ended_error,
               CAST(m.result AS jsonb) AS ended_result,
               true AS ended_attempt, m.error AS ended_attempt_error,
-              t.cancel_requested_at AS ended_cancel
+              t.cancel_requested_at AS ended_cancel, false AS ended_expired
 ), buried AS (
     -- the history row (fragments.sql), the attempt's record appended to its log
     {{bury}}
@@ -553,6 +600,30 @@ FROM (SELECT p.id, p.epoch FROM ledgerq_tasks p
       FOR UPDATE SKIP LOCKED) m
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'published'
 RETURNING t.id, t.kind, t.queue
+
+-- name: expire_due
+-- The expiry service (relay/expiry.py): pending or published rows whose
+-- expires_at has passed, a page at a time (the partial index on expires_at),
+-- end cancelled and expired, each audited. Fenced: a row a worker claims
+-- meanwhile has moved on (its claim refused it if it was expired) and is left
+-- alone; a row a relay holds is skipped (SKIP LOCKED) and taken next page or
+-- by its claim.
+-- transitions: pending -> cancelled, published -> cancelled
+WITH m AS (
+    SELECT p.id, p.epoch FROM ledgerq_tasks p
+    WHERE p.expires_at <= now() AND p.status IN ('pending', 'published')
+    ORDER BY p.expires_at, p.id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), ended AS (
+    DELETE FROM ledgerq_tasks t USING m
+    WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
+    RETURNING t.*, {{expired_end}}
+), buried AS (
+    {{bury}}
+    RETURNING id
+), {{expired_audit}}
+SELECT id FROM buried
 
 -- name: silent_workers
 -- Workers every one of whose running rows has an expired lease, and how many

@@ -32,7 +32,8 @@ GRANT USAGE ON SCHEMA public TO ledgerq_producer, ledgerq_service, ledgerq_opera
 -- runs with the producer's rights and calls only pg_notify, which every role
 -- may call.
 GRANT INSERT (id, kind, queue, payload, business_key, dedupe_key, priority, shard, run_at,
-              status, max_attempts, retry, timeout_s, parent_id, trace_context, ordering_key)
+              status, max_attempts, retry, timeout_s, parent_id, trace_context, ordering_key,
+              expires_at, tags)
     ON ledgerq_tasks TO ledgerq_producer;
 GRANT SELECT (id, kind, dedupe_key) ON ledgerq_tasks TO ledgerq_producer;
 GRANT USAGE ON SEQUENCE ledgerq_task_id_seq TO ledgerq_producer;
@@ -63,9 +64,10 @@ GRANT SELECT (id, kind, attempts, status, last_error, ordering_key)
 -- rows' ordering_key. The fan-out triggers (migration 0010) run as the migrator:
 -- no grant on ledgerq_families.
 GRANT SELECT ON ledgerq_pauses TO ledgerq_service;
-GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens, ordering, on_children_done, sticky_s),
+GRANT SELECT, INSERT (kind, rate_per_s, burst, tokens, ordering, on_children_done, sticky_s,
+                      max_attempts, retry, timeout_s),
       UPDATE (rate_per_s, burst, tokens, refilled_at, updated_at, ordering, on_children_done,
-              sticky_s)
+              sticky_s, max_attempts, retry, timeout_s)
     ON ledgerq_kinds TO ledgerq_service;
 -- Routing: a worker registers what it serves (subscribe, unsubscribe); the
 -- relay and the reconciler read it (ledgerq_route, in select_due and the rest).
@@ -108,7 +110,7 @@ GRANT DELETE ON ledgerq_tasks, ledgerq_history TO ledgerq_admin;
 GRANT INSERT ON ledgerq_history, ledgerq_audit_tasks, ledgerq_key_releases TO ledgerq_admin;
 GRANT INSERT (id, kind, queue, payload, business_key, dedupe_key, priority, shard, run_at, status,
               attempts, max_attempts, retry, epoch, publishes, checkpoint, last_error, timeout_s,
-              parent_id, created_at, attempt_log, trace_context, ordering_key)
+              parent_id, created_at, attempt_log, trace_context, ordering_key, tags)
     ON ledgerq_tasks TO ledgerq_admin;
 GRANT UPDATE (status, run_at, epoch, published_at, publishes, max_attempts, priority,
               cancel_requested_at)

@@ -91,6 +91,7 @@ class LedgerQueries:
     register_ordering: TextClause
     register_sticky: TextClause
     register_children_done: TextClause
+    register_defaults: TextClause
     mark_published: TextClause
     return_unpublished: TextClause
     claim: TextClause
@@ -109,6 +110,7 @@ class LedgerQueries:
     select_stalled: TextClause
     select_overdue: TextClause
     unpublish_unserved: TextClause
+    expire_due: TextClause
     silent_workers: TextClause
     dead_workers: TextClause
     lapse_dead_subscriptions: TextClause

@@ -284,3 +284,85 @@ def check_int_option(value: object, what: str, minimum: int = 0, maximum: int = 
             f"{what} must be an integer from {minimum} to {maximum}, got {_short(value)}"
         )
     return value
+
+
+#: Tags: at most this many per task, each at most this many characters.
+MAX_TAGS = 32
+MAX_TAG_LENGTH = 64
+
+
+def check_tags(value: object) -> list[str] | None:
+    """Tags: None, or a list (or tuple, set) of short strings without commas.
+
+    A tag is 1 to :data:`MAX_TAG_LENGTH` characters of text, no comma (the CLI's and
+    the dashboard's lists are comma-separated) and no NUL; at most :data:`MAX_TAGS`;
+    duplicates are dropped, the order kept. An empty list is stored as no tags."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple | set | frozenset):
+        raise InvalidTaskError(f"tags must be a list of strings, got {_short(value)}")
+    tags = list(dict.fromkeys(value))
+    if len(tags) > MAX_TAGS:
+        raise InvalidTaskError(f"tags: at most {MAX_TAGS} tags, got {len(tags)}")
+    for tag in tags:
+        check_tag(tag, "tags")
+    return tags or None
+
+
+def check_tag(tag: object, what: str) -> str:
+    """One tag (see :func:`check_tags`)."""
+    if not isinstance(tag, str) or not tag or len(tag) > MAX_TAG_LENGTH:
+        raise InvalidTaskError(
+            f"{what}: each tag must be a non-empty string of at most {MAX_TAG_LENGTH} "
+            f"characters, got {_short(tag)}"
+        )
+    if "," in tag:
+        raise InvalidTaskError(f"{what}: a tag may not contain a comma, got {_short(tag)}")
+    if tag != tag.strip():
+        raise InvalidTaskError(
+            f"{what}: a tag may not start or end with whitespace, got {_short(tag)}"
+        )
+    return check_text(tag, what)
+
+
+def resolve_expiry(
+    expires: object, run_at: datetime | None, delay_s: float
+) -> tuple[datetime | None, float | None]:
+    """``(expires_at, expires_s)``: an absolute expiry, or seconds from the database's
+    clock at the insert (None, None: the task never expires).
+
+    Refused: a type other than seconds (``int``, ``float``, ``timedelta``) or an aware
+    ``datetime``; zero or negative seconds; a datetime already past (on this
+    process's clock); an expiry at or before the task is due (it could never run)."""
+    if expires is None:
+        return None, None
+    if isinstance(expires, datetime):
+        if expires.utcoffset() is None:
+            raise InvalidTaskError(
+                f"expires must be seconds or a timezone-aware datetime, got {_short(expires)}"
+            )
+        now = datetime.now(expires.tzinfo)
+        if expires <= now:
+            raise InvalidTaskError(f"expires is in the past: {expires.isoformat()}")
+        due = run_at if run_at is not None else now + timedelta(seconds=delay_s)
+        if expires <= due:
+            raise InvalidTaskError(
+                f"expires ({expires.isoformat()}) is not after the task is due "
+                f"({due.isoformat()}): it could never run"
+            )
+        return expires, None
+    seconds = check_optional_seconds(expires, "expires")
+    assert seconds is not None
+    if seconds <= 0:
+        raise InvalidTaskError(f"expires must be more than 0 seconds, got {_short(expires)}")
+    if run_at is not None:
+        if run_at >= datetime.now(run_at.tzinfo) + timedelta(seconds=seconds):
+            raise InvalidTaskError(
+                f"expires ({seconds:g} s from now) is not after run_at ({run_at.isoformat()}): "
+                "it could never run"
+            )
+    elif seconds <= delay_s:
+        raise InvalidTaskError(
+            f"expires ({seconds:g} s) is not after delay ({delay_s:g} s): it could never run"
+        )
+    return None, seconds

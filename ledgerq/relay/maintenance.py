@@ -11,6 +11,8 @@ the upkeep services after releasing it:
 ==================  ======================================================  ==============
 service             duty                                                    runs
 ==================  ======================================================  ==============
+:mod:`.expiry`      queued tasks past their ``expires_at`` ended cancelled  under the lock
+                    (expired), audited
 :mod:`.rescue`      dead workers' and expired leases' running rows judged   under the lock
                     (crash attribution) and finished; dead ones alerted
 :mod:`.unserved`    published rows of routes nobody serves back to pending  under the lock

@@ -5,6 +5,9 @@ each a duty with a validated config and a ``run_once()`` that returns counts
 (River's maintenance services, Oban's plugins). One pass, under a PostgreSQL
 advisory lock so only one reconciler acts at a time:
 
+0. **Expiry** (:mod:`~ledgerq.relay.expiry`): queued tasks whose
+   ``expires_at`` passed end cancelled, marked expired (first, so the steps
+   below never publish them).
 1. **Rescue** (:mod:`~ledgerq.relay.rescue`): the running rows of
    workers presumed dead (their liveness beats stopped), then expired leases,
    judged by crash attribution (charged alone, released as suspects with
@@ -65,6 +68,7 @@ from ledgerq.hooks import NO_HOOKS, Hooks
 from ledgerq.ledger.model import Finished
 from ledgerq.ledger.protocol import ReconcilerLedger
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S
+from ledgerq.relay.expiry import Expiry, ExpiryConfig
 from ledgerq.relay.overdue import Overdue, OverdueConfig
 from ledgerq.relay.rescue import RescueConfig, Rescuer
 from ledgerq.relay.retention import Retention, RetentionCounts
@@ -105,6 +109,9 @@ class ReconcilerConfig:
     def unserved(self) -> UnservedConfig:
         return UnservedConfig(page_size=self.page_size)
 
+    def expiry(self) -> ExpiryConfig:
+        return ExpiryConfig(page_size=self.page_size)
+
     def stalled(self) -> StalledConfig:
         return StalledConfig(self.stall_s, self.queue_stall_s, self.page_size, self.confirm_timeout)
 
@@ -118,6 +125,8 @@ class ReconcileCounts:
     republished: int = 0
     overdue_published: int = 0
     unpublished: int = 0
+    #: Queued tasks ended cancelled because their expiry passed (relay/expiry.py).
+    expired_tasks: int = 0
     expired: int = 0
     #: Of ``expired``: rows of workers presumed dead, taken before their leases ran out.
     orphaned: int = 0
@@ -140,7 +149,8 @@ class ReconcileCounts:
         if not self.acted:
             return "reconcile: another reconciler holds the lock; this one did nothing"
         return (
-            f"reconcile: took back {self.unpublished} from unserved routes, "
+            f"reconcile: {self.expired_tasks} tasks past their expiry cancelled, "
+            f"took back {self.unpublished} from unserved routes, "
             f"re-published {self.republished} stalled, published "
             f"{self.overdue_published} overdue, expired {self.expired} leases "
             f"({self.orphaned} of dead workers, {self.dead} dead, "
@@ -179,6 +189,7 @@ class Reconciler:
     rollup: Rollup | None = None
     rescuer: Rescuer = field(init=False)
     unserved: Unserved = field(init=False)
+    expiry: Expiry = field(init=False)
     stalled: Stalled = field(init=False)
     overdue: Overdue = field(init=False)
 
@@ -186,6 +197,7 @@ class Reconciler:
         cfg = self.config
         self.rescuer = Rescuer(self.ledger, cfg.rescue())
         self.unserved = Unserved(self.ledger, cfg.unserved())
+        self.expiry = Expiry(self.ledger, cfg.expiry())
         self.stalled = Stalled(self.ledger, self.publisher, cfg.stalled())
         self.overdue = Overdue(self.ledger, self.publisher, cfg.overdue())
 
@@ -214,6 +226,7 @@ class Reconciler:
 
     async def _locked(self) -> ReconcileCounts:
         """The services that run under the lock, in order, their counts summed."""
+        expiry = await self.expiry.run_once()
         rescue = await self.rescuer.run_once()
         unserved = await self.unserved.run_once()
         stalled = await self.stalled.run_once()
@@ -222,6 +235,7 @@ class Reconciler:
             republished=stalled.published,
             overdue_published=overdue.published,
             unpublished=unserved.unpublished,
+            expired_tasks=expiry.expired,
             expired=rescue.expired,
             orphaned=rescue.orphaned,
             dead=rescue.dead,

@@ -92,6 +92,9 @@ class DrainResult:
     runs: tuple[Run, ...] = ()
     #: True when the drain stopped at ``max_tasks`` with tasks still due.
     limited: bool = False
+    #: Tasks that ended cancelled because their expiry passed before they started
+    #: (never run, so not attempts: not in ``cancelled`` nor ``runs``).
+    expired: int = 0
 
     @property
     def ran(self) -> int:
@@ -156,6 +159,7 @@ class _Drain:
     include_future: bool
     runs: list[Run] = field(default_factory=list)
     limited: bool = False
+    expired: int = 0
 
     def result(self) -> DrainResult:
         counts = Counter(r.status for r in self.runs)
@@ -166,6 +170,7 @@ class _Drain:
             counts["cancelled"],
             tuple(self.runs),
             self.limited,
+            self.expired,
         )
 
     @property
@@ -195,6 +200,8 @@ class _Drain:
 
     async def run(self, max_tasks: int) -> DrainResult:
         while True:
+            # what the reconciler's expiry service does: expired tasks end, unrun
+            self.expired += len(await self.ledger.expire_due(500))
             queues = await self.due_queues()
             if queues and len(self.runs) >= max_tasks:
                 self.limited = True
@@ -288,6 +295,7 @@ async def _drain(
                 )
         await ledger.register_ordering(registry.orderings())
         await ledger.register_children_done(registry.children_done())
+        await ledger.register_defaults(registry.defaults())
         drainer = _Drain(
             ledger,
             task_runner,

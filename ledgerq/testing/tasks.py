@@ -45,7 +45,8 @@ class EnqueuedTask:
     due: bool
     #: Attempts made so far (a retry waiting for its backoff has at least 1).
     attempts: int
-    max_attempts: int
+    #: None: left unset by the producer (the claim fills in the kind's default).
+    max_attempts: int | None
     #: The retry policy as stored (``{"delays": [...]}``, ...), None for the default.
     retry: dict[str, Any] | None
     timeout_s: float | None
@@ -70,7 +71,7 @@ def _record(row: Sequence[Any]) -> EnqueuedTask:
         run_at,
         bool(due),
         int(attempts),
-        int(max_attempts),
+        None if max_attempts is None else int(max_attempts),
         None if retry is None else json.loads(retry),
         timeout_s,
         business_key,

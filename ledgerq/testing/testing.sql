@@ -40,9 +40,12 @@ WHERE status = 'pending' AND run_at > now()
 -- Test-only: as if :seconds had passed for the pending tasks of :queues and
 -- :kinds (NULL: every one): their run_at moves that much earlier. The due rule
 -- reads the database clock, which a test cannot move; nothing else is touched
--- (no epoch bump: the row's state is unchanged, only its due time).
+-- (no epoch bump: the row's state is unchanged, only its due time). Its
+-- expiry moves as much (a task that expires in an hour has expired after
+-- advance(3600)).
 UPDATE ledgerq_tasks
-SET run_at = run_at - make_interval(secs => :seconds)
+SET run_at = run_at - make_interval(secs => :seconds),
+    expires_at = expires_at - make_interval(secs => :seconds)
 WHERE status = 'pending'
   AND (CAST(:queues AS text[]) IS NULL OR queue = ANY(CAST(:queues AS text[])))
   AND (CAST(:kinds AS text[]) IS NULL OR kind = ANY(CAST(:kinds AS text[])))

@@ -279,3 +279,40 @@ async def test_kind_durations_are_the_recent_attempts_typical_length(
 
     assert durations.get("conf.slow", 0.0) >= 0.0
     assert all(seconds >= 0 for seconds in durations.values())
+
+
+async def test_expire_due_ends_queued_tasks_past_their_expiry_a_page_at_a_time(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    ids = enqueue(*[TaskSpec("conf.exp", expires=60) for _ in range(3)], "conf.keep")
+    running = enqueue(TaskSpec("conf.exp", expires=60))[0]
+    await claim_one(ledger, running)  # a started task never expires
+    await ledger.backdate([*ids[:3], running], "expires_at", 1)
+
+    assert len(await ledger.expire_due(2)) == 2
+    assert len(await ledger.expire_due(2)) == 1
+    assert await ledger.expire_due(2) == []
+
+    assert await ledger.whereabouts([*ids, running]) == {
+        **{i: "cancelled" for i in ids[:3]},
+        ids[3]: "pending",
+        running: "running",
+    }
+    audits = [r for r in await ledger.audit() if r["action"] == "expire"]
+    assert sorted(r["changed"] for r in audits) == [1, 2]
+
+
+async def test_a_retry_due_after_the_expiry_never_runs(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    [task_id] = enqueue(TaskSpec("conf.exp", expires=600))
+    task = await claim_one(ledger, task_id)
+    [back] = await ledger.finish([Outcome.failed(task.fence, "flaky", delay=3600)])
+    assert back.status == "pending"  # started once: due again in an hour
+    await ledger.backdate([task_id], "expires_at", 1)  # its expiry passes first
+    await ledger.backdate([task_id], "run_at", 1)  # then the retry comes due
+
+    assert await ledger.claim([(task_id, task.epoch)], WORKER, LEASE_S) == []
+    shown = await ledger.show(task_id)
+    assert (shown["status"], shown["expired"], shown["attempts"]) == ("cancelled", True, 1)
+    assert [a["outcome"] for a in shown["attempt_log"]] == ["retry"]

@@ -102,9 +102,44 @@ def test_bad_input_gets_one_line_and_exit_64(settings: Settings) -> None:
         ("tasks", "reschedule", "1", "--in", "soon"): "--in: cannot read 'soon'",
         ("tasks", "set-attempts", "1", "--to", "0"): "max_attempts",
         ("show",): "give a task ID or --key",
+        ("tasks", "list", "--tag", "a,b"): "tag: a tag may not contain a comma",
+        ("tasks", "cancel", "--tag", "x" * 65): "at most 64 characters",
     }
     for args, message in cases.items():
         done = ledgerq(settings, *args)
         assert done.returncode == 64, (args, done.returncode, done.stderr)
         assert message in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr
+
+
+async def test_tags_filter_list_and_actions_and_an_expired_task_says_so(
+    settings: Settings, ledger: PgLedger
+) -> None:
+    both, one, _ = enqueue_committed(
+        settings,
+        [
+            TaskSpec("cli.t", tags=["tenant:7", "batch:3"]),
+            TaskSpec("cli.t", tags=["tenant:7"], expires=3600),
+            TaskSpec("cli.t"),
+        ],
+    )
+    await ledger.backdate([one], "expires_at", 1)
+    assert await ledger.expire_due(10) == [one]
+
+    tenant = run_json(settings, "tasks", "list", "--tag", "tenant:7")
+    pair = run_json(settings, "tasks", "list", "--tag", "tenant:7", "--tag", "batch:3")
+    dry = run_json(settings, "tasks", "cancel", "--tag", "batch:3", "--dry-run")
+    table = ledgerq(settings, "tasks", "list", "--tag", "tenant:7", COLUMNS="200")
+    shown = ledgerq(settings, "show", str(one), COLUMNS="200")
+
+    assert [(t["id"], t["tags"]) for t in tenant] == [
+        (one, ["tenant:7"]),
+        (both, ["tenant:7", "batch:3"]),
+    ]
+    assert {t["id"]: (t["status"], t["expired"]) for t in tenant}[one] == ("cancelled", True)
+    assert [t["id"] for t in pair] == [both]
+    assert (dry["matched"], dry["changed"]) == (1, 1)
+    assert table.returncode == 0 and "cancelled (expired)" in table.stdout
+    assert "tenant:7,batch:3" in table.stdout
+    assert shown.returncode == 0 and "cancelled (expired)" in shown.stdout
+    assert "expired: not started by" in shown.stdout

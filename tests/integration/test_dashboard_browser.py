@@ -22,6 +22,7 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import BrowserContext, Page, expect
 
+from ledgerq import TaskSpec
 from ledgerq.compose import open_ledger
 from ledgerq.core.config import Settings
 from ledgerq.dashboard.settings import DashboardSettings
@@ -30,6 +31,7 @@ from ledgerq.ledger.routing import Subscription
 from tests.browser import chromium, served
 from tests.conftest import delete_broker_objects
 from tests.dashboard_seed import Seeded, seed
+from tests.harness import enqueue_committed
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -161,3 +163,35 @@ async def test_the_command_refuses_a_public_address_without_authentication() -> 
         "ledgerq: refusing to serve the dashboard on 0.0.0.0 without authentication: set "
         "LEDGERQ_DASHBOARD_PASSWORD or LEDGERQ_DASHBOARD_TOKEN (or bind 127.0.0.1)"
     ]
+
+
+async def test_filter_by_tags_and_an_expired_tasks_page_says_so(
+    dash: Dash, base_settings: Settings
+) -> None:
+    tagged, expired, _ = enqueue_committed(
+        base_settings,
+        [
+            TaskSpec("shop.quote", tags=["tenant:7", "batch:3"], delay=3600),
+            TaskSpec("shop.quote", tags=["tenant:7"], expires=3600),
+            TaskSpec("shop.quote", tags=["tenant:8"], delay=3600),
+        ],
+    )
+    await dash.ledger.backdate([expired], "expires_at", 1)  # simulate the hour passing
+    assert await dash.ledger.expire_due(10) == [expired]
+    page = dash.page
+    await page.goto(dash.url + "/tasks")
+    await page.fill("#filters input[name=tag]", "tenant:7")
+    await page.click("#filters button[type=submit]")
+    ids = await page.locator("table.tasks tbody tr td:first-child a").all_inner_texts()
+    assert sorted(map(int, ids)) == [tagged, expired]
+    await page.fill("#filters input[name=tag]", "tenant:7, batch:3")  # every tag must match
+    await page.click("#filters button[type=submit]")
+    ids = await page.locator("table.tasks tbody tr td:first-child a").all_inner_texts()
+    assert list(map(int, ids)) == [tagged]
+
+    await page.goto(f"{dash.url}/tasks/{expired}")
+    await expect(page.locator("h1")).to_contain_text("expired")
+    await expect(page.locator("dl.facts")).to_contain_text("expired: never started")
+    await expect(page.locator("#audit tbody tr")).to_contain_text("expire")
+    await page.locator("dl.facts .tags a", has_text="tenant:7").click()
+    await expect(page.locator("#filters input[name=tag]")).to_have_value("tenant:7")

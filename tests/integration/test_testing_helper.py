@@ -303,3 +303,49 @@ def test_the_pytest_plugin_in_a_users_suite(engine: Engine, tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+
+def test_a_kinds_defaults_apply_to_a_task_enqueued_by_name_without_them(
+    engine: Engine,
+) -> None:
+    app = Registry()
+
+    @app.task("flaky", max_attempts=2, retry=[0.0])
+    def flaky(payload: dict[str, Any], ctx: TaskContext) -> None:
+        raise RuntimeError("down")
+
+    with Session(engine) as session, session.begin():
+        by_name = enqueue(session, "flaky", {})  # a producer that never imported flaky
+        given = enqueue(session, "flaky", {}, max_attempts=3)  # the enqueue overrides
+    assert {t.id: t.max_attempts for t in enqueued(engine, "flaky")} == {by_name: None, given: 3}
+
+    result = drain(engine, app=app, include_future=True)
+
+    assert (result.retried, result.dead) == (1 + 2, 2)
+    attempts = {r.id: r.attempt for r in result.runs}  # each task's last attempt
+    assert attempts == {by_name: 2, given: 3}
+
+
+def test_the_handle_enqueues_with_the_kinds_defaults_and_an_expired_task_never_runs(
+    engine: Engine,
+) -> None:
+    app = Registry()
+    ran: list[int] = []
+
+    @app.task("quote", queue="other", priority=7, expires=3600)
+    def quote(payload: dict[str, Any], ctx: TaskContext) -> int:
+        ran.append(int(payload["n"]))
+        return int(payload["n"])
+
+    assert quote({"n": 1}, None) == 1  # type: ignore[arg-type]  # still the plain function
+    with Session(engine) as session, session.begin():
+        stale = quote.enqueue(session, {"n": 2}, tags=["tenant:7"])
+    advance(engine, 3601)  # the hour passes for it
+    with Session(engine) as session, session.begin():
+        fresh = quote.enqueue(session, {"n": 3}, priority=1)
+    listed = {t.id: (t.queue, t.priority) for t in enqueued(engine, "quote")}
+    assert listed == {stale: ("other", 7), fresh: ("other", 1)}
+
+    result = drain(engine, app=app)
+
+    assert (result.succeeded, result.expired, ran) == (1, 1, [1, 3])  # 1: the direct call

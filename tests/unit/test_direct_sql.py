@@ -7,6 +7,7 @@ restated in one of them, and so able to drift from the others, fails here."""
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 
@@ -23,10 +24,17 @@ RULE_FRAGMENTS = (
     "ORDER BY t.priority DESC",
 )
 
+
+def _without_history_row(sql: str) -> str:
+    """The statement without the history row it writes for an expired task (the
+    ``bury`` fragment names every column, ordering_key among them)."""
+    return re.sub(r"INSERT INTO ledgerq_history.*?FROM ended", "", sql, flags=re.S)
+
+
 PICKERS = {
     "select_due": Q.select_due.text,
     "select_overdue": Q.select_overdue.text,
-    "claim_due": DQ.claim_due.text,
+    "claim_due": _without_history_row(DQ.claim_due.text),
 }
 
 

@@ -448,6 +448,7 @@ def test_the_statements_that_change_status_are_the_ones_expected() -> None:
         "cancel_queued",
         "claim",
         "claim_due",
+        "expire_due",
         "finish",
         "mark_published",
         "reschedule",

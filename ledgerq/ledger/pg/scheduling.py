@@ -10,10 +10,12 @@ force, or lifting one that is not, writes nothing and is not audited.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from ledgerq.ledger.actions import jsonable
+from ledgerq.ledger.model import KindDefaults
 from ledgerq.ledger.pg.audit import record_audit
 from ledgerq.ledger.pg.base import PgBase, translated
 from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope
@@ -99,6 +101,22 @@ class PgScheduling(PgBase):
         params = {"kinds": kinds, "callbacks": [callbacks[k] for k in kinds]}
         return [str(r[0]) for r in await self._rows(Q.register_children_done, params)]
 
+    async def register_defaults(self, defaults: Mapping[str, KindDefaults]) -> list[str]:
+        if not defaults:
+            return []
+        kinds = sorted(defaults)
+        params = {
+            "kinds": kinds,
+            "max_attempts": [defaults[k].max_attempts for k in kinds],
+            "retries": [_json_or_none(defaults[k].retry) for k in kinds],
+            "timeouts": [defaults[k].timeout_s for k in kinds],
+        }
+        return [str(r[0]) for r in await self._rows(Q.register_defaults, params)]
+
     async def kinds(self) -> list[dict[str, Any]]:
         rows = await self._rows(SQ.list_kinds, {})
         return [{k: jsonable(v) for k, v in r._mapping.items()} for r in rows]
+
+
+def _json_or_none(value: Mapping[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value)

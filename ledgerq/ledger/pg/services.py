@@ -256,6 +256,12 @@ class PgServices(PgBase):
                     )
         return [int(r.id) for r in rows]
 
+    async def expire_due(self, limit: int) -> list[int]:
+        with translated():
+            async with self.engine.begin() as conn:  # the statement writes its own audit
+                rows = list(await conn.execute(Q.expire_due, {"limit": limit}))
+        return [int(r.id) for r in rows]
+
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[bool]:
         with translated():

@@ -242,6 +242,7 @@ class ShardedLedger(ShardedDirectLedger[ShardLedger], ShardedRouting):
     register_ordering = everywhere(_changed)
     register_sticky = everywhere(_changed)
     register_children_done = everywhere(_changed)
+    register_defaults = everywhere(_changed)
     #: The periodic enqueuer's: on shard 0, whose permanent keys let one task per
     #: period through (keys are unique per database, not across them).
     enqueue = on_first()
