@@ -7,7 +7,6 @@ driver's ledger brings its own fault injection and runs the same assertions."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -25,6 +24,9 @@ from ledgerq.core.errors import SchemaMissingError, StorageError, TransientStora
 from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import upgrade
+
+# pg_terminate_backend(pid, timeout_ms) returns once the backend has exited (true),
+# so the fault is in place when the next statement runs: no sleep, whatever the load.
 
 
 @pytest.fixture
@@ -44,12 +46,12 @@ async def test_a_terminated_backend_surfaces_as_a_transient_storage_error(
     async with open_ledger(base_settings, name, pool_size=1) as victim:
         assert await victim.whereabouts([1]) == {}  # the pooled connection is open
         [[killed]] = raw.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000)) "
+            "FROM pg_stat_activity "
             "WHERE application_name = %s",
             (name,),
         ).fetchall()
-        assert killed == 1
-        await asyncio.sleep(0.1)
+        assert killed == 1  # and gone: the next query meets a closed connection
 
         with pytest.raises(TransientStorageError) as caught:
             await victim.whereabouts([1])
@@ -61,19 +63,21 @@ async def test_a_terminated_backend_surfaces_as_a_transient_storage_error(
 
 
 async def test_a_terminated_backend_under_a_publish_batch_is_transient_too(
-    base_settings: Settings, raw: psycopg.Connection[tuple[Any, ...]]
+    settings: Settings, raw: psycopg.Connection[tuple[Any, ...]]
 ) -> None:
+    # ``settings``: an emptied ledger, so the batch is empty whichever test ran before
     name = f"ledgerq-victim-{uuid.uuid4().hex[:8]}"
-    async with open_ledger(base_settings, name, pool_size=1) as victim:
+    async with open_ledger(settings, name, pool_size=1) as victim:
         with pytest.raises(TransientStorageError):
             async with victim.publish_batch(10) as batch:
                 assert batch.rows == []
-                raw.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                [[killed]] = raw.execute(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000)) "
+                    "FROM pg_stat_activity "
                     "WHERE application_name = %s",
                     (name,),
-                )
-                await asyncio.sleep(0.1)
+                ).fetchall()
+                assert killed == 1, killed
                 await batch.mark_published([DueTask(1, "k", "default", 0, 0)])
 
 

@@ -72,9 +72,11 @@ async def test_a_nacked_publish_returns_its_rows_to_pending_at_once(
             started = time.monotonic()
             counts = await pipe.relay.run_once()
             assert (counts.claimed, counts.nacked, counts.published) == (1, 1, 0)
-            # Back at once (well inside any stall window), fenced: epoch + 1.
+            # Back at once (well inside any stall window), fenced: epoch + 1. "At once"
+            # is the row read right after the pass (no waiting); the bound on the pass
+            # is a backstop far below the 180 s stall window, generous for a loaded machine.
             assert await _row(pipe, task_id) == ("pending", epoch + 1, 0)
-            assert time.monotonic() - started < 3.0
+            assert time.monotonic() - started < 30.0
         finally:
             broker_node.ctl("clear_policy", policy)
             await asyncio.to_thread(_delete_queue, broker_node, name)

@@ -272,7 +272,9 @@ async def test_a_shards_worker_killed_with_published_tasks_hands_them_to_a_cover
     settings: Settings, ledger: PgLedger, workers: Workers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LEDGERQ_SHARDS", "4")  # the producer's and the workers' shard count
-    work = {"sleep": 1.5}  # long enough that nothing A claimed finishes before the kill
+    # long enough that nothing A claimed finishes before the kill, however slowly the
+    # loop below sees A's window fill on a loaded machine (1.5 s was close to that)
+    work = {"sleep": 3.0}
     ids = enqueue_committed(
         settings,
         [TaskSpec("window.work", work, shard=2 + n % 2, max_attempts=3) for n in range(10)]
@@ -311,12 +313,14 @@ async def test_a_shards_worker_killed_with_published_tasks_hands_them_to_a_cover
         sub_b = await live_subscription(ledger, workers, "worker-b")
 
     assert sub_b["route"] != sub_a["route"] and sub_b["shards"] == [0, 1, 2, 3]
-    # Taken back exactly once, by the first pass after A's subscription lapsed:
-    # within one lease plus one reconciler pass of the kill.
+    # Taken back exactly once, by a pass after A's subscription lapsed: within one
+    # lease plus one reconciler pass of the kill. The passes come as fast as the loaded
+    # machine runs them, so the slack is generous (10 s); what it tells apart is the
+    # route's lapse from the stall window (STALL_S, 120 s), never reached here.
     taking = [p for p in svc.passes if p.counts.unpublished]
     assert [p.counts.unpublished for p in taking] == [len(held)], svc.passes
     assert taking[0].ended >= lapses_at - 0.1  # never while A's route was still live
-    assert taking[0].started - killed_at <= LEASE_S + RECONCILE_EVERY_S + 1.0, (
+    assert taking[0].started - killed_at <= LEASE_S + RECONCILE_EVERY_S + 10.0, (
         taking[0].started - killed_at
     )
     # A's running rows: expired as usual, released uncharged (it had two in flight).

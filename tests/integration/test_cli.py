@@ -7,6 +7,7 @@ import json
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 import pytest
 
@@ -138,8 +139,16 @@ async def test_sigterm_drains_every_lane_at_once(settings: Settings, ledger: PgL
         settings, ledger, ids, "--queues", "a=1,b=1", "--grace", str(grace)
     )
     assert code == 0, output
-    assert output.count("draining 1 in-flight tasks") == 2, output
-    assert grace <= took < 2 * grace, (took, output)
+    drains = [line for line in output.splitlines() if "draining 1 in-flight tasks" in line]
+    assert len(drains) == 2, output
+    # Together, by the worker's own log clock (one after another, the second would
+    # begin a whole grace after the first): how long the process then takes to close
+    # its connections and exit, which a loaded machine stretches, is no part of it.
+    began = [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f") for line in drains]
+    assert abs(began[1] - began[0]).total_seconds() < grace / 2, drains
+    # one grace, then the teardown: the upper bound is a backstop, generous for a
+    # loaded machine (two graces in a row would also show in the log check above)
+    assert grace <= took < grace + 15, (took, output)
     assert effects(settings) == []  # both handlers were cut at the grace, nothing committed
 
 

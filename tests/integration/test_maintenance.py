@@ -92,7 +92,11 @@ async def test_stalled_publishes_again_what_nobody_claimed(
     settings: Settings, ledger: PgLedger, publisher: Publisher
 ) -> None:
     ids = await _published(settings, ledger, 2)
-    service = Stalled(ledger, publisher, StalledConfig(stall_s=0.2, page_size=1))
+    # Time moves through the seam (backdate) against minute-long windows: a slow pass
+    # cannot carry the rows across a window's edge (a 0.2 s window, doubled to 0.4 s,
+    # was crossed by a loaded machine between two passes).
+    service = Stalled(ledger, publisher, StalledConfig(stall_s=60, page_size=1))
+    assert await ledger.backdate(ids, "published_at", 61) == 2
     counts = await until(service.run_once, lambda c: c.published > 0)
     assert (counts.published, counts.unconfirmed, counts.pages) == (
         2,
@@ -100,6 +104,8 @@ async def test_stalled_publishes_again_what_nobody_claimed(
         2,
     )  # an empty page ends it
     assert {(await ledger.show(i))["publishes"] for i in ids} == {2}
+    # published again a minute and a half ago: inside the doubled window (120 s)
+    assert await ledger.backdate(ids, "published_at", 90) == 2
     assert (await service.run_once()).published == 0  # the window doubled
 
 

@@ -18,13 +18,21 @@ from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.scheduling import RateLimit
 from ledgerq.relay.service import RelayConfig
 from tests.harness import Pipeline, Poll, enqueue_committed, subscribe_queues
+from tests.support import until
 
 RATE = 20.0
+#: Limited tasks: 10 s of metering at RATE after the first burst.
+LIMITED = 220
 
 
 async def test_a_rate_limit_holds_across_two_relays_and_two_workers(
     settings: Settings, ledger: PgLedger
 ) -> None:
+    """The rate is read from the ledger's own clock (each task's ``published_at``,
+    where the relays meter it), not from when a busy event loop got to run a handler:
+    no publication can come earlier than its token, so the limit's side of the check
+    holds however loaded the machine is. The metering takes ``LIMITED / RATE`` (10 s),
+    far longer than the unlimited tasks need, so they settle while it goes on."""
     starts: list[float] = []
     registry = Registry()
 
@@ -36,7 +44,7 @@ async def test_a_rate_limit_holds_across_two_relays_and_two_workers(
     async def free(payload: Any, ctx: Any) -> None:
         pass
 
-    limited = enqueue_committed(settings, [TaskSpec("t.charge") for _ in range(140)])
+    limited = enqueue_committed(settings, [TaskSpec("t.charge") for _ in range(LIMITED)])
     unlimited = enqueue_committed(settings, [TaskSpec("t.free") for _ in range(200)])
     relay = RelayConfig(batch_size=50, poll_interval=0.2, confirm_timeout=5)
     stop = asyncio.Event()
@@ -49,22 +57,25 @@ async def test_a_rate_limit_holds_across_two_relays_and_two_workers(
         [row] = await ledger.kinds()
         assert (row["kind"], row["rate_per_s"], row["burst"]) == ("t.charge", RATE, RATE)
         loops = [asyncio.create_task(p.relay.run(stop, Poll())) for p in pipes]
-        # Unlimited kinds are not held back behind the limited one.
+        # Unlimited kinds are not held back behind the limited one: they are done
+        # while the limited ones are still being metered out.
         assert set((await pipes[0].settle(unlimited, timeout=10)).values()) == {"succeeded"}
-        assert len(starts) < 60
+        assert len(starts) < len(limited)
         # While the limit meters, the rest waits in the ledger, not in a worker.
         waiting = await pipes[0].statuses(limited)
-        assert list(waiting.values()).count("pending") > 60
-        deadline = time.monotonic() + 20
-        while len(starts) < len(limited) and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+        assert list(waiting.values()).count("pending") > 0
+        await until("every limited task ran", lambda: len(starts) == len(limited), 60)
         stop.set()
         await asyncio.gather(*loops)
     assert len(starts) == len(limited)
-    starts.sort()
-    # A full bucket (burst = one second's worth) at first, then RATE per second.
-    measured = (len(starts) - RATE) / (starts[-1] - starts[0])
-    assert abs(measured - RATE) <= 0.1 * RATE, f"{measured:.1f}/s against a limit of {RATE}/s"
+    published = sorted(t.published for t in await ledger.timings(limited) if t.published)
+    assert len(published) == len(limited)
+    # A full bucket (burst = one second's worth) at first, then RATE per second. The
+    # limit is the point: never faster (tight); slower only by how late a relay came
+    # for the last tokens, which a loaded machine stretches (generous lower bound).
+    measured = (len(published) - RATE) / (published[-1] - published[0])
+    assert measured <= 1.1 * RATE, f"{measured:.1f}/s against a limit of {RATE}/s"
+    assert measured >= 0.5 * RATE, f"{measured:.1f}/s against a limit of {RATE}/s"
 
 
 async def test_an_operator_limit_and_a_workers_limit_share_the_table(ledger: PgLedger) -> None:

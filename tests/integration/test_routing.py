@@ -135,12 +135,15 @@ async def test_a_slow_queue_full_of_slow_tasks_does_not_hold_back_the_fast_queue
     settings: Settings,
 ) -> None:
     ended: dict[int, float] = {}
-    slow_started = asyncio.Event()
+    slow_started, fast_settled = asyncio.Event(), asyncio.Event()
     registry = Registry()
 
     @registry.task("r.slow")
     async def slow(payload: dict[str, Any], ctx: Any) -> None:
+        # Busy until the fast queue has drained, then a second more: the slow lane is
+        # occupied the whole time by construction, not by outrunning a clock.
         slow_started.set()
+        await asyncio.wait_for(fast_settled.wait(), 60)
         await asyncio.sleep(1.0)
         ended[ctx.task.id] = time.monotonic()
 
@@ -166,6 +169,7 @@ async def test_a_slow_queue_full_of_slow_tasks_does_not_hold_back_the_fast_queue
         fast_done = max(ended[i] for i in fast_ids)
         # The slow lane is still busy with its queue: at most one slow task ended.
         assert sum(1 for i in slow_ids if i in ended) <= 1
+        fast_settled.set()
         assert set((await pipe.settle(slow_ids, timeout=30)).values()) == {"succeeded"}
     assert fast_done < max(ended[i] for i in slow_ids) - 1.0
 

@@ -507,11 +507,11 @@ async def test_the_claim_loop_claims_when_a_slot_is_given_back(channel: FakeChan
         second, _ = arrive(acker, channel, (2, 0))
         claimer.offer(first)
         claimer.offer(second)
-        await asyncio.wait_for(_until(lambda: len(started) == 1), 2)
+        await asyncio.wait_for(_until(lambda: len(started) == 1), 30)
         assert list(claimer.inbox) == [second]  # no slot for it yet
         ledger.won = [claimed_task(2, 1)]
         slots.give()  # task 1's handler stopped
-        await asyncio.wait_for(_until(lambda: len(started) == 2), 2)
+        await asyncio.wait_for(_until(lambda: len(started) == 2), 30)
     finally:
         await claimer.stop()
     assert [fences for fences, _, _ in ledger.claims] == [[(1, 0)], [(2, 0)]]
@@ -590,13 +590,13 @@ async def test_finisher_acks_only_after_the_finish_call_returned_with_the_probe_
     batch = [ended(acker, channel, task, Outcome.succeeded(task.fence))]
 
     running = asyncio.create_task(finisher.finish_batch(batch))
-    await asyncio.wait_for(ledger.entered.wait(), 2)
+    await asyncio.wait_for(ledger.entered.wait(), 30)
     for _ in range(5):
         await asyncio.sleep(0)
     assert channel.settled == {} and probe.points == []  # the write has not returned: no ack
 
     gate.set()
-    await asyncio.wait_for(running, 2)
+    await asyncio.wait_for(running, 30)
 
     assert timeline == ["finish called", "finish returned", "probe worker.after_commit", "acked 1"]
 
@@ -772,7 +772,7 @@ async def test_the_finisher_loop_writes_everything_put_before_close(
     for task in tasks:
         finisher.put(ended(acker, channel, task, Outcome.succeeded(task.fence)))
 
-    await asyncio.wait_for(finisher.close(), 2)
+    await asyncio.wait_for(finisher.close(), 30)
 
     written = [o.id for call in ledger.calls for o in call]
     assert sorted(written) == [1, 2, 3] and len(written) == 3
