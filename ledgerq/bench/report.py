@@ -117,6 +117,17 @@ def render(result: dict[str, Any], console: Console) -> None:
                 f"{result['ordered_ratio']:.0%} of the unordered no-op drain",
             )
         )
+    if "drain_graph_per_s" in result:
+        graph = result["graph"]
+        note = (
+            f"{graph['groups']} groups of {graph['width'] - 1} + a join; {graph['edges']:,} edges"
+        )
+        if result.get("graph_ratio") is not None:
+            note += (
+                f"; {result['graph_ratio']:.0%} of the no-op drain, "
+                f"{result['graph_extra_us_per_edge']:,.0f} µs more per edge"
+            )
+        rows.append(("drain, graph (after=)", f"{result['drain_graph_per_s']:,.0f}/s", note))
     for measure, value, note in rows:
         table.add_row(measure, value, note)
     console.print(table)

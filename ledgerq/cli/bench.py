@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from sqlalchemy import Engine
 
+from ledgerq.bench.graph import add_graph
 from ledgerq.bench.peer import CeleryPeer, PgqueuerPeer, pgqueuer_installed, require_celery
 from ledgerq.bench.phases import Bench
 from ledgerq.bench.report import plot, render, require_plotting
@@ -148,6 +149,15 @@ if TYPE_CHECKING:
     help="Split the benchmark's ledger across this many databases (ledger shards) and "
     "run only the batched enqueue and the no-op drain on it (1: the whole suite).",
 )
+@click.option(
+    "--graph",
+    "graph_groups",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Also drain a fan-out/fan-in graph of --tasks tasks: this many groups, each "
+    "joined by one task enqueued after=[the group] (0: skip; 100 with --tasks 10000).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_settings
 def bench(
@@ -172,11 +182,13 @@ def bench(
     ledger_shards: int,
     direct: bool,
     processes: int | None,
+    graph_groups: int,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
     if processes is not None:
         worker_args = (*worker_args, "--processes", str(processes))
     _check(tasks, (workers, relays, concurrency, repeat), ordering_keys, direct, ledger_shards)
+    _check_graph(graph_groups, tasks, direct, ledger_shards)
     if plot_path:
         require_plotting()
     if peer == "celery":
@@ -217,6 +229,7 @@ def bench(
             "peer": peer,
             "ledger_shards": ledger_shards,
             "direct": direct,
+            "graph": graph_groups,
             "vs_direct": vs_direct,
             "cpus": _cpus(),
             "python": platform.python_version(),
@@ -249,6 +262,7 @@ def bench(
                     latency,
                     vs_direct,
                 )
+                add_graph(bench, result, tasks, graph_groups, phase, repeat)  # 0: nothing
             if peer == "celery":
                 celery = CeleryPeer(bench.settings, engine, bench.log_dir)
                 runs = [
@@ -280,6 +294,13 @@ def _check(
     if direct and ledger_shards > 1:
         raise click.BadParameter(
             "--direct and --ledger-shards measure different things: one at a time"
+        )
+
+
+def _check_graph(groups: int, tasks: int, direct: bool, ledger_shards: int) -> None:
+    if groups and (tasks // groups < 2 or direct or ledger_shards > 1):
+        raise click.BadParameter(
+            "--graph GROUPS needs --tasks >= 2 x GROUPS, on the broker path with one ledger"
         )
 
 

@@ -17,6 +17,7 @@ from ledgerq.compose import storage as ledger_migrate
 from ledgerq.core.config import Settings
 from ledgerq.core.masking import mask_url
 from ledgerq.ledger.actions import children_text, progress_text, status_text
+from ledgerq.ledger.after import graph_text
 
 SHOW_FIELDS = (
     "kind",
@@ -181,22 +182,28 @@ def attempt_cells(entry: dict[str, Any]) -> list[Text]:
     return [Text(shown(values.get(name))) for name in ATTEMPT_FIELDS]
 
 
+def field_text(key: str, data: dict[str, Any]) -> str:
+    """How ``ledgerq show`` writes one field of a task."""
+    if key == "progress":
+        return progress_text(data.get(key))
+    if key == "status":
+        return status_text(data)
+    if key == "max_attempts" and data.get(key) is None:
+        return "(the kind's default, filled in by the first claim)"
+    return shown(data.get(key))
+
+
 def render_task(console: Console, data: dict[str, Any]) -> None:
     table = Table(title=f"task {data['id']}", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     for key in SHOW_FIELDS:
-        if key == "progress":
-            value = progress_text(data.get(key))
-        elif key == "status":
-            value = status_text(data)
-        elif key == "max_attempts" and data.get(key) is None:
-            value = "(the kind's default, filled in by the first claim)"
-        else:
-            value = shown(data.get(key))
-        table.add_row(key, Text(value))  # Text: never read as markup
+        table.add_row(key, Text(field_text(key, data)))  # Text: never read as markup
     if data.get("children"):
         table.add_row("children", Text(children_text(data["children"])))
+    for side in ("dependencies", "dependents"):
+        if data.get(side):
+            table.add_row(side, Text(graph_text(data[side])))
     console.print(table)
     attempts = Table(title="attempts")
     for name in ATTEMPT_FIELDS:

@@ -45,7 +45,12 @@ from sqlalchemy.orm.session import JoinTransactionMode
 from ledgerq.consumers.progress import Keeper, checkpoint_json, progress_json, refused
 from ledgerq.ledger.model import ClaimedTask
 from ledgerq.ledger.producer import aenqueue, enqueue
-from ledgerq.ledger.within import acheckpoint_within, checkpoint_within
+from ledgerq.ledger.within import (
+    acheckpoint_within,
+    adependencies_within,
+    checkpoint_within,
+    dependencies_within,
+)
 
 #: ``ctx.checkpoint`` before this attempt saved one: the task's stored checkpoint.
 _NOT_SAVED: Any = object()
@@ -73,6 +78,8 @@ class _Context:
     _progress_at: float | None = field(default=None, repr=False)
     #: Called on the worker's loop after each checkpoint (moves an async deadline).
     _on_progress: Callable[[], None] | None = field(default=None, repr=False)
+    #: ``dependencies``, once read.
+    _dependencies: dict[int, Any] | None = field(default=None, repr=False)
 
     @property
     def cancel_requested(self) -> bool:
@@ -169,6 +176,15 @@ class TaskContext(_Context):
             held = future.result()
         self._stored(held, state)
 
+    @property
+    def dependencies(self) -> dict[int, Any]:
+        """The tasks this one was enqueued ``after``: {id: result value} (the value
+        its handler returned; None for one that did not succeed, under
+        ``after_policy="always"``). Read once, through ``ctx.session``."""
+        if self._dependencies is None:
+            self._dependencies = dependencies_within(self.session, self.task.id)
+        return self._dependencies
+
     def spawn(self, kind: str, payload: Any = None, **options: Any) -> int:
         """Enqueue a child task (``parent_id`` this task) through ``ctx.session``, so
         it exists exactly when this attempt commits; its id. Options as
@@ -209,6 +225,15 @@ class AsyncTaskContext(_Context):
         else:
             held = await self._keeping().save(self.task.fence, text)
         self._stored(held, state)
+
+    async def dependencies(self) -> dict[int, Any]:
+        """``await ctx.dependencies()``: the tasks this one was enqueued ``after``,
+        {id: result value}, as :attr:`TaskContext.dependencies` (an async handler
+        cannot read a property through the database). Read once, through
+        ``ctx.session``."""
+        if self._dependencies is None:
+            self._dependencies = await adependencies_within(self.session, self.task.id)
+        return self._dependencies
 
     async def spawn(self, kind: str, payload: Any = None, **options: Any) -> int:
         """Enqueue a child task (``parent_id`` this task) through ``ctx.session``, so

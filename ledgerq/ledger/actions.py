@@ -53,8 +53,8 @@ LIST_COLUMNS = (
 )  # fmt: skip
 ACTIONS = ("cancel", "retry", "reschedule", "set-attempts", "set-priority")
 BATCH_SIZE = 500
-QUEUED = ("pending", "published")
-LIVE = ("pending", "published", "running")
+QUEUED = ("waiting", "pending", "published")
+LIVE = ("waiting", "pending", "published", "running")
 MOVED_ON = "moved on meanwhile (finished, started or changed by someone else)"
 NOT_FOUND = "no such task"
 
@@ -184,6 +184,8 @@ class Action:
         if self.name == "reschedule":
             if status == "running":
                 return "running: only a task that has not started can be rescheduled"
+            if status == "waiting":
+                return "waiting: it becomes due when its dependencies have ended (after=)"
             return OQ.reschedule, {"run_at": self.run_at}
         if self.name == "set-attempts":
             return OQ.set_max_attempts, {"max_attempts": self.max_attempts}
@@ -205,6 +207,8 @@ def _retry_route(status: str, run_at: datetime, now: datetime) -> Step | str:
         return OQ.reschedule, {"run_at": None}
     if status == "succeeded":
         return "succeeded: only a dead or cancelled task can be retried"
+    if status == "waiting":
+        return "waiting: it runs when its dependencies have ended (after=)"
     return f"{status}: already due or running; nothing to retry"
 
 

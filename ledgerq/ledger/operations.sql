@@ -55,13 +55,15 @@ LIMIT :limit
 -- A task that has not started never will: it moves to history as cancelled.
 -- Its message, if one is queued, claims nothing (the row is gone) and the
 -- worker acks it. A row the relay holds locked while publishing is deleted
--- once the relay commits (the epoch is unchanged by a publication).
--- transitions: pending -> cancelled, published -> cancelled
+-- once the relay commits (the epoch is unchanged by a publication). A waiting
+-- task (after=...) is cancelled likewise; its dependents are judged by the
+-- release trigger in this transaction (migration 0020).
+-- transitions: waiting -> cancelled, pending -> cancelled, published -> cancelled
 WITH m AS (
     SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
 ), ended AS (
     DELETE FROM ledgerq_tasks t USING m
-    WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
+    WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('waiting', 'pending', 'published')
     RETURNING t.*, 'cancelled' AS ended_as, now() AS ended_at,
               CAST(NULL AS text) AS ended_worker, t.last_error AS ended_error,
               CAST(NULL AS jsonb) AS ended_result, false AS ended_attempt,
@@ -90,17 +92,21 @@ FROM (SELECT status FROM ledgerq_tasks WHERE parent_id = :id
       UNION ALL SELECT status FROM ledgerq_history WHERE parent_id = :id) c
 
 -- name: live_descendants
--- The live tasks below :ids in the fan-out tree (children, their children, ...),
--- for a cascading cancel. The walk goes through finished tasks too (a child
--- that succeeded may have live children); each step reads the parent_id
--- indexes of both tables. UNION (not ALL) stops at a task already met.
+-- The live tasks below :ids in the fan-out tree (children, their children, ...)
+-- and in the dependency graph (the tasks enqueued after=... one of them, their
+-- dependents, ...), for a cascading cancel. The walk goes through finished
+-- tasks too (a child that succeeded may have live children); each step reads
+-- the parent_id indexes of both tables and the edges' indexes. UNION (not ALL)
+-- stops at a task already met.
 WITH RECURSIVE tree(id) AS (
     SELECT unnest(CAST(:ids AS bigint[]))
     UNION
     SELECT c.id
     FROM tree
     JOIN (SELECT id, parent_id FROM ledgerq_tasks
-          UNION ALL SELECT id, parent_id FROM ledgerq_history) c ON c.parent_id = tree.id
+          UNION ALL SELECT id, parent_id FROM ledgerq_history
+          UNION ALL SELECT task_id, depends_on FROM ledgerq_dependencies) c
+      ON c.parent_id = tree.id
 )
 SELECT t.id, t.epoch, t.status
 FROM ledgerq_tasks t
@@ -159,7 +165,8 @@ RETURNING t.id
 UPDATE ledgerq_tasks t
 SET max_attempts = :max_attempts
 FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published', 'running')
+WHERE t.id = m.id AND t.epoch = m.epoch
+  AND t.status IN ('waiting', 'pending', 'published', 'running')
 RETURNING t.id
 
 -- name: set_priority
@@ -168,7 +175,8 @@ RETURNING t.id
 UPDATE ledgerq_tasks t
 SET priority = :priority
 FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published', 'running')
+WHERE t.id = m.id AND t.epoch = m.epoch
+  AND t.status IN ('waiting', 'pending', 'published', 'running')
 RETURNING t.id
 
 -- name: insert_audit

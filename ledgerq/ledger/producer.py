@@ -40,6 +40,7 @@ from ledgerq.core.errors import (
 )
 from ledgerq.ledger import tracing
 from ledgerq.ledger import validation as v
+from ledgerq.ledger.after import After, check_after
 from ledgerq.ledger.executors import (
     AsyncExecutor,
     Executor,
@@ -70,6 +71,8 @@ class EnqueueOptions(TypedDict, total=False):
     ordering_key: str | None
     expires: float | timedelta | datetime | None
     tags: Sequence[str] | None
+    after: Sequence[int] | None
+    after_policy: str
 
 
 #: Rows per INSERT statement in the batch form.
@@ -113,6 +116,10 @@ class TaskSpec:
     expires: float | timedelta | datetime | None = None
     #: Short labels (``"tenant:7"``) to find and act on tasks by (``--tag``).
     tags: Sequence[str] | None = None
+    #: Task ids this task waits for (docs/howto.md#chains-and-joins; ledger/after.py).
+    after: Sequence[int] | None = None
+    #: "succeeded" (the default: a dead or cancelled dependency cancels it) or "always".
+    after_policy: str = "succeeded"
 
     def __new__(cls, *args: Any, **kwargs: Any) -> TaskSpec:
         # Before the generated __init__, so an unknown keyword (``enqueue`` passes its
@@ -133,6 +140,11 @@ class TaskSpec:
     def __post_init__(self) -> None:
         # Validate eagerly; params() re-reads the (immutable) fields.
         self.params()
+        self.dependencies()
+
+    def dependencies(self) -> After | None:
+        """The validated ``after`` and ``after_policy``, or None (ledger/after.py)."""
+        return check_after(self.after, self.after_policy, deduplicated=self.unique or self.once)
 
     def params(self) -> dict[str, Any]:
         """The INSERT's bound parameters, or InvalidTaskError."""

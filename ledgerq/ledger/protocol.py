@@ -134,6 +134,11 @@ class TxLedger(Protocol):
         caller's transaction ends."""
         ...
 
+    def dependency_results(self, task_id: int) -> dict[int, Any]:
+        """``ctx.dependencies``: each ended dependency of ``task_id`` and its result
+        value (None for one that returned nothing or did not succeed)."""
+        ...
+
     def save_checkpoint(self, fence: Fence, state_json: str) -> bool:
         """Store a running task's checkpoint (JSON text), fenced; whether it held."""
         ...
@@ -169,6 +174,8 @@ class AsyncTxLedger(Protocol):
     async def lock_running(self, fences: Sequence[Fence]) -> Locked: ...
 
     async def save_checkpoint(self, fence: Fence, state_json: str) -> bool: ...
+
+    async def dependency_results(self, task_id: int) -> dict[int, Any]: ...
 
 
 class FinishingLedger(Protocol):
@@ -325,6 +332,12 @@ class ReconcilerLedger(Protocol):
     async def dead_workers(self) -> dict[str, int]:
         """Workers presumed dead (their liveness beats stopped for their silence while
         other workers' went on) that left running rows, with how many each left."""
+        ...
+
+    async def release_stuck(self, limit: int) -> list[tuple[int, str]]:
+        """Judge up to ``limit`` waiting tasks none of whose dependencies is live (a
+        release their dependencies' terminal writes missed; migration 0020): each
+        (id, 'released' | 'cancelled'). Idempotent, set-based."""
         ...
 
     async def lapse_dead_subscriptions(self) -> int:

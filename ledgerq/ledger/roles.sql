@@ -138,3 +138,8 @@ GRANT SELECT ON ledgerq_rollup_counts, ledgerq_rollup_latency, ledgerq_rollup_st
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service, ledgerq_operator;
 -- ... and which ledger shard the database says it is (migration 0012).
 GRANT SELECT ON ledgerq_ledger_shard TO ledgerq_service, ledgerq_operator;
+-- Dependencies (migration 0020): the worker reads its dependencies' results
+-- (ctx.dependencies), show and the reconciler's safety net read the edges; the
+-- producer's check, the edges' insert and the release run as the migrator.
+GRANT SELECT ON ledgerq_dependencies TO ledgerq_service, ledgerq_operator;
+GRANT SELECT (result) ON ledgerq_history TO ledgerq_service;

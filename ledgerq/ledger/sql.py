@@ -259,3 +259,17 @@ class DirectQueries:
 
 
 DQ: DirectQueries = load(DirectQueries, "ledgerq.ledger", "direct.sql")
+
+
+@dataclass(frozen=True)
+class DependencyQueries:
+    """``dependencies.sql``: ``after=`` (ledger/after.py, migration 0020)."""
+
+    after_check: TextClause
+    after_add: TextClause
+    release_stuck: TextClause
+    dependency_results: TextClause
+    task_graph: TextClause
+
+
+AQ: DependencyQueries = load(DependencyQueries, "ledgerq.ledger", "dependencies.sql")

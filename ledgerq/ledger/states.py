@@ -11,6 +11,8 @@ from enum import StrEnum
 
 
 class Status(StrEnum):
+    #: Enqueued with ``after``: waits for its dependencies (migration 0020).
+    WAITING = "waiting"
     PENDING = "pending"
     PUBLISHED = "published"
     RUNNING = "running"
@@ -23,7 +25,7 @@ class Status(StrEnum):
         return self in TERMINAL
 
 
-LIVE = frozenset({Status.PENDING, Status.PUBLISHED, Status.RUNNING})
+LIVE = frozenset({Status.WAITING, Status.PENDING, Status.PUBLISHED, Status.RUNNING})
 TERMINAL = frozenset({Status.SUCCEEDED, Status.DEAD, Status.CANCELLED})
 
 # (from, to) -> the actor that makes the transition.
@@ -45,6 +47,12 @@ TRANSITIONS: dict[tuple[Status, Status], str] = {
     (Status.RUNNING, Status.DEAD): "consumer or reconciler (attempts spent)",
     (Status.RUNNING, Status.CANCELLED): "consumer (the handler stopped after an operator's "
     "cancel request, or raised Cancelled; a failed attempt under a request is not retried)",
+    # Dependencies (migration 0020: ledgerq_release, in the transaction of the
+    # dependency's terminal write, or the reconciler's safety net).
+    (Status.WAITING, Status.PENDING): "ledger (every dependency ended; all succeeded, or "
+    "after_policy='always')",
+    (Status.WAITING, Status.CANCELLED): "ledger (a dependency ended dead or cancelled), or "
+    "operator (cancel)",
     # Operator interventions (ledger/operations.sql, `ledgerq tasks ...`).
     (Status.PENDING, Status.CANCELLED): "operator (cancel: the task never runs)",
     (Status.PUBLISHED, Status.CANCELLED): "operator (cancel: its queued message is skipped)",

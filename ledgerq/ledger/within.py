@@ -159,3 +159,16 @@ async def acheckpoint_within(
 ) -> bool:
     """:func:`checkpoint_within`, async."""
     return await PgAsyncTx(session, "acheckpoint_within").save_checkpoint(fence, state_json)
+
+
+def dependencies_within(session: Session | Connection, task_id: int) -> dict[int, Any]:
+    """``ctx.dependencies`` read in the handler's transaction: each ended dependency
+    of ``task_id`` and its result (migration 0020)."""
+    return PgTx(session, "ctx.dependencies").dependency_results(task_id)
+
+
+async def adependencies_within(
+    session: AsyncSession | AsyncConnection, task_id: int
+) -> dict[int, Any]:
+    """:func:`dependencies_within` on an async session."""
+    return await PgAsyncTx(session, "ctx.dependencies").dependency_results(task_id)

@@ -21,6 +21,9 @@ advisory lock so only one reconciler acts at a time:
 4. **Overdue pending rows** (:mod:`~ledgerq.relay.overdue`): due rows
    no relay published within the stall window are published here instead,
    exactly as a relay would.
+4b. **Waiting tasks** (:mod:`~ledgerq.relay.dependencies`): a task enqueued
+   with ``after`` whose dependencies have all ended but which is still waiting
+   (its release missed) is released or cancelled.
 
 Tasks that end ``dead`` in step 1 are alerted after the pass, once the lock is
 released, so a slow alert hook never holds the lock; ``run_once`` returns when
@@ -68,6 +71,7 @@ from ledgerq.hooks import NO_HOOKS, Hooks
 from ledgerq.ledger.model import Finished
 from ledgerq.ledger.protocol import ReconcilerLedger
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S
+from ledgerq.relay.dependencies import Dependencies, DependenciesConfig
 from ledgerq.relay.expiry import Expiry, ExpiryConfig
 from ledgerq.relay.overdue import Overdue, OverdueConfig
 from ledgerq.relay.rescue import RescueConfig, Rescuer
@@ -134,6 +138,8 @@ class ReconcileCounts:
     released: int = 0
     unconfirmed: int = 0
     pages: int = 0
+    #: Waiting tasks whose missed release this pass made (should stay 0).
+    waiting_moved: int = 0
     elapsed_s: float = 0.0
     retention: RetentionCounts | None = None
     rollup: RollupCounts | None = None
@@ -155,7 +161,8 @@ class ReconcileCounts:
             f"{self.overdue_published} overdue, expired {self.expired} leases "
             f"({self.orphaned} of dead workers, {self.dead} dead, "
             f"{self.released} released as suspects), "
-            f"{self.unconfirmed} unconfirmed, {self.pages} pages "
+            f"{self.unconfirmed} unconfirmed, {self.waiting_moved} missed releases, "
+            f"{self.pages} pages "
             f"in {self.elapsed_s * 1000:.0f} ms"
         ) + "".join("; " + c.line() for c in (self.rollup, self.retention) if c is not None)
 
@@ -192,6 +199,7 @@ class Reconciler:
     expiry: Expiry = field(init=False)
     stalled: Stalled = field(init=False)
     overdue: Overdue = field(init=False)
+    dependencies: Dependencies = field(init=False)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -200,6 +208,7 @@ class Reconciler:
         self.expiry = Expiry(self.ledger, cfg.expiry())
         self.stalled = Stalled(self.ledger, self.publisher, cfg.stalled())
         self.overdue = Overdue(self.ledger, self.publisher, cfg.overdue())
+        self.dependencies = Dependencies(self.ledger, DependenciesConfig(cfg.page_size))
 
     async def run_once(self) -> ReconcileCounts:
         started = time.perf_counter()
@@ -231,6 +240,7 @@ class Reconciler:
         unserved = await self.unserved.run_once()
         stalled = await self.stalled.run_once()
         overdue = await self.overdue.run_once()
+        waiting = await self.dependencies.run_once()
         return ReconcileCounts(
             republished=stalled.published,
             overdue_published=overdue.published,
@@ -242,6 +252,7 @@ class Reconciler:
             released=rescue.released,
             unconfirmed=stalled.unconfirmed + overdue.unconfirmed,
             pages=rescue.pages + stalled.pages + overdue.pages,
+            waiting_moved=waiting.released + waiting.cancelled,
         )
 
     async def _send_alerts(self, dead: list[Finished]) -> None:

@@ -4,14 +4,14 @@
 -- them as HelperQueries.
 
 -- name: enqueued
--- Live tasks not started yet ('pending', or 'published' by a relay), oldest
--- first: what the code under test enqueued. In the caller's transaction, so
+-- Live tasks not started yet ('pending', 'published' by a relay, or 'waiting'
+-- for their dependencies: after=), oldest first: what the code under test enqueued. In the caller's transaction, so
 -- what it enqueued and has not committed yet is listed too.
 SELECT id, kind, queue, CAST(payload AS text) AS payload_text, status, priority, run_at,
        run_at <= now() AS due, attempts, max_attempts, CAST(retry AS text) AS retry_text,
        timeout_s, business_key, ordering_key, parent_id, last_error, created_at
 FROM ledgerq_tasks
-WHERE status IN ('pending', 'published')
+WHERE status IN ('waiting', 'pending', 'published')
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
   AND (CAST(:queue AS text) IS NULL OR queue = :queue)
 ORDER BY id

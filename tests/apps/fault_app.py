@@ -8,7 +8,8 @@ the write (``clock_timestamp()``), for the history checker (tests/faults/history
 the worker that runs it, every time. ``fault.spawn`` spawns ``payload["n"]``
 ``fault.write`` children and, at its first attempt, SIGKILLs its worker after
 ``payload["kill_after"]`` of them; its ``on_children_done`` callback is a
-``fault.write`` too, so the effects table shows it ran once.
+``fault.write`` too, so the effects table shows it ran once. ``fault.dep`` is a
+step of a dependency graph (``after=``), which may be killed inside its commit.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import signal
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from ledgerq import AsyncTaskContext, task
 
@@ -68,3 +69,35 @@ async def spawn_children(payload: Any, ctx: AsyncTaskContext) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         await ctx.spawn("fault.write", {"i": i, "attempt": ctx.attempt}, max_attempts=5)
         await asyncio.sleep(float(payload.get("pace", 0)))
+
+
+@task("fault.dep")
+async def dependency_step(payload: Any, ctx: AsyncTaskContext) -> Any:
+    """A step of a dependency graph (tests/faults/test_dependency_faults.py): records
+    its run like ``fault.write``, its marker the ids of ``ctx.dependencies()`` and
+    their results; returns its own id. With ``kill_in_commit`` its first attempt
+    SIGKILLs the worker inside the commit of its terminal status, after the finish
+    statement (and the release of its dependents) ran in that transaction."""
+    results = await ctx.dependencies()
+    marker = ",".join(f"{k}={v}" for k, v in sorted(results.items()))
+    await ctx.session.execute(
+        _INSERT,
+        {
+            "id": ctx.id,
+            "marker": marker or None,
+            "attempt": ctx.attempt,
+            "pid": os.getpid(),
+            "epoch": ctx.task.epoch,
+            "began": datetime.now(UTC),
+        },
+    )
+    if payload.get("kill_in_commit") and ctx.attempt == 1:
+        # The connection's commit (its own transaction's, or a batched window's) comes
+        # after the finish statement, which released the dependents in it.
+        connection = await ctx.session.connection()
+        event.listen(connection.sync_connection, "commit", _kill)
+    return ctx.id
+
+
+def _kill(connection: Any) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -214,6 +214,7 @@ def test_the_migrator_group_owns_every_ledger_object(roles: Roles) -> None:
         "ledgerq_subscriptions",
         "ledgerq_rollup_counts", "ledgerq_rollup_latency", "ledgerq_rollup_state",
         "ledgerq_ledger_shard", "ledgerq_key_releases", "ledgerq_workers",
+        "ledgerq_dependencies",
     }  # fmt: skip
     assert {"ledgerq_history_dead", "ledgerq_history_dead_default"} < set(partitions)
     assert len(functions) == 4
@@ -297,6 +298,10 @@ async def test_relay_worker_and_reconciler_run_tasks_end_to_end_as_the_service(
     async def late(payload: Any, ctx: AsyncTaskContext) -> None:
         ran.append(("late", ctx.id))
 
+    @registry.task("roles.join")
+    def join(payload: Any, ctx: TaskContext) -> None:
+        ran.append(("join", len(ctx.dependencies)))  # the results, read as the service
+
     def produce(*specs: TaskSpec) -> list[int]:
         return enqueue_committed(producer, specs)  # as the producer's login
 
@@ -305,10 +310,21 @@ async def test_relay_worker_and_reconciler_run_tasks_end_to_end_as_the_service(
         TaskSpec("roles.flaky", retry=[0.05]),
         TaskSpec("roles.doomed", max_attempts=2, retry=[0.05]),
     )
+    # after=: the producer's check and edges run as the migrator (SECURITY DEFINER)
+    join_id, blocked_id = produce(
+        TaskSpec("roles.join", after=[write_id, flaky_id]),
+        TaskSpec("roles.join", after=[doomed_id]),
+    )
     worker = WorkerConfig(concurrency=4, lease_s=30, heartbeat_s=5, grace_s=2)
     async with Pipeline(service, registry, worker=worker) as pipe:
-        done = await pipe.settle([write_id, flaky_id, doomed_id], timeout=10)
-        assert done == {write_id: "succeeded", flaky_id: "succeeded", doomed_id: "dead"}
+        done = await pipe.settle([write_id, flaky_id, doomed_id, join_id, blocked_id], timeout=10)
+        assert done == {
+            write_id: "succeeded",
+            flaky_id: "succeeded",
+            doomed_id: "dead",
+            join_id: "succeeded",
+            blocked_id: "cancelled",
+        }
 
         # Work for the reconciler: an overdue pending row (no relay published it),
         # a published row whose message stalled (on the worker's live route), a
@@ -362,6 +378,7 @@ async def test_relay_worker_and_reconciler_run_tasks_end_to_end_as_the_service(
     assert sorted(ran) == sorted(
         [
             ("write", 1),
+            ("join", 2),
             ("flaky", 1),
             ("flaky", 2),
             ("late", overdue),

@@ -28,11 +28,12 @@ from ledgerq.ledger.actions import (
     plan,
     task_row,
 )
+from ledgerq.ledger.after import graph
 from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease, release_plan
 from ledgerq.ledger.operations import adrive
 from ledgerq.ledger.pg.base import PgBase, translated
-from ledgerq.ledger.sql import IQ, OQ
+from ledgerq.ledger.sql import AQ, IQ, OQ
 
 AUDIT_COLUMNS = (
     "id", "at", "actor", "action", "selection", "options", "reason", "matched", "changed",
@@ -66,6 +67,7 @@ class PgOperations(PgBase):
         ]
         family = (await self._rows(OQ.family, {"id": task_id}))[0]._mapping
         task["children"] = children_summary({k: jsonable(v) for k, v in family.items()})
+        task.update(graph(await self._rows(AQ.task_graph, {"id": task_id})))
         return task
 
     async def audit(

@@ -32,7 +32,7 @@ from ledgerq.ledger.pg.base import PgBase, translated
 from ledgerq.ledger.producer import TaskSpec, aenqueue_many
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, aging_param
-from ledgerq.ledger.sql import DQ, UQ, Q
+from ledgerq.ledger.sql import AQ, DQ, UQ, Q
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 
 
@@ -398,6 +398,10 @@ class PgServices(PgBase):
 
     async def lapse_dead_subscriptions(self) -> int:
         return len(await self._rows(Q.lapse_dead_subscriptions, {}))
+
+    async def release_stuck(self, limit: int) -> list[tuple[int, str]]:
+        rows = await self._rows(AQ.release_stuck, {"limit": limit})
+        return [(int(r.id), str(r.outcome)) for r in rows]
 
     def orphaned_batch(
         self, after: int, limit: int, dead: Mapping[str, int]

@@ -33,6 +33,7 @@ from ledgerq.core.errors import (
     UnknownParentError,
 )
 from ledgerq.ledger.actions import Action, Report, plan, task_row
+from ledgerq.ledger.after import After, SelfDependencyError, edges, refusal
 from ledgerq.ledger.executors import (
     AsyncExecutor,
     AsyncRunner,
@@ -49,7 +50,7 @@ from ledgerq.ledger.operations import adrive, drive, list_params
 from ledgerq.ledger.params import fence_params, outcome_params
 from ledgerq.ledger.producer import TaskSpec, _chunks, _rows_document
 from ledgerq.ledger.protocol import Locked
-from ledgerq.ledger.sql import OQ, Q
+from ledgerq.ledger.sql import AQ, OQ, Q
 
 
 def _succeeded(fences: Sequence[Fence], results: Sequence[str | None] | None) -> dict[str, Any]:
@@ -104,10 +105,12 @@ def _unique_race_lost(params: dict[str, Any]) -> LedgerqError:
     )
 
 
-#: The SQLSTATEs of the child-insert trigger (migration 0010), and what they mean.
+#: The SQLSTATEs of the child-insert trigger (migration 0010) and of the
+#: dependencies' function (0020), and what they mean.
 _PARENT_REFUSALS: dict[str, type[InvalidTaskError]] = {
     "LQF01": UnknownParentError,
     "LQF02": FamilyCompletedError,
+    "LQD01": SelfDependencyError,
 }
 
 
@@ -145,6 +148,22 @@ def _achecked(run: AsyncRunner) -> AsyncRunner:
     return checked
 
 
+def _after_ids(afters: Sequence[After | None]) -> list[int]:
+    """Every id the tasks about to be inserted name in ``after`` (for ``after_check``)."""
+    return sorted({dep for after in afters if after is not None for dep in after.ids})
+
+
+def _results(rows: Rows) -> dict[int, Any]:
+    """``dependency_results``' rows (id, status, result) as {id: result}."""
+    return {int(r[0]): r[2] for r in rows}
+
+
+def _after_refused(rows: Rows) -> None:
+    error = refusal((int(r[0]), str(r[1])) for r in rows)
+    if error is not None:
+        raise error
+
+
 class PgTx:
     """:class:`~ledgerq.ledger.protocol.TxLedger` on the caller's sync transaction;
     ``caller`` names the API function in a refusal of a wrong executor."""
@@ -156,11 +175,17 @@ class PgTx:
     def enqueue(self, spec: TaskSpec) -> int:
         run = _checked(self._run)
         params = spec.params()
+        after = spec.dependencies()
+        if after is not None:  # checked (and its live tasks locked) before any write
+            _after_refused(run(AQ.after_check, {"ids": list(after.ids)}))
         insert, lookup, key = _lookup(params)
         for _ in range(_UNIQUE_TRIES):
             rows = run(insert, params) or run(lookup, key)
             if rows:
-                return int(rows[0][0])
+                task_id = int(rows[0][0])
+                if after is not None:
+                    run(AQ.after_add, edges([task_id], [after]))
+                return task_id
         raise _unique_race_lost(params)
 
     def enqueue_many(self, specs: Iterable[TaskSpec]) -> list[int]:
@@ -168,8 +193,14 @@ class PgTx:
         ids: list[int] = []
         for chunk in _chunks(specs):
             document = _rows_document(chunk)  # validates every spec first
+            afters = [spec.dependencies() for spec in chunk]
+            if wanted := _after_ids(afters):
+                _after_refused(run(AQ.after_check, {"ids": wanted}))
             rows = run(_batch_statement(chunk), {"rows": document})
-            ids.extend(int(r[0]) for r in rows)
+            new = [int(r[0]) for r in rows]
+            if wanted:  # after excludes unique/once: one id per spec, in order
+                run(AQ.after_add, edges(new, afters))
+            ids.extend(new)
         return ids
 
     def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
@@ -203,6 +234,9 @@ class PgTx:
     def save_checkpoint(self, fence: Fence, state_json: str) -> bool:
         return bool(self._run(Q.save_checkpoint, _checkpoint(fence, state_json)))
 
+    def dependency_results(self, task_id: int) -> dict[int, Any]:
+        return _results(self._run(AQ.dependency_results, {"id": task_id}))
+
 
 class PgAsyncTx:
     """:class:`~ledgerq.ledger.protocol.AsyncTxLedger` on the caller's async transaction."""
@@ -214,11 +248,17 @@ class PgAsyncTx:
     async def enqueue(self, spec: TaskSpec) -> int:
         run = _achecked(self._run)
         params = spec.params()
+        after = spec.dependencies()
+        if after is not None:
+            _after_refused(await run(AQ.after_check, {"ids": list(after.ids)}))
         insert, lookup, key = _lookup(params)
         for _ in range(_UNIQUE_TRIES):
             rows = await run(insert, params) or await run(lookup, key)
             if rows:
-                return int(rows[0][0])
+                task_id = int(rows[0][0])
+                if after is not None:
+                    await run(AQ.after_add, edges([task_id], [after]))
+                return task_id
         raise _unique_race_lost(params)
 
     async def enqueue_many(self, specs: Iterable[TaskSpec]) -> list[int]:
@@ -226,8 +266,14 @@ class PgAsyncTx:
         ids: list[int] = []
         for chunk in _chunks(specs):
             document = _rows_document(chunk)  # validates every spec first
+            afters = [spec.dependencies() for spec in chunk]
+            if wanted := _after_ids(afters):
+                _after_refused(await run(AQ.after_check, {"ids": wanted}))
             rows = await run(_batch_statement(chunk), {"rows": document})
-            ids.extend(int(r[0]) for r in rows)
+            new = [int(r[0]) for r in rows]
+            if wanted:
+                await run(AQ.after_add, edges(new, afters))
+            ids.extend(new)
         return ids
 
     async def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
@@ -262,6 +308,9 @@ class PgAsyncTx:
 
     async def save_checkpoint(self, fence: Fence, state_json: str) -> bool:
         return bool(await self._run(Q.save_checkpoint, _checkpoint(fence, state_json)))
+
+    async def dependency_results(self, task_id: int) -> dict[int, Any]:
+        return _results(await self._run(AQ.dependency_results, {"id": task_id}))
 
 
 if TYPE_CHECKING:  # mypy checks both against the transaction-scoped protocols

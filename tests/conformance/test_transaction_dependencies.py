@@ -1,0 +1,194 @@
+"""Dependencies (``after=``, migration 0020): a waiting task is released in the
+transaction of its last dependency's terminal write, exactly once, or cancelled
+when a dependency did not succeed; bad ``after`` lists are refused with nothing
+written. A transaction lives in one database: every single-database implementation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import psycopg
+import pytest
+
+from ledgerq import TaskSpec
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import InvalidTaskError
+from ledgerq.ledger.after import (
+    DependencyError,
+    DependencyShardError,
+    UnknownDependencyError,
+)
+from ledgerq.ledger.model import Outcome
+from ledgerq.ledger.pg.engines import libpq_url, sync_engine
+from ledgerq.ledger.pg.tx import PgTx
+from ledgerq.ledger.protocol import LedgerWithHarness
+from ledgerq.ledger.split.ids import SHARD_SHIFT
+from tests.conformance.conftest import ONE_DATABASE, AsyncTransaction, Transaction
+from tests.conformance.support import UNKNOWN_ID, claim_one, publish
+
+IMPLEMENTATIONS = ONE_DATABASE
+
+
+async def _succeed(ledger: LedgerWithHarness, task_id: int, result: str | None = None) -> None:
+    task = await claim_one(ledger, task_id)
+    assert [f.id for f in await ledger.finish([Outcome.succeeded(task.fence, result)])]
+
+
+async def test_a_chain_and_a_join_wait_until_every_dependency_succeeded(
+    ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
+) -> None:
+    with transaction() as tx:
+        first = tx.enqueue(TaskSpec("conf.dep"))
+        second = tx.enqueue(TaskSpec("conf.dep", after=[first]))
+    async with atransaction() as atx:
+        [join] = await atx.enqueue_many([TaskSpec("conf.dep", after=[first, second])])
+    assert await ledger.whereabouts([first, second, join]) == {
+        first: "pending",
+        second: "waiting",
+        join: "waiting",
+    }
+
+    await _succeed(ledger, first, '{"n": 1}')
+    assert await ledger.whereabouts([second, join]) == {second: "pending", join: "waiting"}
+    await _succeed(ledger, second, "[2]")
+    assert await ledger.whereabouts([join]) == {join: "pending"}
+
+    with transaction() as tx:
+        assert tx.dependency_results(join) == {first: {"n": 1}, second: [2]}
+    async with atransaction() as atx:
+        assert await atx.dependency_results(second) == {first: {"n": 1}}
+        assert await atx.dependency_results(first) == {}
+    shown = await ledger.find(join)
+    assert [(d["id"], d["status"]) for d in shown["dependencies"]] == [
+        (first, "succeeded"),
+        (second, "succeeded"),
+    ]
+    assert [d["id"] for d in (await ledger.find(first))["dependents"]] == [second, join]
+
+
+async def test_a_failed_dependency_cancels_its_dependents_down_the_chain_unless_always(
+    ledger: LedgerWithHarness, transaction: Transaction
+) -> None:
+    with transaction() as tx:
+        root = tx.enqueue(TaskSpec("conf.dep"))
+        child = tx.enqueue(TaskSpec("conf.dep", after=[root]))
+        grandchild = tx.enqueue(TaskSpec("conf.dep", after=[child]))
+        anyway = tx.enqueue(TaskSpec("conf.dep", after=[root], after_policy="always"))
+    task = await claim_one(ledger, root)
+    await ledger.finish([Outcome.failed(task.fence, "boom", final=True)])
+
+    assert await ledger.whereabouts([root, child, grandchild, anyway]) == {
+        root: "dead",
+        child: "cancelled",
+        grandchild: "cancelled",
+        anyway: "pending",
+    }
+    assert (await ledger.show(child))["last_error"] == f"dependency {root} ended dead"
+    assert (await ledger.show(grandchild))["last_error"] == f"dependency {child} ended cancelled"
+    # enqueued after a task that already failed: cancelled at once, never runs
+    with transaction() as tx:
+        late = tx.enqueue(TaskSpec("conf.dep", after=[root]))
+    assert await ledger.whereabouts([late]) == {late: "cancelled"}
+
+
+async def test_bad_after_lists_are_refused_with_nothing_written(
+    ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
+) -> None:
+    with transaction() as tx:
+        real = tx.enqueue(TaskSpec("conf.dep"))
+    cases: list[tuple[list[int], type[DependencyError]]] = [
+        ([real, UNKNOWN_ID], UnknownDependencyError),
+        ([real, (3 << SHARD_SHIFT) + 1], DependencyShardError),
+        ([real + 1], UnknownDependencyError),  # its own id, had it been next: not yet a task
+    ]
+    for after, error in cases:
+        with transaction() as tx:
+            with pytest.raises(error):
+                tx.enqueue(TaskSpec("conf.dep.bad", after=after))
+            with pytest.raises(error):
+                tx.enqueue_many([TaskSpec("conf.dep.bad"), TaskSpec("conf.dep.bad", after=after)])
+    for options in ({"after": "12"}, {"after": [0]}, {"after": [real], "after_policy": "x"}):
+        with pytest.raises(InvalidTaskError):
+            TaskSpec("conf.dep.bad", **options)
+    with pytest.raises(InvalidTaskError, match="unique"):
+        TaskSpec("conf.dep.bad", business_key="k", unique=True, after=[real])
+    with psycopg.connect(libpq_url(databases[0].database_url)) as conn:
+        bad = conn.execute("SELECT count(*) FROM ledgerq_tasks WHERE kind = 'conf.dep.bad'")
+        assert bad.fetchone() == (0,)
+        # The ledger's own guard: a task naming itself (SQLSTATE LQD01).
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute(
+                "SELECT ledgerq_after_add(ARRAY[%s], ARRAY[%s], ARRAY[false])", (real, real)
+            )
+        assert caught.value.sqlstate == "LQD01"
+
+
+async def test_two_dependencies_ending_at_once_release_their_join_exactly_once(
+    ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
+) -> None:
+    """Each ending transaction alone sees the other dependency still live (write
+    skew); the row lock makes the second re-read after the first commits."""
+    with transaction() as tx:
+        a, b = tx.enqueue_many([TaskSpec("conf.dep"), TaskSpec("conf.dep")])
+        join = tx.enqueue(TaskSpec("conf.dep", after=[a, b]))
+    fences = [(await claim_one(ledger, i)).fence for i in (a, b)]
+    other = sync_engine(databases[0], "ledgerq-conformance-tx2", pool_size=1)
+    second_done = threading.Event()
+
+    def second() -> None:
+        with other.begin() as conn:
+            assert PgTx(conn).succeed([fences[1]]) == {b}  # waits on the join's lock
+        second_done.set()
+
+    def both() -> None:
+        with transaction() as tx:
+            assert tx.succeed([fences[0]]) == {a}
+            thread = threading.Thread(target=second)
+            thread.start()
+            assert not second_done.wait(0.3)  # blocked behind this transaction's lock
+        thread.join(30)
+
+    await asyncio.to_thread(both)
+    other.dispose()
+    assert second_done.is_set()
+    assert await ledger.whereabouts([a, b, join]) == {
+        a: "succeeded",
+        b: "succeeded",
+        join: "pending",
+    }
+
+
+async def test_release_stuck_makes_a_missed_release_once(
+    ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
+) -> None:
+    with transaction() as tx:
+        dep = tx.enqueue(TaskSpec("conf.dep"))
+        waiting = tx.enqueue(TaskSpec("conf.dep", after=[dep]))
+    assert await ledger.release_stuck(10) == []  # its dependency is live
+    url = libpq_url(databases[0].database_url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE ledgerq_history DISABLE TRIGGER ledgerq_history_after")
+    try:
+        await _succeed(ledger, dep)  # ends with no release: the miss the net is for
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE ledgerq_history ENABLE TRIGGER ledgerq_history_after")
+    assert await ledger.whereabouts([waiting]) == {waiting: "waiting"}
+    assert await ledger.release_stuck(10) == [(waiting, "released")]
+    assert await ledger.release_stuck(10) == []
+    assert await ledger.whereabouts([waiting]) == {waiting: "pending"}
+
+
+async def test_a_waiting_task_keeps_its_place_in_its_ordering_key_without_holding_its_dependency(
+    ledger: LedgerWithHarness, transaction: Transaction
+) -> None:
+    with transaction() as tx:
+        first = tx.enqueue(TaskSpec("conf.dep", ordering_key="k"))
+        waiting = tx.enqueue(TaskSpec("conf.dep", ordering_key="k", after=[first]))
+        behind = tx.enqueue(TaskSpec("conf.dep", ordering_key="k"))
+    assert await publish(ledger) == {first}  # not held by the waiting task after it
+    await _succeed(ledger, first)
+    assert await publish(ledger) == {waiting}  # then the waiting one, in key order
+    await _succeed(ledger, waiting)
+    assert await publish(ledger) == {behind}
