@@ -61,6 +61,7 @@ from ledgerq.ledger.producer import (
     enqueue,
     enqueue_many,
 )
+from ledgerq.ledger.results import TaskResult, aresult, result
 from ledgerq.ledger.retry import RetryPolicy
 from ledgerq.ledger.split.router import Shards
 from ledgerq.ledger.states import Status
@@ -97,6 +98,7 @@ __all__ = [
     "TaskFilter",
     "TaskHandle",
     "TaskNotFoundError",
+    "TaskResult",
     "TaskSpec",
     "TransientStorageError",
     "UnknownParentError",
@@ -107,9 +109,11 @@ __all__ = [
     "aenqueue",
     "aenqueue_many",
     "alist_tasks",
+    "aresult",
     "default_registry",
     "enqueue",
     "enqueue_many",
     "list_tasks",
+    "result",
     "task",
 ]

@@ -17,6 +17,7 @@ from ledgerq.bench.graph import add_graph
 from ledgerq.bench.peer import CeleryPeer, PgqueuerPeer, pgqueuer_installed, require_celery
 from ledgerq.bench.phases import Bench
 from ledgerq.bench.report import plot, render, require_plotting
+from ledgerq.bench.results import measure as measure_results
 from ledgerq.bench.suite import (
     HANDLER_CHOICES,
     add_peer,
@@ -158,6 +159,15 @@ if TYPE_CHECKING:
     help="Also drain a fan-out/fan-in graph of --tasks tasks: this many groups, each "
     "joined by one task enqueued after=[the group] (0: skip; 100 with --tasks 10000).",
 )
+@click.option(
+    "--results",
+    "results",
+    type=click.IntRange(min=1, max=100_000),
+    default=None,
+    help="Measure only result(): this many waiters in one process, their tasks ended "
+    "the worker's way a batch at a time; latency from each end's commit to its "
+    "waiter's return (p50/p99). No relay, worker or broker.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_settings
 def bench(
@@ -183,16 +193,17 @@ def bench(
     direct: bool,
     processes: int | None,
     graph_groups: int,
+    results: int | None,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
+    if results is not None:
+        _results(settings, results, as_json)
+        return
     if processes is not None:
         worker_args = (*worker_args, "--processes", str(processes))
     _check(tasks, (workers, relays, concurrency, repeat), ordering_keys, direct, ledger_shards)
     _check_graph(graph_groups, tasks, direct, ledger_shards)
-    if plot_path:
-        require_plotting()
-    if peer == "celery":
-        require_celery()
+    _require(plot_path, peer)
     settings, engines, ledger = _prepare(settings, ledger_shards)
     engine = engines[0]
     console = Console(stderr=True)
@@ -282,6 +293,14 @@ def bench(
     _render(result, as_json or ledger_shards > 1)  # sharded: the table is the whole suite's
 
 
+def _require(plot_path: str | None, peer: str) -> None:
+    """What the options need installed (exits 78 when it is not)."""
+    if plot_path:
+        require_plotting()
+    if peer == "celery":
+        require_celery()
+
+
 def _check(
     tasks: int, counts: tuple[int, ...], ordering_keys: int, direct: bool, ledger_shards: int
 ) -> None:
@@ -348,3 +367,29 @@ def _direct(bench: Bench, result: dict[str, Any], tasks: int, phase: Any, repeat
 
 def _cpus() -> int:
     return os.cpu_count() or 0
+
+
+def _results(settings: Settings, waiters: int, as_json: bool) -> None:
+    """``--results N``: the result() latency figure alone (ledgerq/bench/results.py)."""
+    settings, engines, ledger = _prepare(settings, 1)
+    assert not isinstance(ledger, ShardedLedger)  # one database: a PgLedger
+
+    async def run() -> dict[str, Any]:
+        try:
+            await ledger.truncate()
+            return await measure_results(settings, ledger, waiters)
+        finally:
+            await ledger.dispose()
+
+    figure = asyncio.run(run())
+    for each in engines:
+        each.dispose()
+    if as_json:
+        click.echo(json.dumps({"results": figure}))
+        return
+    click.echo(
+        f"result() latency, {figure['waiters']} waiters, ends in batches of {figure['batch']}: "
+        f"p50 {figure['p50_ms']} ms, p90 {figure['p90_ms']} ms, p99 {figure['p99_ms']} ms, "
+        f"max {figure['max_ms']} ms ({figure['reads']} reads, "
+        f"{figure['notifications']} notifications)"
+    )

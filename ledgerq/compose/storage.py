@@ -23,6 +23,7 @@ from ledgerq.ledger.pg.engines import (
     sync_engine,
 )
 from ledgerq.ledger.pg.migrate import check_revision, current_revision, upgrade
+from ledgerq.ledger.pg.waiters import registry as waiters_registry
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -44,4 +45,5 @@ __all__ = [
     "libpq_url",
     "sync_engine",
     "upgrade",
+    "waiters_registry",
 ]

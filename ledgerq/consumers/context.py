@@ -19,6 +19,11 @@ transaction (in a batched window, the savepoint) that writes this attempt's
 timed-out or killed attempt leaves none. A spawning handler therefore always has
 a transaction of its own, like any handler that uses ``ctx.session``.
 
+``ctx.children(parent_id)`` reads a family's children, live and ended, a page
+at a time in id order (status, result value, error): what an
+``on_children_done`` callback needs to combine its children's results. It
+reads through ``ctx.session``, so it sees what the handler's transaction sees.
+
 A saved checkpoint counts as progress (:attr:`_Context._progress_at`): the
 worker measures the attempt's timeout from the later of its start and its last
 checkpoint (consumers.execute, :func:`~ledgerq.consumers.execute.Deadline`).
@@ -45,10 +50,13 @@ from sqlalchemy.orm.session import JoinTransactionMode
 from ledgerq.consumers.progress import Keeper, checkpoint_json, progress_json, refused
 from ledgerq.ledger.model import ClaimedTask
 from ledgerq.ledger.producer import aenqueue, enqueue
+from ledgerq.ledger.results import TaskResult
 from ledgerq.ledger.within import (
     acheckpoint_within,
+    achildren_within,
     adependencies_within,
     checkpoint_within,
+    children_within,
     dependencies_within,
 )
 
@@ -191,6 +199,17 @@ class TaskContext(_Context):
         :func:`~ledgerq.enqueue`; :class:`~ledgerq.InvalidTaskError` for bad ones."""
         return enqueue(self.session, kind, payload, parent_id=self.task.id, **options)
 
+    def children(
+        self, parent_id: int | None = None, *, after: int = 0, limit: int = 100
+    ) -> list[TaskResult]:
+        """The children of ``parent_id`` (None: this task), live and ended, in id
+        order after ``after``, at most ``limit``: each one's status, result value and
+        error. Read through ``ctx.session``. For the next page, pass the last id as
+        ``after``; an ``on_children_done`` callback reads its family with
+        ``ctx.children(payload["parent_id"])``."""
+        family = self.task.id if parent_id is None else parent_id
+        return children_within(self.session, family, after, limit)
+
 
 @dataclass
 class AsyncTaskContext(_Context):
@@ -240,6 +259,13 @@ class AsyncTaskContext(_Context):
         it exists exactly when this attempt commits; its id. Options as
         :func:`~ledgerq.aenqueue`; :class:`~ledgerq.InvalidTaskError` for bad ones."""
         return await aenqueue(self.session, kind, payload, parent_id=self.task.id, **options)
+
+    async def children(
+        self, parent_id: int | None = None, *, after: int = 0, limit: int = 100
+    ) -> list[TaskResult]:
+        """:meth:`TaskContext.children`, through the async ``ctx.session``."""
+        family = self.task.id if parent_id is None else parent_id
+        return await achildren_within(self.session, family, after, limit)
 
 
 #: Either context; the worker's lease keeping flags ``lost`` on it.

@@ -42,7 +42,8 @@ from alembic.script import ScriptDirectory
 from ledgerq.ledger.migrations import VERSION_TABLE
 
 _CREATED = re.compile(
-    r"\b(CREATE|DROP)\s+(?:UNIQUE\s+)?(TABLE|INDEX|SEQUENCE)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
+    r"\b(CREATE|DROP)\s+(?:UNIQUE\s+|UNLOGGED\s+)?(TABLE|INDEX|SEQUENCE)\s+"
+    r"(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
     r"(?:\"?[A-Za-z_][A-Za-z0-9_]*\"?\.)?\"?([A-Za-z_][A-Za-z0-9_]*)",
     re.IGNORECASE,
 )

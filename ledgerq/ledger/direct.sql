@@ -31,7 +31,9 @@ WITH picked AS (
 ), buried AS (
     {{bury}}
     RETURNING id
-), {{expired_audit}}, claimed AS (
+), {{expired_audit}}, told AS (
+    {{tell_ended}}
+), claimed AS (
     UPDATE ledgerq_tasks t
     SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
         started_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
@@ -50,4 +52,4 @@ SELECT id, epoch, kind, queue,
        octet_length(payload_text) AS payload_bytes,
        attempts, max_attempts, retry, timeout_s, checkpoint, business_key, parent_id, waited_s,
        trace_context
-FROM claimed
+FROM claimed LEFT JOIN told ON true

@@ -98,3 +98,21 @@ audited AS (
     SELECT a.id, b.id, 'changed' FROM audited a CROSS JOIN buried b
 )
 
+
+-- fragment: tell_ended
+-- One NOTIFY ledgerq_ended per statement that ended tasks, delivered on commit
+-- (never for a rollback), for the result() waiters (ledger/pg/waiters.py), and
+-- only while some process waits (a row of ledgerq_waiting stands, migration
+-- 0021): PostgreSQL serialises the commits of transactions that notify, which
+-- the worker's finishes must not pay when nobody listens. It reads the CTE
+-- `buried` (the history rows inserted, RETURNING id). The payload is the ended
+-- ids, comma-separated, when there are at most 400 of them (17 characters each
+-- at most: under NOTIFY's 8,000-byte limit); empty for a larger statement,
+-- which a waiter reads as "anything may have ended: look". A statement that
+-- ended nothing sends nothing. The statement selects from `buried` joined to
+-- this CTE (LEFT JOIN ... ON true), or PostgreSQL would not evaluate it. A
+-- wake-up, not a record: waiters poll as well.
+SELECT pg_notify('ledgerq_ended',
+                 CASE WHEN count(*) <= 400 THEN string_agg(CAST(id AS text), ',') ELSE '' END)
+FROM buried
+HAVING count(*) > 0 AND EXISTS (SELECT 1 FROM ledgerq_waiting w WHERE w.until > now())

@@ -73,8 +73,11 @@ WITH m AS (
     -- the history row (fragments.sql); no attempt ended, its log is kept
     {{bury}}
     RETURNING id
+), told AS (
+    -- the ended ids to result() waiters, sent on commit (fragments.sql)
+    {{tell_ended}}
 )
-SELECT id FROM buried
+SELECT id FROM buried LEFT JOIN told ON true
 
 -- name: family
 -- A parent's children counted by status (live and finished), and its family

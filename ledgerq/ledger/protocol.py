@@ -47,6 +47,7 @@ from ledgerq.ledger.model import (
     TaskTiming,
 )
 from ledgerq.ledger.producer import TaskSpec
+from ledgerq.ledger.results import TaskResult
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, PauseReport, RateLimit, Scope
 
@@ -143,6 +144,25 @@ class TxLedger(Protocol):
         """Store a running task's checkpoint (JSON text), fenced; whether it held."""
         ...
 
+    def ended_results(self, ids: Sequence[int]) -> list[TaskResult]:
+        """Where each of ``ids`` stands now, live or ended (one snapshot); an id in
+        neither table is absent. For result() waiters (ledger/results.py)."""
+        ...
+
+    def child_results(self, parent_id: int, after: int = 0, limit: int = 100) -> list[TaskResult]:
+        """The children of ``parent_id`` with ids above ``after``, in id order, at
+        most ``limit`` (1 to 10,000): statuses and results (``ctx.children``)."""
+        ...
+
+    def announce_waiting(self, registry: str, until_s: float) -> None:
+        """Say that ``registry`` has result() waiters for ``until_s`` seconds: the
+        statements that end tasks notify while one such row stands."""
+        ...
+
+    def withdraw_waiting(self, registry: str) -> None:
+        """``registry`` has no waiter left."""
+        ...
+
 
 class AsyncTxLedger(Protocol):
     """:class:`TxLedger` on an async Session or Connection."""
@@ -176,6 +196,15 @@ class AsyncTxLedger(Protocol):
     async def save_checkpoint(self, fence: Fence, state_json: str) -> bool: ...
 
     async def dependency_results(self, task_id: int) -> dict[int, Any]: ...
+    async def ended_results(self, ids: Sequence[int]) -> list[TaskResult]: ...
+
+    async def child_results(
+        self, parent_id: int, after: int = 0, limit: int = 100
+    ) -> list[TaskResult]: ...
+
+    async def announce_waiting(self, registry: str, until_s: float) -> None: ...
+
+    async def withdraw_waiting(self, registry: str) -> None: ...
 
 
 class FinishingLedger(Protocol):

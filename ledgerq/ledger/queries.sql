@@ -329,7 +329,9 @@ WITH m AS (
 ), buried AS (
     {{bury}}
     RETURNING id
-), {{expired_audit}}, claimed AS (
+), {{expired_audit}}, told AS (
+    {{tell_ended}}
+), claimed AS (
     UPDATE ledgerq_tasks t
     SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
         started_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
@@ -351,7 +353,7 @@ SELECT id, epoch, kind, queue,
        octet_length(payload_text) AS payload_bytes,
        attempts, max_attempts, retry, timeout_s, checkpoint, business_key, parent_id, waited_s,
        trace_context
-FROM claimed LEFT JOIN woke ON true
+FROM claimed LEFT JOIN woke ON true LEFT JOIN told ON true
 
 
 
@@ -383,6 +385,8 @@ SELECT id, status FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 -- (ledgerq_kinds.sticky_s, migration 0018) is held for the attempt's worker
 -- (sticky_worker) until s seconds after it is due (sticky_until; the view
 -- ledgerq_ready reads both); any other retry, and a release, for nobody.
+-- The ended ids wake result() waiters (NOTIFY ledgerq_ended, one per statement:
+-- fragments.sql tell_ended).
 -- transitions: running -> succeeded, running -> cancelled, running -> dead, running -> pending
 WITH m AS (
     SELECT u.*, clock_timestamp() AS at
@@ -411,6 +415,9 @@ WITH m AS (
     -- the history row (fragments.sql), the attempt's record appended to its log
     {{bury}}
     RETURNING id, kind, attempts, status, last_error
+), told AS (
+    -- the ended ids to result() waiters, sent on commit (fragments.sql)
+    {{tell_ended}}
 ), retried AS (
     UPDATE ledgerq_tasks t
     SET status = 'pending', run_at = m.at + make_interval(secs => m.delay),
@@ -435,7 +442,7 @@ WITH m AS (
       AND t.cancel_requested_at IS NULL
     RETURNING t.id, t.kind, t.attempts, t.status, t.last_error
 )
-SELECT id, kind, attempts, status, last_error FROM buried
+SELECT id, kind, attempts, status, last_error FROM buried LEFT JOIN told ON true
 UNION ALL
 SELECT id, kind, attempts, status, last_error FROM retried
 
@@ -622,8 +629,10 @@ WITH m AS (
 ), buried AS (
     {{bury}}
     RETURNING id
-), {{expired_audit}}
-SELECT id FROM buried
+), {{expired_audit}}, told AS (
+    {{tell_ended}}
+)
+SELECT id FROM buried LEFT JOIN told ON true
 
 -- name: silent_workers
 -- Workers every one of whose running rows has an expired lease, and how many

@@ -42,6 +42,13 @@ GRANT USAGE ON SEQUENCE ledgerq_task_id_seq TO ledgerq_producer;
 -- duplicate.
 GRANT INSERT (kind, key, task_id), SELECT (kind, key, task_id)
     ON ledgerq_unique_keys TO ledgerq_producer;
+-- result() (results.sql): ended_results reads how a task stands in either
+-- table, and a process with waiters announces them in ledgerq_waiting
+-- (migration 0021), which every statement that ends tasks reads.
+GRANT SELECT (id, kind, status, result, last_error, attempts, max_attempts, created_at,
+              started_at, finished_at)
+    ON ledgerq_tasks, ledgerq_history TO ledgerq_producer;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_waiting TO ledgerq_producer, ledgerq_service;
 -- Relay, worker and reconciler: every column of a live row is read (finish
 -- moves whole rows, RETURNING t.*); only the columns the claim, heartbeat,
 -- checkpoint, publication and finish statements set can be updated (and
@@ -55,7 +62,8 @@ GRANT UPDATE (status, epoch, attempts, publishes, run_at, published_at, started_
               progress, route, sticky_worker, sticky_until)
     ON ledgerq_tasks TO ledgerq_service;
 GRANT INSERT ON ledgerq_history TO ledgerq_service;
-GRANT SELECT (id, kind, attempts, status, last_error, ordering_key)
+GRANT SELECT (id, kind, attempts, status, last_error, ordering_key, result, max_attempts,
+              created_at, started_at, finished_at, parent_id)
     ON ledgerq_history TO ledgerq_service;
 -- Scheduling (select_due, select_overdue): the relay and the reconciler read
 -- the pauses, and the relay locks and charges the token buckets; a worker
@@ -90,7 +98,7 @@ GRANT USAGE ON SEQUENCE ledgerq_audit_id_seq TO ledgerq_service;
 -- tables whole.
 GRANT SELECT ON ledgerq_tasks, ledgerq_history, ledgerq_audit, ledgerq_audit_tasks,
                 ledgerq_pauses, ledgerq_kinds, ledgerq_families, ledgerq_subscriptions,
-                ledgerq_key_releases, ledgerq_workers
+                ledgerq_key_releases, ledgerq_workers, ledgerq_waiting
     TO ledgerq_operator;
 -- Retention (the reconciler's pass) and `ledgerq purge`: history's day
 -- partitions are created, dropped and purged only through these functions,

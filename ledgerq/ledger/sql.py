@@ -273,3 +273,16 @@ class DependencyQueries:
 
 
 AQ: DependencyQueries = load(DependencyQueries, "ledgerq.ledger", "dependencies.sql")
+
+
+@dataclass(frozen=True)
+class ResultsQueries:
+    """``results.sql``: where tasks stand, for result() waiters and ``ctx.children``."""
+
+    ended_results: TextClause
+    child_results: TextClause
+    announce_waiting: TextClause
+    withdraw_waiting: TextClause
+
+
+XQ: ResultsQueries = load(ResultsQueries, "ledgerq.ledger", "results.sql")

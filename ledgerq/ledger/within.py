@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from ledgerq.ledger.model import Fence
 from ledgerq.ledger.pg.tx import PgAsyncTx, PgTx
 from ledgerq.ledger.protocol import Locked
+from ledgerq.ledger.results import TaskResult
 from ledgerq.ledger.sql import Q
 
 
@@ -172,3 +173,18 @@ async def adependencies_within(
 ) -> dict[int, Any]:
     """:func:`dependencies_within` on an async session."""
     return await PgAsyncTx(session, "ctx.dependencies").dependency_results(task_id)
+
+
+def children_within(
+    session: Session | Connection, parent_id: int, after: int, limit: int
+) -> list[TaskResult]:
+    """``ctx.children``: a page of ``parent_id``'s children, where each stands, read
+    in the handler's transaction."""
+    return PgTx(session, "ctx.children").child_results(parent_id, after, limit)
+
+
+async def achildren_within(
+    session: AsyncSession | AsyncConnection, parent_id: int, after: int, limit: int
+) -> list[TaskResult]:
+    """:func:`children_within` on an async session."""
+    return await PgAsyncTx(session, "ctx.children").child_results(parent_id, after, limit)

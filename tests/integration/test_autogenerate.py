@@ -171,6 +171,7 @@ def test_the_helper_knows_every_relation_ledgerqs_migrations_create(
         "ledgerq_key_releases_pk",
         "ledgerq_workers_pk",
         "ledgerq_dependencies_pk",
+        "ledgerq_waiting_pk",
     }  # fmt: skip
     assert "ledgerq_history_status_kind" not in schema["index"]  # created by 0001, dropped by 0005
     assert in_database["sequence"] == schema["sequence"]

@@ -214,7 +214,7 @@ def test_the_migrator_group_owns_every_ledger_object(roles: Roles) -> None:
         "ledgerq_subscriptions",
         "ledgerq_rollup_counts", "ledgerq_rollup_latency", "ledgerq_rollup_state",
         "ledgerq_ledger_shard", "ledgerq_key_releases", "ledgerq_workers",
-        "ledgerq_dependencies",
+        "ledgerq_dependencies", "ledgerq_waiting",
     }  # fmt: skip
     assert {"ledgerq_history_dead", "ledgerq_history_dead_default"} < set(partitions)
     assert len(functions) == 4
@@ -256,7 +256,12 @@ async def test_a_producer_enqueues_in_its_own_transaction_and_can_do_nothing_els
     url = roles.urls["producer"]
     assert refused(url, "UPDATE ledgerq_tasks SET status = 'running'")
     assert refused(url, "DELETE FROM ledgerq_tasks")
-    assert refused(url, "SELECT id FROM ledgerq_history")
+    assert refused(url, "SELECT payload FROM ledgerq_history")  # finished tasks' payloads
+    assert refused(url, "DELETE FROM ledgerq_history")
+    # result() reads how a task ended, and announces its waiters (results.sql)
+    assert not refused(url, "SELECT id, status, result, last_error FROM ledgerq_history")
+    assert not refused(url, "SELECT id, status, result FROM ledgerq_tasks")
+    assert not refused(url, "INSERT INTO ledgerq_waiting VALUES ('r', now())")
     assert refused(url, "SELECT payload FROM ledgerq_tasks")  # other tasks' payloads
     # (id is granted since once=True: the permanent key is taken with a nextval id that
     # the task row then carries, see insert_task_once.)

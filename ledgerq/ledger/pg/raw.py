@@ -70,3 +70,20 @@ async def arows(
     async with conn.cursor(row_factory=tuple_row) as cursor:
         await cursor.execute(psycopg_sql(statement), params)
         return await cursor.fetchall() if cursor.description is not None else []
+
+
+def connection_url(obj: object) -> str | None:
+    """A libpq connection string for the database of ``obj``, a psycopg connection
+    (sync or async) or Django's PostgreSQL connection (for result(): it waits on
+    connections of its own); None for anything else."""
+    if type(obj).__module__.startswith("django.") and callable(
+        getattr(obj, "ensure_connection", None)
+    ):
+        obj.ensure_connection()  # type: ignore[attr-defined]
+        obj = obj.connection  # type: ignore[attr-defined]
+    if not isinstance(obj, psycopg.Connection | psycopg.AsyncConnection):
+        return None
+    params = obj.info.get_parameters()
+    if obj.info.password:
+        params["password"] = obj.info.password
+    return psycopg.conninfo.make_conninfo(**params)

@@ -50,7 +50,8 @@ from ledgerq.ledger.operations import adrive, drive, list_params
 from ledgerq.ledger.params import fence_params, outcome_params
 from ledgerq.ledger.producer import TaskSpec, _chunks, _rows_document
 from ledgerq.ledger.protocol import Locked
-from ledgerq.ledger.sql import AQ, OQ, Q
+from ledgerq.ledger.results import TaskResult, task_result
+from ledgerq.ledger.sql import AQ, OQ, XQ, Q
 
 
 def _succeeded(fences: Sequence[Fence], results: Sequence[str | None] | None) -> dict[str, Any]:
@@ -69,6 +70,12 @@ def _checkpoint(fence: Fence, state_json: str) -> dict[str, Any]:
 
 
 # -- the producer's insert ------------------------------------------------------------
+
+
+def _children(parent_id: int, after: int, limit: int) -> dict[str, Any]:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise ValueError(f"children(limit=...) is 1 to 10000, got {limit!r}")
+    return {"parent_id": parent_id, "after": after, "limit": limit}
 
 
 def _lookup(params: dict[str, Any]) -> tuple[TextClause, TextClause, dict[str, Any]]:
@@ -237,6 +244,19 @@ class PgTx:
     def dependency_results(self, task_id: int) -> dict[int, Any]:
         return _results(self._run(AQ.dependency_results, {"id": task_id}))
 
+    def ended_results(self, ids: Sequence[int]) -> list[TaskResult]:
+        return [task_result(r) for r in self._run(XQ.ended_results, {"ids": list(ids)})]
+
+    def child_results(self, parent_id: int, after: int = 0, limit: int = 100) -> list[TaskResult]:
+        params = _children(parent_id, after, limit)
+        return [task_result(r) for r in self._run(XQ.child_results, params)]
+
+    def announce_waiting(self, registry: str, until_s: float) -> None:
+        self._run(XQ.announce_waiting, {"registry": registry, "until_s": until_s})
+
+    def withdraw_waiting(self, registry: str) -> None:
+        self._run(XQ.withdraw_waiting, {"registry": registry})
+
 
 class PgAsyncTx:
     """:class:`~ledgerq.ledger.protocol.AsyncTxLedger` on the caller's async transaction."""
@@ -311,6 +331,22 @@ class PgAsyncTx:
 
     async def dependency_results(self, task_id: int) -> dict[int, Any]:
         return _results(await self._run(AQ.dependency_results, {"id": task_id}))
+
+    async def ended_results(self, ids: Sequence[int]) -> list[TaskResult]:
+        rows = await self._run(XQ.ended_results, {"ids": list(ids)})
+        return [task_result(r) for r in rows]
+
+    async def child_results(
+        self, parent_id: int, after: int = 0, limit: int = 100
+    ) -> list[TaskResult]:
+        rows = await self._run(XQ.child_results, _children(parent_id, after, limit))
+        return [task_result(r) for r in rows]
+
+    async def announce_waiting(self, registry: str, until_s: float) -> None:
+        await self._run(XQ.announce_waiting, {"registry": registry, "until_s": until_s})
+
+    async def withdraw_waiting(self, registry: str) -> None:
+        await self._run(XQ.withdraw_waiting, {"registry": registry})
 
 
 if TYPE_CHECKING:  # mypy checks both against the transaction-scoped protocols

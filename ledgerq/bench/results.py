@@ -1,0 +1,97 @@
+"""``ledgerq bench --results N``: how soon a result() waiter returns after its task's end commits.
+
+N tasks are enqueued and N waiters (``aresult``, one each, in this process: one
+registry, one connection) wait for them. A finisher in a process of its own (as
+a worker is), with a ledger of its own, ends them the worker's way (the fenced ``claim`` and
+``finish`` statements of the storage seam) in batches of ``batch``, one batch
+every ``pace_s``, and notes the moment each batch's ``finish`` returned, its
+commit done. A waiter's latency is the time from its task's commit to the
+moment its ``aresult`` returned (the machine's monotonic clock, one for all
+processes).
+Reported: p50, p90, p99 and the largest, and how many reads and notifications
+the registry took for all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import statistics
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from ledgerq import TaskSpec, aresult
+from ledgerq.compose.storage import async_engine, ledger_on, libpq_url, waiters_registry
+from ledgerq.core.config import Settings
+from ledgerq.ledger.model import Outcome
+
+if TYPE_CHECKING:
+    from ledgerq.ledger.pg import PgLedger
+
+WORKER = "ledgerq-bench-results"
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def _finisher(url: str, ids: Sequence[int], batch: int, pace_s: float) -> dict[int, float]:
+    """The finisher process's work (a process of its own, as a worker is)."""
+    return asyncio.run(_finish(Settings(database_url=url), ids, batch, pace_s))
+
+
+async def _finish(
+    settings: Settings, ids: Sequence[int], batch: int, pace_s: float
+) -> dict[int, float]:
+    """End ``ids`` a batch at a time; when (monotonic: one clock for every process
+    of the machine) each one's commit returned."""
+    ledger = ledger_on(async_engine(settings, WORKER, pool_size=1))
+    committed: dict[int, float] = {}
+    try:
+        for start in range(0, len(ids), batch):
+            chunk = ids[start : start + batch]
+            won = await ledger.claim([(i, 0) for i in chunk], WORKER, 60.0)
+            await ledger.finish([Outcome.succeeded(t.fence, "1") for t in won])
+            at = time.monotonic()
+            committed.update((t.id, at) for t in won)
+            await asyncio.sleep(pace_s)
+    finally:
+        await ledger.dispose()
+    return committed
+
+
+async def measure(
+    settings: Settings, ledger: PgLedger, waiters: int, batch: int = 10, pace_s: float = 0.005
+) -> dict[str, Any]:
+    """The figure (see the module's docstring); ``ledger`` enqueues the tasks."""
+    ids = await ledger.enqueue([TaskSpec("bench.result") for _ in range(waiters)])
+    returned: dict[int, float] = {}
+
+    async def wait(task_id: int) -> None:
+        await aresult(settings.database_url, task_id, timeout=300)
+        returned[task_id] = time.monotonic()
+
+    waiting = [asyncio.ensure_future(wait(i)) for i in ids]
+    await asyncio.sleep(0.5)  # every waiter registered and read once
+    waits = waiters_registry(libpq_url(settings.database_url), 1.0)
+    reads, notes = waits.reads, waits.notifications
+    spawn = multiprocessing.get_context("spawn")  # no fork under the registry's thread
+    with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+        finishing = asyncio.get_running_loop().run_in_executor(
+            pool, _finisher, settings.database_url, ids, batch, pace_s
+        )
+        await asyncio.gather(*waiting)
+        committed = await finishing
+    latencies = sorted((returned[i] - committed[i]) * 1000 for i in ids)
+    return {
+        "waiters": waiters,
+        "batch": batch,
+        "p50_ms": round(statistics.median(latencies), 2),
+        "p90_ms": round(_percentile(latencies, 0.90), 2),
+        "p99_ms": round(_percentile(latencies, 0.99), 2),
+        "max_ms": round(latencies[-1], 2),
+        "reads": waits.reads - reads,
+        "notifications": waits.notifications - notes,
+    }
