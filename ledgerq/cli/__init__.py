@@ -10,8 +10,9 @@ from ledgerq.cli.group import cli, run_cli
 from ledgerq.cli.inspect import migrate, show, stats
 from ledgerq.cli.purge import purge
 from ledgerq.cli.scheduling import kinds, queues
-from ledgerq.cli.services import reconcile, relay, worker
+from ledgerq.cli.services import reconcile, relay
 from ledgerq.cli.tasks import tasks
+from ledgerq.cli.worker import worker
 
 for command in (
     migrate,

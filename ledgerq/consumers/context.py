@@ -50,7 +50,7 @@ from sqlalchemy.orm.session import JoinTransactionMode
 from ledgerq.consumers.progress import Keeper, checkpoint_json, progress_json, refused
 from ledgerq.ledger.model import ClaimedTask
 from ledgerq.ledger.producer import aenqueue, enqueue
-from ledgerq.ledger.results import TaskResult
+from ledgerq.ledger.task_result import TaskResult
 from ledgerq.ledger.within import (
     acheckpoint_within,
     achildren_within,

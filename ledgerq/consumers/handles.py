@@ -34,7 +34,8 @@ from ledgerq.core.errors import InvalidTaskError
 from ledgerq.ledger import validation as v
 from ledgerq.ledger.executors import AsyncExecutor, Executor
 from ledgerq.ledger.model import KindDefaults
-from ledgerq.ledger.producer import EnqueueOptions, RetryLike, TaskSpec, aenqueue, enqueue
+from ledgerq.ledger.producer import aenqueue, enqueue
+from ledgerq.ledger.specs import EnqueueOptions, RetryLike, TaskSpec
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -65,7 +65,7 @@ from cronsim import CronSim, CronSimError
 
 from ledgerq.core.errors import first_line
 from ledgerq.ledger.outages import Outage, ends_loop, pause
-from ledgerq.ledger.producer import TaskSpec
+from ledgerq.ledger.specs import TaskSpec
 
 log = logging.getLogger("ledgerq.periodic")
 

@@ -43,8 +43,8 @@ from typing import Any, ParamSpec, TypeVar
 from ledgerq.consumers.handles import TaskHandle, kind_options
 from ledgerq.consumers.periodic import Schedule
 from ledgerq.ledger.model import KindDefaults
-from ledgerq.ledger.producer import RetryLike
 from ledgerq.ledger.scheduling import RateLimit
+from ledgerq.ledger.specs import RetryLike
 from ledgerq.ledger.validation import check_name
 
 P = ParamSpec("P")

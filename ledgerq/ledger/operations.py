@@ -26,53 +26,15 @@ with :func:`drive` / :func:`adrive`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
-from typing import Any, TypeVar
+from typing import Any
 
-from ledgerq.ledger.actions import Action, Report, Rows, Step
+from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.executors import (
     AsyncExecutor,
-    AsyncRunner,
     Executor,
-    Runner,
 )
-from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
+from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.keys import KeyRelease
-
-#: What a plan returns: an action's :class:`Report`, a :class:`KeyRelease`.
-R = TypeVar("R")
-
-
-def drive(steps: Generator[Step | None, Rows, R], run: Runner) -> R:
-    """Run a plan's statements with ``run``; batch boundaries are the caller's business."""
-    try:
-        step = next(steps)
-        while True:
-            step = steps.send([] if step is None else run(*step))
-    except StopIteration as stop:
-        report: R = stop.value
-        return report
-
-
-async def adrive(
-    steps: Generator[Step | None, Rows, R],
-    run: AsyncRunner,
-    commit: Callable[[], Awaitable[None]] | None = None,
-) -> R:
-    """:func:`drive` with an async runner; ``commit`` (if any) is awaited at each batch
-    boundary."""
-    try:
-        step = next(steps)
-        while True:
-            if step is None:
-                if commit is not None:
-                    await commit()
-                step = steps.send([])
-            else:
-                step = steps.send(await run(*step))
-    except StopIteration as stop:
-        report: R = stop.value
-        return report
 
 
 def act(
@@ -152,8 +114,3 @@ async def alist_tasks(executor: AsyncExecutor, selection: TaskFilter) -> list[di
     from ledgerq.ledger.pg.tx import PgAsyncTx
 
     return await PgAsyncTx(executor, "alist_tasks").list_tasks(selection)
-
-
-def list_params(selection: TaskFilter) -> dict[str, Any]:
-    """``list_tasks``'s parameters (its limit, else 50)."""
-    return selection.params(selection.limit or DEFAULT_LIMIT)

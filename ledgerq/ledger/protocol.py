@@ -46,10 +46,10 @@ from ledgerq.ledger.model import (
     RollupStep,
     TaskTiming,
 )
-from ledgerq.ledger.producer import TaskSpec
-from ledgerq.ledger.results import TaskResult
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, PauseReport, RateLimit, Scope
+from ledgerq.ledger.specs import TaskSpec
+from ledgerq.ledger.task_result import TaskResult
 
 
 class PublishBatch(Protocol):

@@ -28,8 +28,8 @@ from sqlalchemy.orm import Session
 from ledgerq.ledger.model import Fence
 from ledgerq.ledger.pg.tx import PgAsyncTx, PgTx
 from ledgerq.ledger.protocol import Locked
-from ledgerq.ledger.results import TaskResult
 from ledgerq.ledger.sql import Q
+from ledgerq.ledger.task_result import TaskResult
 
 
 def succeed_within(session: Session | Connection, fence: Fence, result: str | None = None) -> bool:

@@ -33,9 +33,9 @@ from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.core.config import Settings
 from ledgerq.ledger.actions import MOVED_ON, NOT_FOUND, plan
 from ledgerq.ledger.model import Outcome
-from ledgerq.ledger.operations import adrive
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine, sync_engine
+from ledgerq.ledger.plans import adrive
 from ledgerq.ledger.sql import OQ
 from tests.harness import Pipeline, enqueue_committed, subscribe_like_worker
 

@@ -18,7 +18,7 @@ from ledgerq.consumers.registry import RegistryError
 from ledgerq.core.errors import InvalidFilterError
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.model import KindDefaults
-from ledgerq.ledger.producer import EnqueueOptions
+from ledgerq.ledger.specs import EnqueueOptions
 
 PAST = datetime(2020, 1, 1, tzinfo=UTC)
 

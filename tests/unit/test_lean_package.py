@@ -176,8 +176,8 @@ def test_otel_and_metrics_are_extras_a_producer_never_loads() -> None:
     # OpenTelemetry nor prometheus-client is imported (metrics load with a port only).
     producer = (
         "import ledgerq\n"
-        "from ledgerq.ledger.producer import TaskSpec, _rows_document\n"
-        "_rows_document([TaskSpec('k', {'a': 1})])\n"
+        "from ledgerq.ledger.specs import TaskSpec, rows_document\n"
+        "rows_document([TaskSpec('k', {'a': 1})])\n"
         "import ledgerq.compose, ledgerq.cli"
     )
     assert _loaded_after(producer) == ""

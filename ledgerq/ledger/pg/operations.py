@@ -31,8 +31,8 @@ from ledgerq.ledger.actions import (
 from ledgerq.ledger.after import graph
 from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease, release_plan
-from ledgerq.ledger.operations import adrive
 from ledgerq.ledger.pg.base import PgBase, translated
+from ledgerq.ledger.plans import adrive
 from ledgerq.ledger.sql import AQ, IQ, OQ
 
 AUDIT_COLUMNS = (

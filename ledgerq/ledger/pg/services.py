@@ -9,13 +9,11 @@ everything else runs in autocommit.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Row, TextClause
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import TextClause
 
 from ledgerq.ledger.model import (
     ClaimedTask,
@@ -29,163 +27,14 @@ from ledgerq.ledger.model import (
 from ledgerq.ledger.params import fence_params, outcome_params
 from ledgerq.ledger.pg.audit import SYSTEM_ACTOR, record_audit
 from ledgerq.ledger.pg.base import PgBase, translated
-from ledgerq.ledger.producer import TaskSpec, aenqueue_many
+from ledgerq.ledger.pg.batches import PgExpiredBatch, PgPublishBatch
+from ledgerq.ledger.pg.rows import claimed_tasks, due_tasks, finished_rows
+from ledgerq.ledger.producer import aenqueue_many
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, aging_param
+from ledgerq.ledger.specs import TaskSpec
 from ledgerq.ledger.sql import AQ, DQ, UQ, Q
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
-
-
-class PgPublishBatch:
-    """Due rows locked by the open transaction while they are published."""
-
-    def __init__(self, conn: AsyncConnection, rows: list[DueTask]) -> None:
-        self._conn = conn
-        self.rows = rows
-
-    async def mark_published(self, rows: Sequence[DueTask]) -> set[int]:
-        if not rows:
-            return set()
-        ordered = sorted(rows, key=lambda r: r.id)
-        params = {
-            "ids": [r.id for r in ordered],
-            "epochs": [r.epoch for r in ordered],
-            "routes": [r.route or "" for r in ordered],
-        }
-        with translated():
-            result = await self._conn.execute(Q.mark_published, params)
-        return {int(r[0]) for r in result}
-
-
-#: The columns of ``claim`` and ``claim_due``, in the order :class:`ClaimedTask` takes them.
-_CLAIMED = (
-    "id",
-    "epoch",
-    "kind",
-    "queue",
-    "payload_text",
-    "attempts",
-    "max_attempts",
-    "retry",
-    "timeout_s",
-    "checkpoint",
-    "business_key",
-    "parent_id",
-    "payload_bytes",
-    "waited_s",
-    "trace_context",
-)
-_FINISHED = ("id", "kind", "attempts", "status", "last_error")
-
-
-def _columns(row: Row[Any], names: Sequence[str]) -> Callable[[Row[Any]], tuple[Any, ...]]:
-    """A getter of ``names`` from rows shaped like ``row``, by position: the names are
-    looked up once per batch, not once per row (a named attribute per column per row
-    was most of the cost of turning a claim's rows into tasks: 24 against 9 us a row)."""
-    at = {name: i for i, name in enumerate(row._fields)}
-    return itemgetter(*(at[name] for name in names))
-
-
-def _claimed(rows: Sequence[Row[Any]]) -> list[ClaimedTask]:
-    """The rows of ``claim`` or ``claim_due``: payloads decoded, or None when too large."""
-    if not rows:
-        return []
-    get = _columns(rows[0], _CLAIMED)
-    tasks = []
-    for row in rows:
-        (id_, epoch, kind, queue, text, attempts, max_attempts, retry, timeout_s, checkpoint,
-         business_key, parent_id, size, waited, trace) = get(row)  # fmt: skip
-        tasks.append(
-            ClaimedTask(
-                id_,
-                epoch,
-                kind,
-                queue,
-                None if text is None else json.loads(text),
-                attempts,
-                max_attempts,
-                retry,
-                timeout_s,
-                checkpoint,
-                business_key,
-                parent_id,
-                None if size <= MAX_CLAIM_PAYLOAD_BYTES else int(size),
-                None if waited is None else max(0.0, float(waited)),
-                trace,
-            )
-        )
-    return tasks
-
-
-def _finished(rows: Sequence[Row[Any]]) -> list[Finished]:
-    if not rows:
-        return []
-    get = _columns(rows[0], _FINISHED)
-    finished = []
-    for row in rows:
-        id_, kind, attempts, status, last_error = get(row)
-        finished.append(Finished(id_, kind, attempts, status, last_error))
-    return finished
-
-
-def _due(rows: Sequence[Row[Any]]) -> list[DueTask]:
-    """The rows of ``select_due``, ``select_overdue`` or ``select_stalled`` (which has no
-    trace context and no subscriber count: none, and one)."""
-    if not rows:
-        return []
-    fields = rows[0]._fields
-    get = _columns(rows[0], ("id", "kind", "queue", "priority", "epoch", "suspect"))
-    trace = fields.index("trace_context") if "trace_context" in fields else None
-    route = fields.index("route") if "route" in fields else None
-    subscribers = fields.index("subscribers") if "subscribers" in fields else None
-    tasks = []
-    for row in rows:
-        id_, kind, queue, priority, epoch, suspect = get(row)
-        tasks.append(
-            DueTask(
-                id_,
-                kind,
-                queue,
-                priority,
-                epoch,
-                suspect,
-                None if trace is None else row[trace],
-                None if route is None else row[route] or None,
-                1 if subscribers is None else row[subscribers] or 1,
-            )
-        )
-    return tasks
-
-
-class PgExpiredBatch:
-    """Expired leases (or a dead worker's rows) locked by the open transaction;
-    finished inside it. A dead worker's rows taken before their leases ran out
-    are audited (actor ``ledgerq``) in the same transaction."""
-
-    def __init__(self, conn: AsyncConnection, rows: list[ExpiredLease]) -> None:
-        self._conn = conn
-        self.rows = rows
-
-    async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
-        if not outcomes:
-            return []
-        with translated():
-            finished = _finished(
-                (await self._conn.execute(Q.finish, outcome_params(outcomes))).all()
-            )
-            orphaned = {r.id: r.worker for r in self.rows if r.orphaned}
-            moved = [f.id for f in finished if f.id in orphaned]
-            if moved:
-                await record_audit(
-                    self._conn,
-                    "rescue_dead_worker",
-                    {"worker": sorted({str(orphaned[i]) for i in moved})},
-                    actor=SYSTEM_ACTOR,
-                    reason="its worker was presumed dead (its liveness beats stopped "
-                    "while other workers' went on) before the lease ran out",
-                    task_ids=moved,
-                )
-            return finished
 
 
 class PgServices(PgBase):
@@ -196,7 +45,7 @@ class PgServices(PgBase):
     ) -> AsyncIterator[PgPublishBatch]:
         with translated():
             async with self.engine.begin() as conn:
-                rows = _due((await conn.execute(statement, params)).all())
+                rows = due_tasks((await conn.execute(statement, params)).all())
                 yield PgPublishBatch(conn, rows)
 
     def publish_batch(
@@ -283,7 +132,7 @@ class PgServices(PgBase):
         if not params["ids"]:
             return []
         params.update(worker=worker, lease_s=lease_s, max_payload_bytes=MAX_CLAIM_PAYLOAD_BYTES)
-        return _claimed(await self._rows(Q.claim, params))
+        return claimed_tasks(await self._rows(Q.claim, params))
 
     async def claim_due(
         self,
@@ -303,7 +152,7 @@ class PgServices(PgBase):
             "lease_s": lease_s,
             "max_payload_bytes": MAX_CLAIM_PAYLOAD_BYTES,
         }
-        return _claimed(await self._rows(DQ.claim_due, params))
+        return claimed_tasks(await self._rows(DQ.claim_due, params))
 
     async def whereabouts(self, ids: Iterable[int]) -> dict[int, str]:
         rows = await self._rows(Q.whereabouts, {"ids": sorted(set(ids))})
@@ -312,7 +161,7 @@ class PgServices(PgBase):
     async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
         if not outcomes:
             return []
-        return _finished(await self._rows(Q.finish, outcome_params(outcomes)))
+        return finished_rows(await self._rows(Q.finish, outcome_params(outcomes)))
 
     async def heartbeat(
         self, fences: Iterable[Fence], lease_s: float, progress: Mapping[int, str] | None = None

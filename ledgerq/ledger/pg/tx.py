@@ -46,12 +46,12 @@ from ledgerq.ledger.executors import (
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.keys import KeyRelease, release_plan
 from ledgerq.ledger.model import Fence, Outcome
-from ledgerq.ledger.operations import adrive, drive, list_params
 from ledgerq.ledger.params import fence_params, outcome_params
-from ledgerq.ledger.producer import TaskSpec, _chunks, _rows_document
+from ledgerq.ledger.plans import adrive, drive, list_params
 from ledgerq.ledger.protocol import Locked
-from ledgerq.ledger.results import TaskResult, task_result
+from ledgerq.ledger.specs import TaskSpec, chunks, rows_document
 from ledgerq.ledger.sql import AQ, OQ, XQ, Q
+from ledgerq.ledger.task_result import TaskResult, task_result
 
 
 def _succeeded(fences: Sequence[Fence], results: Sequence[str | None] | None) -> dict[str, Any]:
@@ -198,8 +198,8 @@ class PgTx:
     def enqueue_many(self, specs: Iterable[TaskSpec]) -> list[int]:
         run = _checked(self._run)
         ids: list[int] = []
-        for chunk in _chunks(specs):
-            document = _rows_document(chunk)  # validates every spec first
+        for chunk in chunks(specs):
+            document = rows_document(chunk)  # validates every spec first
             afters = [spec.dependencies() for spec in chunk]
             if wanted := _after_ids(afters):
                 _after_refused(run(AQ.after_check, {"ids": wanted}))
@@ -284,8 +284,8 @@ class PgAsyncTx:
     async def enqueue_many(self, specs: Iterable[TaskSpec]) -> list[int]:
         run = _achecked(self._run)
         ids: list[int] = []
-        for chunk in _chunks(specs):
-            document = _rows_document(chunk)  # validates every spec first
+        for chunk in chunks(specs):
+            document = rows_document(chunk)  # validates every spec first
             afters = [spec.dependencies() for spec in chunk]
             if wanted := _after_ids(afters):
                 _after_refused(await run(AQ.after_check, {"ids": wanted}))

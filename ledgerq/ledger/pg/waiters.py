@@ -55,7 +55,7 @@ import psycopg
 from ledgerq.core.errors import LedgerqError
 from ledgerq.ledger.outages import Outage
 from ledgerq.ledger.pg.tx import PgTx
-from ledgerq.ledger.results import TaskResult, not_found
+from ledgerq.ledger.task_result import TaskResult, not_found
 
 log = logging.getLogger("ledgerq.ledger.results")
 
