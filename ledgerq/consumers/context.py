@@ -26,7 +26,7 @@ reads through ``ctx.session``, so it sees what the handler's transaction sees.
 
 A saved checkpoint counts as progress (:attr:`_Context._progress_at`): the
 worker measures the attempt's timeout from the later of its start and its last
-checkpoint (consumers.execute, :func:`~ledgerq.consumers.execute.Deadline`).
+checkpoint (:class:`~ledgerq.consumers.deadline.Deadline`).
 
 ``ctx.cancel_requested`` turns true within one heartbeat of an operator's
 ``ledgerq tasks cancel`` (the heartbeat statement reads it back); the worker

@@ -57,6 +57,7 @@ from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ledgerq.consumers.context import AsyncTaskContext, HandlerContext, TaskContext
+from ledgerq.consumers.deadline import Deadline, handler_timeout, move_deadline, wait_until
 from ledgerq.consumers.handoff import Committed, Result
 from ledgerq.consumers.hung import HungThreads
 from ledgerq.consumers.registry import Handler, Registry
@@ -105,49 +106,6 @@ def failure(task: ClaimedTask, error: str, *, final: bool = False) -> Outcome:
             error += f"\n(and the task's retry policy is unreadable: {exc})"
             final = True
     return Outcome.failed(task.fence, clean_error(error), delay=delay, final=final)
-
-
-def handler_timeout(task: ClaimedTask, handler: Handler, default: float | None) -> float | None:
-    """The task's timeout (given at enqueue, else filled in by the claim from the
-    kind's ``@task(timeout=...)``), else the handler's (a kind no worker registered
-    a default for yet), else the worker's default: an enqueue overrides the kind."""
-    return task.timeout_s or handler.timeout_s or default
-
-
-@dataclass(frozen=True)
-class Deadline:
-    """When an attempt times out: ``timeout`` seconds after the later of its start
-    and its last checkpoint, and never later than ``cap`` seconds after its start
-    (times on ``time.monotonic``). None for both: never."""
-
-    timeout: float | None
-    cap: float | None
-    started: float = field(default_factory=time.monotonic)
-
-    def at(self, ctx: HandlerContext) -> float | None:
-        ends = []
-        if self.timeout is not None:
-            ends.append((ctx._progress_at or self.started) + self.timeout)
-        if self.cap is not None:
-            ends.append(self.started + self.cap)
-        return min(ends) if ends else None
-
-    def remaining(self, ctx: HandlerContext) -> float | None:
-        at = self.at(ctx)
-        return None if at is None else at - time.monotonic()
-
-    def on_loop(self, ctx: HandlerContext) -> float | None:
-        """The deadline on the running loop's clock (for ``asyncio.timeout``)."""
-        left = self.remaining(ctx)
-        return None if left is None else asyncio.get_running_loop().time() + left
-
-    def describe(self, ctx: HandlerContext) -> str:
-        if self.cap is not None and self.at(ctx) == self.started + self.cap:
-            return f"timed out after {self.cap:g} s (max_runtime)"
-        # :g, so a limit of 1 reads "1 s" whether it came from @task or the row
-        if ctx._progress_at is not None:
-            return f"timed out after {self.timeout or 0:g} s without a checkpoint"
-        return f"timed out after {self.timeout or 0:g} s"
 
 
 def _returned(value: Any, ctx: HandlerContext) -> str | None:
@@ -274,7 +232,7 @@ class TaskRunner:
             # asyncio.timeout_at, not wait_for: no extra task per handler run. A
             # checkpoint moves it (ctx._on_progress runs on this loop).
             async with asyncio.timeout_at(deadline.on_loop(ctx)) as timer:
-                ctx._on_progress = lambda: _move(timer, deadline, ctx)
+                ctx._on_progress = lambda: move_deadline(timer, deadline, ctx)
                 return await _run_async(handler, ctx)
         except TimeoutError:
             return self._timed_out(task, deadline, ctx)
@@ -305,7 +263,7 @@ class TaskRunner:
 
         future.add_done_callback(thread_done)
         try:
-            return await _until(future, deadline, ctx)
+            return await wait_until(future, deadline, ctx)
         except TimeoutError:
             ctx.lost = True  # the thread may look; its writes will not commit
             timed_out = self._timed_out(task, deadline, ctx)
@@ -375,29 +333,6 @@ class TaskRunner:
     def _notify(self, task: ClaimedTask, ctx: HandlerContext) -> None:
         if self.on_context is not None:
             self.on_context(task, ctx)
-
-
-def _move(timer: asyncio.Timeout, deadline: Deadline, ctx: HandlerContext) -> None:
-    """After a checkpoint: the async handler's timeout runs from now (unless it has
-    already fired: the cancellation is on its way, and stands)."""
-    if not timer.expired():
-        timer.reschedule(deadline.on_loop(ctx))
-
-
-async def _until(future: asyncio.Future[Result], deadline: Deadline, ctx: HandlerContext) -> Result:
-    """The sync handler's result, or TimeoutError once ``deadline`` passes with no
-    checkpoint moving it. shield: a timeout or shutdown stops the wait, never the
-    thread's commit-or-rollback (which the fence makes safe either way)."""
-    while True:
-        left = deadline.remaining(ctx)
-        if left is not None and left <= 0:
-            raise TimeoutError
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), left)
-        except TimeoutError:
-            moved = deadline.remaining(ctx)
-            if moved is None or moved <= 0:
-                raise
 
 
 def _log_late_exception(future: asyncio.Future[Result]) -> None:

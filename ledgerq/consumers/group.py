@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from ledgerq.consumers.context import AsyncTaskContext
-from ledgerq.consumers.execute import handler_timeout
+from ledgerq.consumers.deadline import handler_timeout
 from ledgerq.consumers.registry import Handler
 from ledgerq.consumers.results import encode_result
 from ledgerq.ledger.model import ClaimedTask

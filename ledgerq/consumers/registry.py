@@ -82,7 +82,7 @@ class Handler:
     #: are terminal (fan-out with completion).
     on_children_done: str | None = None
     #: Seconds an attempt may run at most however often it checkpoints (the
-    #: timeout alone runs from the last checkpoint; consumers.execute.Deadline).
+    #: timeout alone runs from the last checkpoint; consumers.deadline.Deadline).
     max_runtime: float | None = None
     #: Seconds a retry is held for the worker that ran the failed attempt, counted
     #: from when the retry is due (None: any worker takes it).

@@ -67,7 +67,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledgerq.consumers.context import AsyncTaskContext, TaskContext
-from ledgerq.consumers.execute import failure, handler_timeout
+from ledgerq.consumers.deadline import handler_timeout
+from ledgerq.consumers.execute import failure
 from ledgerq.consumers.window_items import (
     Item,
     NotLocked,

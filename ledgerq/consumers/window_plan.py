@@ -25,7 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from ledgerq.consumers.context import HandlerContext
-from ledgerq.consumers.execute import TaskRunner, _returned, handler_timeout
+from ledgerq.consumers.deadline import handler_timeout
+from ledgerq.consumers.execute import TaskRunner, _returned
 from ledgerq.consumers.window_items import (
     NOT_LOCKED,
     Item,

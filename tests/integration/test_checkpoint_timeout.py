@@ -1,5 +1,5 @@
 """A checkpoint counts as progress: the attempt's timeout runs from the later of
-its start and its last checkpoint (consumers.execute.Deadline).
+its start and its last checkpoint (consumers.deadline.Deadline).
 
 A task with timeout 1 s that checkpoints every 0.3 s runs 3 s and succeeds; one
 that stops checkpointing times out about 1 s after its last checkpoint; one that
