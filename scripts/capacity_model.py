@@ -122,6 +122,9 @@ class Shard:
 
     def __init__(self, env: simpy.Environment, costs: Costs, plan: Plan, args: argparse.Namespace):
         self.env, self.costs, self.args = env, costs, args
+        # Its own generator: another thread of the process drawing from the global
+        # one (a back-off's jitter) must not change the simulation.
+        self.random = random.Random(args.seed)
         self.pg = simpy.Resource(env, capacity=plan.pg_cores)
         self.mq = simpy.Resource(env, capacity=max(1, plan.mq_nodes * plan.mq_cores // plan.shards))
         self.workers = simpy.Resource(env, capacity=plan.workers // plan.shards)
@@ -140,7 +143,7 @@ class Shard:
 
     def producers(self, rate: float) -> Any:
         while True:
-            yield self.env.timeout(random.expovariate(rate))
+            yield self.env.timeout(self.random.expovariate(rate))
             self.arrived += 1
             self.env.process(self.commit(self.env.now))
 
@@ -179,7 +182,6 @@ class Shard:
 
 
 def simulate(costs: Costs, plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
-    random.seed(args.seed)
     env = simpy.Environment()
     shard = Shard(env, costs, plan, args)
     env.process(shard.producers(plan.rate / plan.shards))

@@ -155,13 +155,13 @@ class ReconcileCounts:
         if not self.acted:
             return "reconcile: another reconciler holds the lock; this one did nothing"
         return (
-            f"reconcile: {self.expired_tasks} tasks past their expiry cancelled, "
-            f"took back {self.unpublished} from unserved routes, "
+            f"reconcile: took back {self.unpublished} from unserved routes, "
             f"re-published {self.republished} stalled, published "
             f"{self.overdue_published} overdue, expired {self.expired} leases "
             f"({self.orphaned} of dead workers, {self.dead} dead, "
             f"{self.released} released as suspects), "
             f"{self.unconfirmed} unconfirmed, {self.waiting_moved} missed releases, "
+            f"{self.expired_tasks} tasks past their expiry cancelled, "
             f"{self.pages} pages "
             f"in {self.elapsed_s * 1000:.0f} ms"
         ) + "".join("; " + c.line() for c in (self.rollup, self.retention) if c is not None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +14,11 @@ from ledgerq import InvalidTaskError, TaskSpec
 from tests.strategies import kinds, options, payloads
 
 
+# Deep payloads (up to 3,000 levels) have reprs of tens of kB; Hypothesis warns when
+# it builds one (for its report), which says nothing about the code under test.
+@pytest.mark.filterwarnings(
+    "ignore:Generating overly large repr:hypothesis.errors.HypothesisWarning"
+)
 @settings(
     max_examples=600,
     deadline=None,
