@@ -24,11 +24,12 @@ instead of failing (prefer the ``a``-prefixed function there).
 from __future__ import annotations
 
 import asyncio
+import functools
 import getpass
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeAlias, TypeVar
 
 from sqlalchemy import URL, Connection, Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
@@ -52,6 +53,7 @@ Target: TypeAlias = (
 APPLICATION_NAME = "ledgerq-admin"
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def _url(bind: object) -> URL:
@@ -119,6 +121,19 @@ def run_sync(work: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(work)
     with ThreadPoolExecutor(1, thread_name_prefix="ledgerq-admin") as pool:
         return pool.submit(asyncio.run, work).result()
+
+
+def sync_twin(work: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """The sync twin of admin coroutine function ``work`` (``apurge`` -> ``purge``):
+    the same parameters, run through :func:`run_sync`."""
+
+    @functools.wraps(work)
+    def twin(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(work(*args, **kwargs))
+
+    twin.__name__ = twin.__qualname__ = work.__name__.removeprefix("a")
+    twin.__doc__ = f":func:`{work.__name__}`, from sync code."
+    return twin
 
 
 def os_user() -> str:
