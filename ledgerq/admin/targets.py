@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
 from ledgerq.core.config import Settings
+from ledgerq.core.urls import psycopg_url
 
 if TYPE_CHECKING:
     import psycopg
@@ -68,26 +69,11 @@ def _url(bind: object) -> URL:
     if isinstance(bind, str):
         return make_url(bind)
     if type(bind).__module__.startswith("psycopg") and hasattr(bind, "info"):
-        return _psycopg_url(getattr(bind, "info"))  # psycopg is not imported here
+        return psycopg_url(getattr(bind, "info"))  # psycopg is not imported here
     raise TypeError(
         "target: expected Settings, a database URL, a psycopg connection, or a SQLAlchemy "
         "Engine, AsyncEngine, Connection, AsyncConnection, Session or AsyncSession; got "
         f"{type(bind).__name__}"
-    )
-
-
-def _psycopg_url(info: Any) -> URL:
-    """The URL of a psycopg 3 connection, from its ``info`` (password included)."""
-    host = str(info.host or "")
-    query = {"host": host} if host.startswith("/") else {}
-    return URL.create(
-        "postgresql+psycopg",
-        username=info.user or None,
-        password=info.password or None,
-        host=None if query or not host else host,
-        port=int(info.port) if info.port else None,
-        database=info.dbname or None,
-        query=query,
     )
 
 
