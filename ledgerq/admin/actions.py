@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypedDict, Unpack
 
-from ledgerq.admin.targets import Target, operator_ledger, os_user, run_sync
+from ledgerq.admin.targets import Target, operator_ledger, os_user, sync_twin
 from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.keys import KeyRelease
@@ -61,21 +61,7 @@ async def aact(
         )
 
 
-def act(
-    target: Target,
-    action: Action,
-    selection: TaskFilter,
-    *,
-    actor: str | None = None,
-    reason: str | None = None,
-    dry_run: bool = False,
-    progress: Progress | None = None,
-) -> Report:
-    """:func:`aact`, from sync code."""
-    return run_sync(
-        aact(target, action, selection, actor=actor, reason=reason, dry_run=dry_run,
-             progress=progress)
-    )  # fmt: skip
+act = sync_twin(aact)
 
 
 async def acancel(
@@ -87,11 +73,7 @@ async def acancel(
     return await aact(target, Action.cancel(cascade=cascade), selection, **options)
 
 
-def cancel(
-    target: Target, selection: TaskFilter, *, cascade: bool = False, **options: Unpack[ActOptions]
-) -> Report:
-    """:func:`acancel`, from sync code."""
-    return run_sync(acancel(target, selection, cascade=cascade, **options))
+cancel = sync_twin(acancel)
 
 
 async def aretry(target: Target, selection: TaskFilter, **options: Unpack[ActOptions]) -> Report:
@@ -100,9 +82,7 @@ async def aretry(target: Target, selection: TaskFilter, **options: Unpack[ActOpt
     return await aact(target, Action.retry(), selection, **options)
 
 
-def retry(target: Target, selection: TaskFilter, **options: Unpack[ActOptions]) -> Report:
-    """:func:`aretry`, from sync code."""
-    return run_sync(aretry(target, selection, **options))
+retry = sync_twin(aretry)
 
 
 async def areschedule(
@@ -112,11 +92,7 @@ async def areschedule(
     return await aact(target, Action.reschedule(when), selection, **options)
 
 
-def reschedule(
-    target: Target, selection: TaskFilter, when: datetime, **options: Unpack[ActOptions]
-) -> Report:
-    """:func:`areschedule`, from sync code."""
-    return run_sync(areschedule(target, selection, when, **options))
+reschedule = sync_twin(areschedule)
 
 
 async def aset_attempts(
@@ -126,11 +102,7 @@ async def aset_attempts(
     return await aact(target, Action.set_attempts(max_attempts), selection, **options)
 
 
-def set_attempts(
-    target: Target, selection: TaskFilter, max_attempts: int, **options: Unpack[ActOptions]
-) -> Report:
-    """:func:`aset_attempts`, from sync code."""
-    return run_sync(aset_attempts(target, selection, max_attempts, **options))
+set_attempts = sync_twin(aset_attempts)
 
 
 async def aset_priority(
@@ -140,11 +112,7 @@ async def aset_priority(
     return await aact(target, Action.set_priority(priority), selection, **options)
 
 
-def set_priority(
-    target: Target, selection: TaskFilter, priority: int, **options: Unpack[ActOptions]
-) -> Report:
-    """:func:`aset_priority`, from sync code."""
-    return run_sync(aset_priority(target, selection, priority, **options))
+set_priority = sync_twin(aset_priority)
 
 
 async def arelease_key(
@@ -163,13 +131,4 @@ async def arelease_key(
         )
 
 
-def release_key(
-    target: Target,
-    key: str,
-    *,
-    actor: str | None = None,
-    reason: str | None = None,
-    dry_run: bool = False,
-) -> KeyRelease:
-    """:func:`arelease_key`, from sync code."""
-    return run_sync(arelease_key(target, key, actor=actor, reason=reason, dry_run=dry_run))
+release_key = sync_twin(arelease_key)

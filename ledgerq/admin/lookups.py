@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from ledgerq.admin.reports import LiveWorker, Stats, Unserved, Window
 from ledgerq.admin.results import AuditRecord, TaskDetail, TaskRow
-from ledgerq.admin.targets import Target, operator_ledger, run_sync
+from ledgerq.admin.targets import Target, operator_ledger, sync_twin
 from ledgerq.core.errors import InvalidFilterError
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 
@@ -52,9 +52,7 @@ async def astats(target: Target) -> Stats:
     )
 
 
-def stats(target: Target) -> Stats:
-    """:func:`astats`, from sync code."""
-    return run_sync(astats(target))
+stats = sync_twin(astats)
 
 
 async def ashow(
@@ -69,9 +67,7 @@ async def ashow(
         return TaskDetail.read(await ledger.find(task_id, business_key=key))
 
 
-def show(target: Target, task_id: int | None = None, *, key: str | None = None) -> TaskDetail:
-    """:func:`ashow`, from sync code."""
-    return run_sync(ashow(target, task_id, key=key))
+show = sync_twin(ashow)
 
 
 async def alist_tasks(target: Target, selection: TaskFilter | None = None) -> list[TaskRow]:
@@ -82,9 +78,7 @@ async def alist_tasks(target: Target, selection: TaskFilter | None = None) -> li
     return [TaskRow.from_row(row) for row in rows]
 
 
-def list_tasks(target: Target, selection: TaskFilter | None = None) -> list[TaskRow]:
-    """:func:`alist_tasks`, from sync code."""
-    return run_sync(alist_tasks(target, selection))
+list_tasks = sync_twin(alist_tasks)
 
 
 async def aaudit(
@@ -99,11 +93,7 @@ async def aaudit(
     return [AuditRecord.from_row(row) for row in rows]
 
 
-def audit(
-    target: Target, limit: int = DEFAULT_LIMIT, before: int | None = None
-) -> list[AuditRecord]:
-    """:func:`aaudit`, from sync code."""
-    return run_sync(aaudit(target, limit, before))
+audit = sync_twin(aaudit)
 
 
 def rows_json(rows: Iterable[TaskRow | AuditRecord]) -> list[dict[str, object]]:

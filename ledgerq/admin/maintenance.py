@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 
 from ledgerq.admin.reports import ConfigEntry, PurgeResult
-from ledgerq.admin.targets import APPLICATION_NAME, Target, run_sync, settings_of
+from ledgerq.admin.targets import APPLICATION_NAME, Target, settings_of, sync_twin
 from ledgerq.core.errors import InvalidFilterError
 from ledgerq.core.settings_table import SETTINGS
 
@@ -108,16 +108,7 @@ async def apurge(
     )
 
 
-def purge(
-    target: Target,
-    older_than: timedelta | str | None = None,
-    statuses: Iterable[str] = (),
-    *,
-    dry_run: bool = False,
-    progress: Callable[[int], None] | None = None,
-) -> PurgeResult:
-    """:func:`apurge`, from sync code."""
-    return run_sync(apurge(target, older_than, statuses, dry_run=dry_run, progress=progress))
+purge = sync_twin(apurge)
 
 
 def config(target: Target) -> dict[str, ConfigEntry]:

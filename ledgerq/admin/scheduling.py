@@ -16,7 +16,7 @@ written.
 from __future__ import annotations
 
 from ledgerq.admin.results import KindState, Pause, RateLimitChange
-from ledgerq.admin.targets import Target, operator_ledger, os_user, run_sync
+from ledgerq.admin.targets import Target, operator_ledger, os_user, sync_twin
 from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope
 
 
@@ -29,11 +29,7 @@ async def apause(
         return await ledger.pause(scope, name, actor=actor or os_user(), reason=reason)
 
 
-def pause(
-    target: Target, scope: Scope, name: str, *, actor: str | None = None, reason: str | None = None
-) -> PauseReport:
-    """:func:`apause`, from sync code."""
-    return run_sync(apause(target, scope, name, actor=actor, reason=reason))
+pause = sync_twin(apause)
 
 
 async def aresume(
@@ -45,9 +41,7 @@ async def aresume(
         return await ledger.resume(scope, name, actor=actor or os_user())
 
 
-def resume(target: Target, scope: Scope, name: str, *, actor: str | None = None) -> PauseReport:
-    """:func:`aresume`, from sync code."""
-    return run_sync(aresume(target, scope, name, actor=actor))
+resume = sync_twin(aresume)
 
 
 async def apauses(target: Target, scope: Scope | None = None) -> list[Pause]:
@@ -57,9 +51,7 @@ async def apauses(target: Target, scope: Scope | None = None) -> list[Pause]:
     return [Pause.from_row(r) for r in rows if scope is None or r["scope"] == scope]
 
 
-def pauses(target: Target, scope: Scope | None = None) -> list[Pause]:
-    """:func:`apauses`, from sync code."""
-    return run_sync(apauses(target, scope))
+pauses = sync_twin(apauses)
 
 
 async def akinds(target: Target) -> list[KindState]:
@@ -68,9 +60,7 @@ async def akinds(target: Target) -> list[KindState]:
         return [KindState.from_row(r) for r in await ledger.kinds()]
 
 
-def kinds(target: Target) -> list[KindState]:
-    """:func:`akinds`, from sync code."""
-    return run_sync(akinds(target))
+kinds = sync_twin(akinds)
 
 
 async def aset_rate_limit(
@@ -93,13 +83,4 @@ async def aset_rate_limit(
     return RateLimitChange(kind, limit.rate_per_s, limit.burst)
 
 
-def set_rate_limit(
-    target: Target,
-    kind: str,
-    rate: str | RateLimit | None,
-    *,
-    burst: float | None = None,
-    actor: str | None = None,
-) -> RateLimitChange:
-    """:func:`aset_rate_limit`, from sync code."""
-    return run_sync(aset_rate_limit(target, kind, rate, burst=burst, actor=actor))
+set_rate_limit = sync_twin(aset_rate_limit)

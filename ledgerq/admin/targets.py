@@ -24,17 +24,19 @@ instead of failing (prefer the ``a``-prefixed function there).
 from __future__ import annotations
 
 import asyncio
+import functools
 import getpass
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeAlias, TypeVar
 
 from sqlalchemy import URL, Connection, Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
 from ledgerq.core.config import Settings
+from ledgerq.core.urls import psycopg_url
 
 if TYPE_CHECKING:
     import psycopg
@@ -52,6 +54,7 @@ Target: TypeAlias = (
 APPLICATION_NAME = "ledgerq-admin"
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def _url(bind: object) -> URL:
@@ -66,26 +69,11 @@ def _url(bind: object) -> URL:
     if isinstance(bind, str):
         return make_url(bind)
     if type(bind).__module__.startswith("psycopg") and hasattr(bind, "info"):
-        return _psycopg_url(getattr(bind, "info"))  # psycopg is not imported here
+        return psycopg_url(getattr(bind, "info"))  # psycopg is not imported here
     raise TypeError(
         "target: expected Settings, a database URL, a psycopg connection, or a SQLAlchemy "
         "Engine, AsyncEngine, Connection, AsyncConnection, Session or AsyncSession; got "
         f"{type(bind).__name__}"
-    )
-
-
-def _psycopg_url(info: Any) -> URL:
-    """The URL of a psycopg 3 connection, from its ``info`` (password included)."""
-    host = str(info.host or "")
-    query = {"host": host} if host.startswith("/") else {}
-    return URL.create(
-        "postgresql+psycopg",
-        username=info.user or None,
-        password=info.password or None,
-        host=None if query or not host else host,
-        port=int(info.port) if info.port else None,
-        database=info.dbname or None,
-        query=query,
     )
 
 
@@ -119,6 +107,19 @@ def run_sync(work: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(work)
     with ThreadPoolExecutor(1, thread_name_prefix="ledgerq-admin") as pool:
         return pool.submit(asyncio.run, work).result()
+
+
+def sync_twin(work: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """The sync twin of admin coroutine function ``work`` (``apurge`` -> ``purge``):
+    the same parameters, run through :func:`run_sync`."""
+
+    @functools.wraps(work)
+    def twin(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(work(*args, **kwargs))
+
+    twin.__name__ = twin.__qualname__ = work.__name__.removeprefix("a")
+    twin.__doc__ = f":func:`{work.__name__}`, from sync code."
+    return twin
 
 
 def os_user() -> str:

@@ -30,6 +30,8 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.pool import NullPool
 
+from ledgerq.core.urls import psycopg_url
+
 ACCEPTED = (
     "a SQLAlchemy Engine, Connection, Session or scoped_session, their async "
     "counterparts, a psycopg 3 connection or Django's connection"
@@ -58,21 +60,6 @@ class Target:
         if reuse and mine is not None and mine.dialect.driver == "psycopg":
             return mine, False
         return create_async_engine(self.url, poolclass=NullPool), True
-
-
-def _psycopg_url(info: Any) -> URL:
-    """The URL of a psycopg 3 connection, from its ``info``."""
-    host = str(info.host or "")
-    query = {"host": host} if host.startswith("/") else {}
-    return URL.create(
-        "postgresql+psycopg",
-        username=info.user or None,
-        password=info.password or None,
-        host=None if query or not host else host,
-        port=int(info.port) if info.port else None,
-        database=info.dbname or None,
-        query=query,
-    )
 
 
 def _on_psycopg(url: URL) -> URL:
@@ -109,7 +96,7 @@ def resolve(bind: object, caller: str) -> Target:
         return Target(_on_psycopg(bind.url), async_engine=bind)
     if type(bind).__module__.startswith("psycopg") and hasattr(bind, "info"):
         info: Any = getattr(bind, "info")  # psycopg is not imported here
-        return Target(_psycopg_url(info))
+        return Target(psycopg_url(info))
     kind = type(bind)
     raise TypeError(f"{caller}() takes {ACCEPTED}; got {kind.__module__}.{kind.__qualname__}")
 
