@@ -390,6 +390,7 @@ def _results(settings: Settings, waiters: int, as_json: bool) -> None:
     click.echo(
         f"result() latency, {figure['waiters']} waiters, ends in batches of {figure['batch']}: "
         f"p50 {figure['p50_ms']} ms, p90 {figure['p90_ms']} ms, p99 {figure['p99_ms']} ms, "
-        f"max {figure['max_ms']} ms ({figure['reads']} reads, "
+        f"max {figure['max_ms']} ms from the finish's send (its round trip: "
+        f"{figure['finish_p50_ms']} ms p50; {figure['reads']} reads, "
         f"{figure['notifications']} notifications)"
     )

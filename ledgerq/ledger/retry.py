@@ -16,6 +16,7 @@ The policy decides *when*; ``max_attempts`` on the task decides *whether*.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,11 +27,26 @@ from tenacity import (
     wait_chain,
     wait_exponential,
     wait_fixed,
-    wait_random,
 )
 from tenacity.wait import wait_base
 
 from ledgerq.core.errors import InvalidRetryPolicyError
+
+# The jitter's own generator: the module-level one is shared with whatever else
+# runs in the process (a test framework replaying its draws, a caller's seeded
+# simulation), and a retry delay must neither disturb nor depend on it.
+_JITTER = random.Random()
+
+
+class _Jitter(wait_base):
+    """Up to ``most`` seconds, uniformly, from the module's own generator."""
+
+    def __init__(self, most: float) -> None:
+        self.most = most
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        return _JITTER.random() * self.most
+
 
 PolicyKind = Literal["fixed", "exponential", "schedule"]
 _KINDS: tuple[PolicyKind, ...] = ("fixed", "exponential", "schedule")
@@ -160,7 +176,7 @@ class RetryPolicy:
             capped: wait_base = wait_exponential(
                 multiplier=self.base, max=self.maximum, exp_base=self.multiplier
             )
-            return capped + wait_random(0, self.base)
+            return capped + _Jitter(self.base)
         return wait_chain(*(wait_fixed(d) for d in self.delays))
 
     def delay_for(self, attempt: int) -> float:

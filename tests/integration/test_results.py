@@ -277,4 +277,5 @@ def test_bench_results_prints_the_latency_figure(settings: Settings) -> None:
     figure = json.loads(done.stdout)["results"]
     assert figure["waiters"] == 50 and figure["batch"] == 10
     assert 0 <= figure["p50_ms"] <= figure["p90_ms"] <= figure["p99_ms"] <= figure["max_ms"]
+    assert figure["finish_p50_ms"] > 0
     assert figure["reads"] >= 1

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from ledgerq.core.errors import InvalidRetryPolicyError
@@ -73,3 +75,13 @@ def test_bad_policies_are_refused(bad: dict[str, object]) -> None:
 def test_coerce_refuses_strings() -> None:
     with pytest.raises(InvalidRetryPolicyError):
         RetryPolicy.coerce("60")  # type: ignore[arg-type]
+
+
+def test_the_jitter_leaves_the_process_wide_random_generator_alone() -> None:
+    # A delay computed in a worker's thread must not move the generator that
+    # the rest of the process (a seeded simulation, a property-test engine) draws from.
+    random.seed(7)
+    before = random.getstate()
+    delays = {RetryPolicy.exponential(base=2).delay_for(3) for _ in range(50)}
+    assert random.getstate() == before
+    assert len(delays) > 1 and all(8 <= d <= 10 for d in delays)
