@@ -42,20 +42,15 @@ ORDER BY e.depends_on
 
 -- name: task_graph
 -- show: the dependencies ('dependency') and dependents ('dependent') of :id,
--- each with its status (NULL when purged) and kind.
+-- each with its status (NULL when purged) and kind (fragments.sql
+-- status_and_kind).
 SELECT 'dependency' AS side, e.depends_on AS id, e.always, x.status, x.kind
 FROM ledgerq_dependencies e
-LEFT JOIN LATERAL (SELECT t.status, t.kind FROM ledgerq_tasks t WHERE t.id = e.depends_on
-                   UNION ALL
-                   SELECT h.status, h.kind FROM ledgerq_history h WHERE h.id = e.depends_on
-                   LIMIT 1) x ON true
+{{status_and_kind(e.depends_on)}}
 WHERE e.task_id = :id
 UNION ALL
 SELECT 'dependent', e.task_id, e.always, x.status, x.kind
 FROM ledgerq_dependencies e
-LEFT JOIN LATERAL (SELECT t.status, t.kind FROM ledgerq_tasks t WHERE t.id = e.task_id
-                   UNION ALL
-                   SELECT h.status, h.kind FROM ledgerq_history h WHERE h.id = e.task_id
-                   LIMIT 1) x ON true
+{{status_and_kind(e.task_id)}}
 WHERE e.depends_on = :id
 ORDER BY 1, 2

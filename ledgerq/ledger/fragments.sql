@@ -1,8 +1,12 @@
 -- Rules several statements share, each written once. A statement includes one
 -- with {{name}}; ledger/sql.py splices it in when it loads the statement, so
--- what runs (and what EXPLAIN shows) is the whole text. A fragment's comments
--- say what it reads from the statement around it. tests/unit/test_rules_once.py
--- fails when a statement restates one instead of including it.
+-- what runs (and what EXPLAIN shows) is the whole text. A fragment may include
+-- others, and may take parameters (`-- fragment: name(p, ...)`, read as {{p}}
+-- in its body, given as {{name(value, ...)}}: each value is spliced in as
+-- written, so every instance has its values as constants). A fragment's
+-- comments say what it reads from the statement around it.
+-- tests/unit/test_rules_once.py fails when a statement restates one instead of
+-- including it.
 
 -- fragment: bury
 -- The history row of a task leaving the hot table: every column of
@@ -53,6 +57,18 @@ x.id, x.kind, x.queue, x.status, x.attempts, x.max_attempts, x.business_key, x.r
 x.created_at, x.finished_at, x.last_error, x.priority, x.epoch, x.result, x.progress,
 x.expires_at, x.expired, x.tags
 
+-- fragment: history_branch(status)
+-- One history status's branch of list_tasks (operations.sql), the status a
+-- constant (a literal, 'dead'): the planner sees how common it is and picks
+-- the index, the branch stops after :limit rows, and when the status is not
+-- among :statuses the branch is a one-time filter that skips it.
+(SELECT {{listed_columns}}, 'history' AS location
+ FROM ledgerq_history x
+ WHERE {{status}} = ANY(CAST(:statuses AS text[])) AND x.status = {{status}}
+   AND {{task_filter}}
+ ORDER BY x.id DESC
+ LIMIT :limit)
+
 -- fragment: task_filter
 -- The operator's task filter (ledger/filters.py TaskFilter.params), on the row
 -- x of either table: ids below :before (keyset paging), then each criterion,
@@ -83,11 +99,18 @@ CAST(NULL AS jsonb) AS ended_result, false AS ended_attempt,
 CAST(NULL AS text) AS ended_attempt_error, t.cancel_requested_at AS ended_cancel,
 true AS ended_expired
 
--- fragment: expired_audit
--- The audit record of tasks that expired (actor ledgerq, action expire) and
--- its task lines, from the CTE `buried` (the ids bury moved); nothing when it
--- moved none.
-audited AS (
+-- fragment: expired_burial
+-- How the tasks that expired end, after the statement's CTE `ended` deleted
+-- them (DELETE FROM ledgerq_tasks ... RETURNING t.*, {{expired_end}}): the CTEs
+--   buried         their history rows (bury), RETURNING id;
+--   audited        the audit record (actor ledgerq, action expire), nothing
+--                  when none expired, and audited_tasks its task lines;
+--   told           the ended ids to result() waiters (tell_ended).
+-- The statement joins told to its answer (LEFT JOIN told ON true).
+buried AS (
+    {{bury}}
+    RETURNING id
+), audited AS (
     INSERT INTO ledgerq_audit (actor, action, selection, reason, matched, changed, finished_at)
     SELECT 'ledgerq', 'expire', '{}'::jsonb, 'not started by its expiry, expires_at',
            count(*), count(*), now()
@@ -96,7 +119,85 @@ audited AS (
 ), audited_tasks AS (
     INSERT INTO ledgerq_audit_tasks (audit_id, task_id, outcome)
     SELECT a.id, b.id, 'changed' FROM audited a CROSS JOIN buried b
+), told AS (
+    {{tell_ended}}
 )
+
+-- fragment: kind_setting(setting, values, type, default)
+-- One per-kind setting of a worker's kinds, written at its start: the column
+-- `setting` of ledgerq_kinds, each kind of :kinds with its value from the
+-- array parameter `values` (of `type`), and the setting's `default` (what a
+-- kind without a row has). A kind whose value is not the default gets a row
+-- (or its row is set); a kind at the default is written only if it has a row
+-- that says otherwise (set back to the default). Only a row that changes is
+-- written; the answer is the kinds written.
+WITH r AS (
+    SELECT * FROM unnest(CAST(:kinds AS text[]), CAST({{values}} AS {{type}}[])) AS r(kind, value)
+), differing AS (
+    INSERT INTO ledgerq_kinds AS k (kind, {{setting}})
+    SELECT kind, value FROM r WHERE value IS DISTINCT FROM {{default}}
+    ON CONFLICT (kind) DO UPDATE SET {{setting}} = excluded.{{setting}}, updated_at = now()
+    WHERE k.{{setting}} IS DISTINCT FROM excluded.{{setting}}
+    RETURNING k.kind
+), defaulted AS (
+    UPDATE ledgerq_kinds k SET {{setting}} = {{default}}, updated_at = now()
+    FROM r
+    WHERE k.kind = r.kind AND r.value IS NOT DISTINCT FROM {{default}}
+      AND k.{{setting}} IS DISTINCT FROM {{default}}
+    RETURNING k.kind
+)
+SELECT kind FROM differing UNION ALL SELECT kind FROM defaulted
+
+-- fragment: fence
+-- The task rows t an UPDATE's compare-and-set names: the parallel arrays :ids
+-- and :epochs, each row only while its epoch is still the one given (a row
+-- that moved on since, claimed, retried, rescheduled, is left alone, and the
+-- statement's RETURNING leaves it out, so the caller counts it as skipped).
+-- The statement follows it with the statuses it expects (AND t.status ...).
+FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+WHERE t.id = m.id AND t.epoch = m.epoch
+
+-- fragment: status_and_kind(task)
+-- The status and kind (x.status, x.kind) of the task whose id is `task` (a
+-- column of the statement's row), live or finished: a LEFT JOIN, so both are
+-- NULL when it is gone (purged). Two primary-key lookups at most.
+LEFT JOIN LATERAL (SELECT t.status, t.kind FROM ledgerq_tasks t WHERE t.id = {{task}}
+                   UNION ALL
+                   SELECT h.status, h.kind FROM ledgerq_history h WHERE h.id = {{task}}
+                   LIMIT 1) x ON true
+
+-- fragment: claim_set
+-- What a claim writes on the task row t it wins (the broker path's claim and
+-- the direct path's claim_due): running, the epoch bumped (a message of the
+-- old epoch claims nothing afterwards), one more attempt, the publication
+-- count reset, the attempt's start and first heartbeat on the wall clock
+-- (clock_timestamp(), after any wait for a row lock), the lease of :lease_s
+-- seconds and the :worker.
+SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
+    started_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
+    lease_until = clock_timestamp() + make_interval(secs => :lease_s), worker = :worker
+
+-- fragment: claimed_columns
+-- What a claim's UPDATE returns of each row t it won, for the CTE `claimed`:
+-- the payload as the text PostgreSQL prints, and waited_s, how long the task
+-- waited from when it became due (its enqueue, or its run_at if later) to the
+-- claim, on the database's clock.
+t.id, t.epoch, t.kind, t.queue, CAST(t.payload AS text) AS payload_text,
+t.attempts, t.max_attempts, t.retry, t.timeout_s, t.checkpoint, t.business_key,
+t.parent_id, t.trace_context,
+EXTRACT(EPOCH FROM t.started_at - GREATEST(t.created_at, t.run_at))::float8
+    AS waited_s
+
+-- fragment: claim_answer
+-- The columns a claim answers, from the CTE `claimed` (claimed_columns): a
+-- payload larger than :max_payload_bytes is not sent (NULL; payload_bytes says
+-- why, and the worker ends the task dead without running it).
+id, epoch, kind, queue,
+CASE WHEN octet_length(payload_text) <= :max_payload_bytes THEN payload_text END
+    AS payload_text,
+octet_length(payload_text) AS payload_bytes,
+attempts, max_attempts, retry, timeout_s, checkpoint, business_key, parent_id, waited_s,
+trace_context
 
 
 -- fragment: tell_ended

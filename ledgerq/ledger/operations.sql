@@ -8,14 +8,14 @@
 -- name: list_tasks
 -- Live and finished tasks together, newest (highest id) first, ids below
 -- :before (keyset paging). Each history status is its own branch, with the
--- status a constant: the planner sees how common it is and picks the index
--- ((status, id), (status, kind, id), (status, queue, id), business_key,
--- created_at, or the primary key for a common status), each branch stops after
--- :limit rows, and a status not asked for is a one-time filter that skips its
--- branch. The hot table is small and read by its primary key. Each branch
--- reads its table as x and applies the one task filter (fragments.sql
--- task_filter: unset criteria are NULL and fold away when the statement is
--- planned with its values).
+-- status a constant (fragments.sql history_branch, one instance per status):
+-- the planner sees how common it is and picks the index ((status, id),
+-- (status, kind, id), (status, queue, id), business_key, created_at, or the
+-- primary key for a common status), each branch stops after :limit rows, and a
+-- status not asked for is a one-time filter that skips its branch. The hot
+-- table is small and read by its primary key. Each branch reads its table as x
+-- and applies the one task filter (fragments.sql task_filter: unset criteria
+-- are NULL and fold away when the statement is planned with its values).
 SELECT id, kind, queue, status, attempts, max_attempts, business_key, run_at, created_at,
        finished_at, last_error, priority, epoch, result, progress, expires_at, expired, tags,
        location
@@ -27,26 +27,11 @@ FROM (
      ORDER BY x.id DESC
      LIMIT :limit)
     UNION ALL
-    (SELECT {{listed_columns}}, 'history' AS location
-     FROM ledgerq_history x
-     WHERE 'succeeded' = ANY(CAST(:statuses AS text[])) AND x.status = 'succeeded'
-       AND {{task_filter}}
-     ORDER BY x.id DESC
-     LIMIT :limit)
+    {{history_branch('succeeded')}}
     UNION ALL
-    (SELECT {{listed_columns}}, 'history' AS location
-     FROM ledgerq_history x
-     WHERE 'dead' = ANY(CAST(:statuses AS text[])) AND x.status = 'dead'
-       AND {{task_filter}}
-     ORDER BY x.id DESC
-     LIMIT :limit)
+    {{history_branch('dead')}}
     UNION ALL
-    (SELECT {{listed_columns}}, 'history' AS location
-     FROM ledgerq_history x
-     WHERE 'cancelled' = ANY(CAST(:statuses AS text[])) AND x.status = 'cancelled'
-       AND {{task_filter}}
-     ORDER BY x.id DESC
-     LIMIT :limit)
+    {{history_branch('cancelled')}}
 ) found
 ORDER BY id DESC
 LIMIT :limit
@@ -121,8 +106,7 @@ ORDER BY t.id
 -- back (ctx.cancel_requested) and the finish statement ends it cancelled.
 UPDATE ledgerq_tasks t
 SET cancel_requested_at = COALESCE(t.cancel_requested_at, now())
-FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'running'
+{{fence}} AND t.status = 'running'
 RETURNING t.id
 
 -- name: retry_history
@@ -158,8 +142,7 @@ RETURNING id
 UPDATE ledgerq_tasks t
 SET status = 'pending', run_at = COALESCE(CAST(:run_at AS timestamptz), now()),
     epoch = t.epoch + 1, published_at = NULL, publishes = 0
-FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
+{{fence}} AND t.status IN ('pending', 'published')
 RETURNING t.id
 
 -- name: set_max_attempts
@@ -167,8 +150,7 @@ RETURNING t.id
 -- the new limit ends dead if this attempt fails.
 UPDATE ledgerq_tasks t
 SET max_attempts = :max_attempts
-FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-WHERE t.id = m.id AND t.epoch = m.epoch
+{{fence}}
   AND t.status IN ('waiting', 'pending', 'published', 'running')
 RETURNING t.id
 
@@ -177,8 +159,7 @@ RETURNING t.id
 -- published keeps its message's priority).
 UPDATE ledgerq_tasks t
 SET priority = :priority
-FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-WHERE t.id = m.id AND t.epoch = m.epoch
+{{fence}}
   AND t.status IN ('waiting', 'pending', 'published', 'running')
 RETURNING t.id
 

@@ -179,65 +179,25 @@ RETURNING k.kind
 -- A worker's kinds at its start and what a dead task of each does to its
 -- ordering key: 'block' holds the key's later tasks until an operator acts,
 -- 'release' (the default) lets them go. A 'block' kind gets a row; a 'release'
--- kind is written only if it has a row that says otherwise.
-WITH r AS (
-    SELECT * FROM unnest(CAST(:kinds AS text[]), CAST(:orderings AS text[])) AS r(kind, ordering)
-), blocking AS (
-    INSERT INTO ledgerq_kinds AS k (kind, ordering)
-    SELECT kind, ordering FROM r WHERE ordering = 'block'
-    ON CONFLICT (kind) DO UPDATE SET ordering = 'block', updated_at = now()
-    WHERE k.ordering <> 'block'
-    RETURNING k.kind
-), releasing AS (
-    UPDATE ledgerq_kinds k SET ordering = 'release', updated_at = now()
-    FROM r
-    WHERE k.kind = r.kind AND r.ordering = 'release' AND k.ordering <> 'release'
-    RETURNING k.kind
-)
-SELECT kind FROM blocking UNION ALL SELECT kind FROM releasing
+-- kind is written only if it has a row that says otherwise (fragments.sql
+-- kind_setting).
+{{kind_setting(ordering, :orderings, text, 'release')}}
 
 -- name: register_sticky
 -- A worker's kinds at its start and each one's @task(sticky_retry=...) window in
 -- seconds (NULL: none): a retry of the kind is held for the worker that ran the
 -- failed attempt that long (finish, migration 0018). A kind with a window gets
--- a row; one without is written only if its row says otherwise.
-WITH r AS (
-    SELECT * FROM unnest(CAST(:kinds AS text[]), CAST(:seconds AS float8[])) AS r(kind, s)
-), held AS (
-    INSERT INTO ledgerq_kinds AS k (kind, sticky_s)
-    SELECT kind, s FROM r WHERE s IS NOT NULL
-    ON CONFLICT (kind) DO UPDATE SET sticky_s = excluded.sticky_s, updated_at = now()
-    WHERE k.sticky_s IS DISTINCT FROM excluded.sticky_s
-    RETURNING k.kind
-), free AS (
-    UPDATE ledgerq_kinds k SET sticky_s = NULL, updated_at = now()
-    FROM r
-    WHERE k.kind = r.kind AND r.s IS NULL AND k.sticky_s IS NOT NULL
-    RETURNING k.kind
-)
-SELECT kind FROM held UNION ALL SELECT kind FROM free
+-- a row; one without is written only if its row says otherwise (fragments.sql
+-- kind_setting).
+{{kind_setting(sticky_s, :seconds, float8, NULL)}}
 
 -- name: register_children_done
 -- A worker's kinds at its start and the kind of the callback each enqueues when
 -- a task of it and all its children are terminal (@task(on_children_done=...),
 -- NULL: none). A kind with a callback gets a row; a kind without one is written
--- only if its row says otherwise. The history trigger of migration 0010 reads it.
-WITH r AS (
-    SELECT * FROM unnest(CAST(:kinds AS text[]), CAST(:callbacks AS text[])) AS r(kind, callback)
-), named AS (
-    INSERT INTO ledgerq_kinds AS k (kind, on_children_done)
-    SELECT kind, callback FROM r WHERE callback IS NOT NULL
-    ON CONFLICT (kind) DO UPDATE SET on_children_done = excluded.on_children_done,
-                                     updated_at = now()
-    WHERE k.on_children_done IS DISTINCT FROM excluded.on_children_done
-    RETURNING k.kind
-), cleared AS (
-    UPDATE ledgerq_kinds k SET on_children_done = NULL, updated_at = now()
-    FROM r
-    WHERE k.kind = r.kind AND r.callback IS NULL AND k.on_children_done IS NOT NULL
-    RETURNING k.kind
-)
-SELECT kind FROM named UNION ALL SELECT kind FROM cleared
+-- only if its row says otherwise (fragments.sql kind_setting). The history
+-- trigger of migration 0010 reads it.
+{{kind_setting(on_children_done, :callbacks, text, NULL)}}
 
 -- name: register_defaults
 -- A worker's kinds at its start and their defaults (@task(max_attempts=...,
@@ -283,8 +243,7 @@ RETURNING t.id
 -- transitions: published -> pending
 UPDATE ledgerq_tasks t
 SET status = 'pending', epoch = t.epoch + 1, published_at = NULL, publishes = 0, route = NULL
-FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'published'
+{{fence}} AND t.status = 'published'
 RETURNING t.id
 
 -- name: claim
@@ -326,33 +285,17 @@ WITH m AS (
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
       AND t.expires_at <= now()
     RETURNING t.*, {{expired_end}}
-), buried AS (
-    {{bury}}
-    RETURNING id
-), {{expired_audit}}, told AS (
-    {{tell_ended}}
-), claimed AS (
+), {{expired_burial}}, claimed AS (
     UPDATE ledgerq_tasks t
-    SET status = 'running', epoch = t.epoch + 1, attempts = t.attempts + 1, publishes = 0,
-        started_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
-        lease_until = clock_timestamp() + make_interval(secs => :lease_s), worker = :worker
+    {{claim_set}}
     FROM m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
       AND t.run_at <= now() AND (t.expires_at IS NULL OR t.expires_at > now())
-    RETURNING t.id, t.epoch, t.kind, t.queue, CAST(t.payload AS text) AS payload_text,
-              t.attempts, t.max_attempts, t.retry, t.timeout_s, t.checkpoint, t.business_key,
-              t.parent_id, t.trace_context,
-              EXTRACT(EPOCH FROM t.started_at - GREATEST(t.created_at, t.run_at))::float8
-                  AS waited_s
+    RETURNING {{claimed_columns}}
 ), woke AS (
     SELECT pg_notify('ledgerq_enqueued', '') FROM (SELECT 1 FROM claimed LIMIT 1) AS one
 )
-SELECT id, epoch, kind, queue,
-       CASE WHEN octet_length(payload_text) <= :max_payload_bytes THEN payload_text END
-           AS payload_text,
-       octet_length(payload_text) AS payload_bytes,
-       attempts, max_attempts, retry, timeout_s, checkpoint, business_key, parent_id, waited_s,
-       trace_context
+SELECT {{claim_answer}}
 FROM claimed LEFT JOIN woke ON true LEFT JOIN told ON true
 
 
@@ -626,12 +569,7 @@ WITH m AS (
     DELETE FROM ledgerq_tasks t USING m
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('pending', 'published')
     RETURNING t.*, {{expired_end}}
-), buried AS (
-    {{bury}}
-    RETURNING id
-), {{expired_audit}}, told AS (
-    {{tell_ended}}
-)
+), {{expired_burial}}
 SELECT id FROM buried LEFT JOIN told ON true
 
 -- name: silent_workers

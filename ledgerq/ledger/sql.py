@@ -7,14 +7,22 @@ block is an import-time error.
 A rule several statements share is written once, as a ``-- fragment: <name>``
 block of ``fragments.sql``, and a statement includes it with ``{{<name>}}``
 (:func:`parse` splices it in, so a loaded statement, what ``EXPLAIN`` and the
-database see, is the whole text: nothing is composed at run time). An unknown
-fragment is an import-time error; tests/unit/test_rules_once.py checks that each
-fragment is used and that no statement restates one.
+database see, is the whole text: nothing is composed at run time). A fragment
+may include other fragments the same way (a cycle is an import-time error), and
+may take parameters: ``-- fragment: <name>(<p>, ...)`` names them, its body
+reads each as ``{{<p>}}``, and an include gives their values in order,
+``{{<name>(<value>, ...)}}``; a value is spliced in as written (an SQL literal
+such as ``'dead'``, a column such as ``e.task_id``), so each instance is a
+statement of its own with its values as constants. An unknown fragment, a wrong
+count of values, or a parameter the body never reads is an import-time error;
+tests/unit/test_rules_once.py checks that each fragment is used and that no
+statement restates one.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from importlib import resources
 from typing import TypeVar
@@ -22,10 +30,22 @@ from typing import TypeVar
 from sqlalchemy import TextClause, text
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
-_FRAGMENT_HEADER = re.compile(r"^--\s*fragment:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
-_INCLUDE = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
+_FRAGMENT_HEADER = re.compile(
+    r"^--\s*fragment:\s*([a-z_][a-z0-9_]*(?:\([a-z0-9_,\s]*\))?)\s*$", re.MULTILINE
+)
+_SIGNATURE = re.compile(r"([a-z_][a-z0-9_]*)(?:\(([^)]*)\))?")
+#: ``{{name}}`` or ``{{name(value, ...)}}``; a value holds no comma, bracket or brace.
+_INCLUDE = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*(?:\(([^(){}]*)\))?\s*\}\}")
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """A ``-- fragment:`` block: its parameters' names and its SQL."""
+
+    parameters: tuple[str, ...]
+    body: str
 
 
 def _blocks(source: str, header: re.Pattern[str], what: str) -> dict[str, str]:
@@ -43,26 +63,92 @@ def _read(package: str, filename: str) -> str:
     return resources.files(package).joinpath(filename).read_text(encoding="utf-8")
 
 
-#: ``fragments.sql``: ``{name: sql}``, the rules several statements share.
-FRAGMENTS: dict[str, str] = _blocks(
-    _read("ledgerq.ledger", "fragments.sql"), _FRAGMENT_HEADER, "fragment"
-)
+def _words(listed: str | None) -> tuple[str, ...]:
+    """``a, b`` as ``("a", "b")``; None (no brackets) as ``()``."""
+    if listed is None:
+        return ()
+    words = tuple(w.strip() for w in listed.split(","))
+    return () if words == ("",) else words
 
 
-def _splice(match: re.Match[str]) -> str:
-    name = match[1]
-    if name not in FRAGMENTS:
-        raise ValueError(f"unknown fragment {{{{{name}}}}} (fragments.sql has {sorted(FRAGMENTS)})")
-    # indented like the line that includes it, so the statement reads as one text
-    line_start = match.string.rfind("\n", 0, match.start()) + 1
-    indent = " " * (match.start() - line_start)
-    return FRAGMENTS[name].replace("\n", "\n" + indent)
+def fragments(source: str) -> dict[str, Fragment]:
+    """The ``-- fragment:`` blocks of ``source``, checked: each parameter read by its
+    body and named once, and no fragment including itself, directly or not."""
+    library: dict[str, Fragment] = {}
+    for signature, body in _blocks(source, _FRAGMENT_HEADER, "fragment").items():
+        match = _SIGNATURE.fullmatch(re.sub(r"\s+", "", signature))
+        assert match, signature  # the header's pattern admits only signatures
+        name, parameters = match[1], _words(match[2])
+        if name in library:
+            raise ValueError(f"fragment {name!r} is defined twice")
+        if len(set(parameters)) != len(parameters):
+            raise ValueError(f"fragment {name!r} names a parameter twice")
+        read = {m[1] for m in _INCLUDE.finditer(body) if m[2] is None}
+        if unread := sorted(set(parameters) - read):
+            raise ValueError(f"fragment {name!r} never reads its parameters {unread}")
+        library[name] = Fragment(parameters, body)
+    for name in library:
+        _check_cycles(library, (name,))
+    return library
 
 
-def parse(source: str) -> dict[str, str]:
+def _check_cycles(library: Mapping[str, Fragment], path: tuple[str, ...]) -> None:
+    fragment = library[path[-1]]
+    for match in _INCLUDE.finditer(fragment.body):
+        name = match[1]
+        if (name in fragment.parameters and match[2] is None) or name not in library:
+            continue  # a parameter's value, or an unknown name (reported where it is used)
+        if name in path:
+            raise ValueError(f"fragments include each other: {' -> '.join((*path, name))}")
+        _check_cycles(library, (*path, name))
+
+
+#: ``fragments.sql``: ``{name: fragment}``, the rules several statements share.
+LIBRARY: dict[str, Fragment] = fragments(_read("ledgerq.ledger", "fragments.sql"))
+#: ``{name: sql}`` of :data:`LIBRARY`, each body as written (its includes kept).
+FRAGMENTS: dict[str, str] = {name: fragment.body for name, fragment in LIBRARY.items()}
+
+
+def expand(
+    sql: str,
+    library: Mapping[str, Fragment] | None = None,
+    values: Mapping[str, str] | None = None,
+    within: tuple[str, ...] = (),
+) -> str:
+    """``sql`` with each include replaced by its fragment, expanded in turn (``values``:
+    the parameters of the fragment ``sql`` is the body of, the last of ``within``)."""
+    known = LIBRARY if library is None else library
+    bound = values or {}
+
+    def splice(match: re.Match[str]) -> str:
+        name, given = match[1], match[2]
+        if name in bound and given is None:
+            return bound[name]
+        if name not in known:
+            raise ValueError(f"unknown fragment {{{{{name}}}}} (fragments.sql has {sorted(known)})")
+        if name in within:
+            raise ValueError(f"fragments include each other: {' -> '.join((*within, name))}")
+        fragment, arguments = known[name], _words(given)
+        if len(arguments) != len(fragment.parameters) or "" in arguments:
+            raise ValueError(
+                f"{{{{{name}}}}} takes {len(fragment.parameters)} values "
+                f"{fragment.parameters}, given {match[0]}"
+            )
+        body = expand(
+            fragment.body, known, dict(zip(fragment.parameters, arguments)), (*within, name)
+        )
+        # indented like the line that includes it, so the statement reads as one text
+        line_start = match.string.rfind("\n", 0, match.start()) + 1
+        indent = " " * (match.start() - line_start)
+        return body.replace("\n", "\n" + indent)
+
+    return _INCLUDE.sub(splice, sql)
+
+
+def parse(source: str, library: Mapping[str, Fragment] | None = None) -> dict[str, str]:
     """Split a file of named blocks into ``{name: sql}``, its fragments spliced in."""
     named = _blocks(source, _HEADER, "query")
-    return {name: _INCLUDE.sub(_splice, sql) for name, sql in named.items()}
+    return {name: expand(sql, library) for name, sql in named.items()}
 
 
 def load(cls: type[T], package: str, filename: str) -> T:

@@ -93,9 +93,14 @@ def test_the_listing_applies_the_one_filter_to_each_branch() -> None:
         assert listing.count(clause) == 4, clause
 
 
+def includes(name: str, raw: str) -> bool:
+    """Whether ``raw`` includes the fragment ``name``: ``{{name}}`` or ``{{name(...)}}``."""
+    return re.search(r"\{\{\s*" + name + r"\s*(\(|\}\})", raw) is not None
+
+
 def test_every_fragment_is_used() -> None:
     for name in FRAGMENTS:
-        users = [f for f, raw in RAW.items() if "{{" + name + "}}" in raw]
+        users = [f for f, raw in RAW.items() if includes(name, raw)]
         assert users, f"fragment {name} is included by no statement"
 
 
