@@ -24,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -152,6 +154,11 @@ class Chaos:
         self.pending = list(faults)
         self.fired: list[str] = []
         self.slow: list[asyncio.Future[None]] = []
+        # One restart of a server at a time: a second ``pg_ctl restart`` of the
+        # same data directory while the first is still starting it fails with
+        # "could not start server" (a fault of the harness, not of the system
+        # under test), so a restart that comes early waits for the one under way.
+        self.serial = {kind: asyncio.Lock() for kind in SLOW}
         self.broker_node, self.server = broker_node, server
         self.phases = HoldPhases(cluster.settings, hold) if hold else None
 
@@ -174,13 +181,17 @@ class Chaos:
             fault = self.pending.pop(0)
             firing = fire(fault, self.cluster, self.broker_node, self.server)
             if fault.kind in SLOW:
-                self.slow.append(asyncio.ensure_future(firing))
+                self.slow.append(asyncio.ensure_future(self._one_at_a_time(fault.kind, firing)))
             else:
                 await firing
             self.fired.append(f"{fault.kind} {fault.target} at {done:.1%} ({elapsed:.1f}s)")
         for task in [t for t in self.slow if t.done()]:
             self.slow.remove(task)
             task.result()  # a restart that failed fails the run
+
+    async def _one_at_a_time(self, kind: str, firing: Coroutine[Any, Any, None]) -> None:
+        async with self.serial[kind]:
+            await firing
 
     def busy(self) -> bool:
         if self.pending or self.slow:
