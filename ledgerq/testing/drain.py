@@ -209,7 +209,7 @@ class _Drain:
             claimed = []
             if queues:
                 claimed = await self.ledger.claim_due(
-                    queues, 1, WORKER, LEASE_S, DEFAULT_AGING_S, self.claimable
+                    queues, 1, WORKER, LEASE_S, aging_s=DEFAULT_AGING_S, kinds=self.claimable
                 )
             if claimed:
                 await self.run_one(claimed[0])
