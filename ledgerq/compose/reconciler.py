@@ -24,9 +24,10 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 from ledgerq.alerting.alerts import AlertHook
-from ledgerq.broker.blocking import ThreadedPublisher
+from ledgerq.broker.blocking import BlockingPublisher, ThreadedPublisher
 from ledgerq.compose.alerting import alert_hook
 from ledgerq.compose.ledgers import one_shard, topology, warn_if_no_autovacuum
 from ledgerq.compose.monitoring import stop_event
@@ -76,11 +77,14 @@ async def open_reconciler(
     )
     try:
         publisher = await ThreadedPublisher.open(
-            settings.amqp_url,
-            topology(settings),
-            config.confirm_timeout,
-            settings.connect_wait_s,
-            settings.amqp_ssl_context(),
+            partial(
+                BlockingPublisher,
+                settings.amqp_url,
+                topology(settings),
+                config.confirm_timeout,
+                settings.connect_wait_s,
+                settings.amqp_ssl_context(),
+            )
         )
     except BaseException:
         await ledger.dispose()
