@@ -25,7 +25,7 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -215,15 +215,23 @@ class ThreadedPublisher:
         self._publisher = publisher
 
     @classmethod
-    async def open(cls, connect: Callable[[], BlockingPublisher]) -> ThreadedPublisher:
-        """Build the publisher with ``connect`` (``BlockingPublisher`` with its
-        arguments: it connects, trying for ``wait_s`` seconds, ServiceUnavailableError
-        if RabbitMQ does not answer) on the thread it will live on. Its ``timeout``
-        bounds every socket operation, confirms included; its ``ssl_context`` is the
-        TLS context of an ``amqps://`` URL."""
+    async def open(
+        cls,
+        url: str,
+        topology: Topology,
+        timeout: float = 10.0,
+        wait_s: float = 0.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> ThreadedPublisher:
+        """Connect, trying for ``wait_s`` seconds (ServiceUnavailableError if RabbitMQ
+        does not answer). ``timeout`` bounds every socket operation, confirms included;
+        ``ssl_context`` is the TLS context of an ``amqps://`` URL."""
         thread = ThreadPoolExecutor(1, thread_name_prefix="ledgerq-pika")
         try:
-            publisher = await asyncio.get_running_loop().run_in_executor(thread, connect)
+            loop = asyncio.get_running_loop()
+            publisher = await loop.run_in_executor(
+                thread, BlockingPublisher, url, topology, timeout, wait_s, ssl_context
+            )
         except BaseException:
             thread.shutdown(wait=False)
             raise

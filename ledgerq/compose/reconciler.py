@@ -24,10 +24,9 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from functools import partial
 
 from ledgerq.alerting.alerts import AlertHook
-from ledgerq.broker.blocking import BlockingPublisher, ThreadedPublisher
+from ledgerq.broker.blocking import ThreadedPublisher
 from ledgerq.compose.alerting import alert_hook
 from ledgerq.compose.ledgers import one_shard, topology, warn_if_no_autovacuum
 from ledgerq.compose.monitoring import stop_event
@@ -77,14 +76,11 @@ async def open_reconciler(
     )
     try:
         publisher = await ThreadedPublisher.open(
-            partial(
-                BlockingPublisher,
-                settings.amqp_url,
-                topology(settings),
-                config.confirm_timeout,
-                settings.connect_wait_s,
-                settings.amqp_ssl_context(),
-            )
+            settings.amqp_url,
+            topology(settings),
+            config.confirm_timeout,
+            settings.connect_wait_s,
+            settings.amqp_ssl_context(),
         )
     except BaseException:
         await ledger.dispose()
