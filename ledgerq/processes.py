@@ -9,7 +9,7 @@ line the worker logs as it ends into that file, so the supervisor knows which
 task it was (the line names it: ``task <id> (<kind>) attempt <n>: ...``), and
 :func:`watch_parent` stops it (SIGTERM: it drains) if the supervisor dies.
 :func:`child_argv` is the supervisor's command line minus the options that are
-the supervisor's own.
+the supervisor's own (:func:`without_options`, which the Django command uses too).
 """
 
 from __future__ import annotations
@@ -127,16 +127,21 @@ def watch_parent(every_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="ledgerq-parent-watch", daemon=True).start()
 
 
-def child_argv(argv: Sequence[str]) -> list[str]:
-    """``argv`` (a ``ledgerq ... worker --processes N ...`` command line, without the
-    program) minus :data:`SUPERVISOR_OPTIONS` and their values."""
-    out: list[str] = []
+def without_options(argv: Sequence[str], options: Sequence[str]) -> list[str]:
+    """``argv`` minus each of ``options`` with its value (``--name V`` or ``--name=V``)."""
+    kept: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
-        elif arg in SUPERVISOR_OPTIONS:
+        elif arg in options:
             skip = True
-        elif not arg.startswith(tuple(f"{name}=" for name in SUPERVISOR_OPTIONS)):
-            out.append(arg)
-    return out
+        elif not arg.startswith(tuple(f"{name}=" for name in options)):
+            kept.append(arg)
+    return kept
+
+
+def child_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` (a ``ledgerq ... worker --processes N ...`` command line, without the
+    program) minus :data:`SUPERVISOR_OPTIONS` and their values."""
+    return without_options(argv, SUPERVISOR_OPTIONS)

@@ -25,8 +25,6 @@ class Unserved(_Row):
     tasks: int
     oldest: datetime
 
-    _TIMES = frozenset({"oldest"})
-
 
 @dataclass(frozen=True)
 class LiveWorker:

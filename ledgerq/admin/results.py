@@ -2,9 +2,10 @@
 ``to_json()`` giving what the CLI prints for ``--json``.
 
 Times are timezone-aware ``datetime`` values (UTC, as the ledger stores them);
-``to_json()`` writes them back as ISO 8601. A task's columns that this version
-does not name (added by a later migration) are kept in ``extra`` and printed
-by ``to_json()`` too, so no column is lost. The results of actions are the
+a column is read as a time because its field is typed ``datetime`` (or
+``datetime | None``), and ``to_json()`` writes it back as ISO 8601. A task's
+columns that this version does not name (added by a later migration) are kept
+in ``extra`` and printed by ``to_json()`` too, so no column is lost. The results of actions are the
 seam's own values, re-exported: :class:`~ledgerq.ledger.actions.Report`,
 :class:`~ledgerq.ledger.keys.KeyRelease`,
 :class:`~ledgerq.ledger.scheduling.PauseReport`.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar, get_args, get_type_hints
 
 R = TypeVar("R", bound="_Row")
 
@@ -28,19 +29,33 @@ def _json(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
+#: Each row class's time columns, worked out on its first row.
+_TIME_COLUMNS: dict[type[Any], frozenset[str]] = {}
+
+
+def _time_columns(cls: type[Any]) -> frozenset[str]:
+    """The fields of ``cls`` typed ``datetime`` or ``datetime | None``: the columns
+    read from ISO 8601."""
+    times = _TIME_COLUMNS.get(cls)
+    if times is None:
+        hints = get_type_hints(cls)
+        times = _TIME_COLUMNS[cls] = frozenset(
+            f.name for f in fields(cls) if datetime in (hints[f.name], *get_args(hints[f.name]))
+        )
+    return times
+
+
 @dataclass(frozen=True)
 class _Row:
     """A row read from the seam: named columns typed, the rest in ``extra``."""
 
     extra: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
 
-    #: The columns holding times (read from ISO 8601).
-    _TIMES: ClassVar[frozenset[str]] = frozenset()
-
     @classmethod
     def from_row(cls: type[R], row: Mapping[str, Any]) -> R:
         names = {f.name for f in fields(cls)} - {"extra"}
-        known = {k: (_time(v) if k in cls._TIMES else v) for k, v in row.items() if k in names}
+        times = _time_columns(cls)
+        known = {k: (_time(v) if k in times else v) for k, v in row.items() if k in names}
         return cls(**known, extra={k: v for k, v in row.items() if k not in names})
 
     def to_json(self) -> dict[str, Any]:
@@ -70,8 +85,6 @@ class TaskRow(_Row):
     #: ``live`` (the hot table) or ``history``.
     location: str = "live"
 
-    _TIMES = frozenset({"run_at", "created_at", "finished_at"})
-
 
 @dataclass(frozen=True)
 class AttemptEntry(_Row):
@@ -84,8 +97,6 @@ class AttemptEntry(_Row):
     outcome: str | None = None
     error: str | None = None
 
-    _TIMES = frozenset({"started_at", "ended_at"})
-
 
 @dataclass(frozen=True)
 class TaskAuditEntry(_Row):
@@ -97,8 +108,6 @@ class TaskAuditEntry(_Row):
     action: str
     reason: str | None = None
     outcome: str | None = None
-
-    _TIMES = frozenset({"at"})
 
 
 @dataclass(frozen=True)
@@ -136,11 +145,6 @@ class TaskDetail(_Row):
     audit: tuple[TaskAuditEntry, ...] = ()
     children: Any = None
 
-    _TIMES = frozenset(
-        {"run_at", "created_at", "published_at", "started_at", "finished_at",
-         "cancel_requested_at"}
-    )  # fmt: skip
-
     @classmethod
     def read(cls, row: Mapping[str, Any]) -> TaskDetail:
         return cls.from_row(
@@ -174,8 +178,6 @@ class AuditRecord(_Row):
     skipped: int
     finished_at: datetime | None = None
 
-    _TIMES = frozenset({"at", "finished_at"})
-
 
 @dataclass(frozen=True)
 class Pause(_Row):
@@ -186,8 +188,6 @@ class Pause(_Row):
     paused_at: datetime
     actor: str
     reason: str | None = None
-
-    _TIMES = frozenset({"paused_at"})
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,14 @@ import json
 import multiprocessing
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier, Event
+from typing import TYPE_CHECKING
 
 import aio_pika
-from aio_pika.abc import DeliveryMode
+from aio_pika.abc import AbstractRobustConnection, DeliveryMode
 from pamqp.commands import Basic
 
 from ledgerq.compose import open_ledger
@@ -29,6 +32,9 @@ from ledgerq.core.config import Settings
 from ledgerq.ledger.model import Fence, Outcome
 from ledgerq.ledger.routing import Subscription
 from ledgerq.runtime import run_service
+
+if TYPE_CHECKING:
+    from ledgerq.ledger.pg import PgLedger
 
 BODY = b'{"id":123456789,"epoch":0}'
 
@@ -124,6 +130,9 @@ def pipeline_ceiling(
                 side.kill()
 
 
+#: Each side's service, whose planner settings it runs on.
+_PLANNERS = {"consume": WORKER_PLANNER, "publish": RELAY_PLANNER}
+
 #: The subscriber the ceiling registers (its window), released by :func:`release_ceiling`.
 CEILING = "bench-pipeline"
 
@@ -155,94 +164,96 @@ def _side(role: str, run: _Run) -> None:
     run_service(main(run), run.settings.event_loop)
 
 
-async def _consume(run: _Run) -> None:
-    settings, queue_name, tasks, batch = run.settings, run.queue, run.tasks, run.batch
-    connection = await connect(settings.amqp_url, name="ledgerq-bench-pipeline-consume")
+@asynccontextmanager
+async def _opened(run: _Run, role: str) -> AsyncIterator[tuple[AbstractRobustConnection, PgLedger]]:
+    """A side's broker connection and its ledger, on its service's planner settings
+    (the worker's for ``consume``, the relay's for ``publish``)."""
+    connection = await connect(run.settings.amqp_url, name=f"ledgerq-bench-pipeline-{role}")
     try:
         async with open_ledger(
-            settings, "ledgerq-bench-pipeline", check=False, planner=WORKER_PLANNER
+            run.settings, "ledgerq-bench-pipeline", check=False, planner=_PLANNERS[role]
         ) as ledger:
-            channel = await connection.channel()
-            await channel.set_qos(prefetch_count=run.prefetch)
-            queue = await channel.declare_queue(queue_name, durable=True, auto_delete=False)
-            arrived: list[tuple[Fence, aio_pika.abc.AbstractIncomingMessage]] = []
-            wake = asyncio.Event()
-
-            async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
-                body = json.loads(message.body)
-                arrived.append(((int(body["id"]), int(body["epoch"])), message))
-                wake.set()
-
-            claimed: asyncio.Queue[tuple[list[Fence], aio_pika.abc.AbstractIncomingMessage, int]]
-            claimed = asyncio.Queue(maxsize=2)
-
-            async def claim() -> None:  # claims overlap finishes, as in the worker
-                while True:
-                    await wake.wait()
-                    wake.clear()
-                    while arrived:
-                        taken = arrived[:batch]
-                        del arrived[: len(taken)]
-                        won = await ledger.claim([f for f, _ in taken], "bench-pipeline", 60.0)
-                        await claimed.put(([t.fence for t in won], taken[-1][1], len(taken)))
-
-            tag = await queue.consume(on_message)
-            await asyncio.to_thread(run.ready.wait)
-            claimer = asyncio.create_task(claim())
-            finished = 0
-            while finished < tasks:
-                fences, last, count = await claimed.get()
-                await ledger.finish([Outcome.succeeded(f) for f in fences])
-                await last.ack(multiple=True)
-                finished += count
-            run.results.put(time.monotonic())
-            claimer.cancel()
-            await queue.cancel(tag)
-            await queue.delete(if_unused=False, if_empty=False)
+            yield connection, ledger
     finally:
         await connection.close()
+
+
+async def _consume(run: _Run) -> None:
+    queue_name, tasks, batch = run.queue, run.tasks, run.batch
+    async with _opened(run, "consume") as (connection, ledger):
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=run.prefetch)
+        queue = await channel.declare_queue(queue_name, durable=True, auto_delete=False)
+        arrived: list[tuple[Fence, aio_pika.abc.AbstractIncomingMessage]] = []
+        wake = asyncio.Event()
+
+        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            body = json.loads(message.body)
+            arrived.append(((int(body["id"]), int(body["epoch"])), message))
+            wake.set()
+
+        claimed: asyncio.Queue[tuple[list[Fence], aio_pika.abc.AbstractIncomingMessage, int]]
+        claimed = asyncio.Queue(maxsize=2)
+
+        async def claim() -> None:  # claims overlap finishes, as in the worker
+            while True:
+                await wake.wait()
+                wake.clear()
+                while arrived:
+                    taken = arrived[:batch]
+                    del arrived[: len(taken)]
+                    won = await ledger.claim([f for f, _ in taken], "bench-pipeline", 60.0)
+                    await claimed.put(([t.fence for t in won], taken[-1][1], len(taken)))
+
+        tag = await queue.consume(on_message)
+        await asyncio.to_thread(run.ready.wait)
+        claimer = asyncio.create_task(claim())
+        finished = 0
+        while finished < tasks:
+            fences, last, count = await claimed.get()
+            await ledger.finish([Outcome.succeeded(f) for f in fences])
+            await last.ack(multiple=True)
+            finished += count
+        run.results.put(time.monotonic())
+        claimer.cancel()
+        await queue.cancel(tag)
+        await queue.delete(if_unused=False, if_empty=False)
 
 
 async def _publish(run: _Run) -> None:
-    settings, queue_name, tasks, batch = run.settings, run.queue, run.tasks, run.batch
-    connection = await connect(settings.amqp_url, name="ledgerq-bench-pipeline-publish")
-    try:
-        async with open_ledger(
-            settings, "ledgerq-bench-pipeline", check=False, planner=RELAY_PLANNER
-        ) as ledger:
-            channel = await connection.channel(publisher_confirms=True)
-            await channel.declare_queue(queue_name, durable=True, auto_delete=False)
-            # On the confirm-mode channel underneath aio-pika, as the relay publishes.
-            raw = await channel.get_underlay_channel()
-            persistent = Basic.Properties(delivery_mode=int(DeliveryMode.PERSISTENT))
-            # A window as large as the backlog: this ceiling is the path of one
-            # message per task with nothing held back (the relay's selection
-            # publishes nothing to a route nobody subscribed).
-            await ledger.subscribe(CEILING, [Subscription("default", capacity=tasks)], 600.0)
-            await asyncio.to_thread(run.ready.wait)
-            await asyncio.to_thread(run.go.wait)
-            published = 0
+    queue_name, tasks, batch = run.queue, run.tasks, run.batch
+    async with _opened(run, "publish") as (connection, ledger):
+        channel = await connection.channel(publisher_confirms=True)
+        await channel.declare_queue(queue_name, durable=True, auto_delete=False)
+        # On the confirm-mode channel underneath aio-pika, as the relay publishes.
+        raw = await channel.get_underlay_channel()
+        persistent = Basic.Properties(delivery_mode=int(DeliveryMode.PERSISTENT))
+        # A window as large as the backlog: this ceiling is the path of one
+        # message per task with nothing held back (the relay's selection
+        # publishes nothing to a route nobody subscribed).
+        await ledger.subscribe(CEILING, [Subscription("default", capacity=tasks)], 600.0)
+        await asyncio.to_thread(run.ready.wait)
+        await asyncio.to_thread(run.go.wait)
+        published = 0
 
-            async def publish() -> None:  # two of these overlap, as the relay's batches do
-                nonlocal published
-                while published < tasks:
-                    async with ledger.publish_batch(batch) as due:
-                        if not due.rows:  # the other one holds the rest
-                            await asyncio.sleep(0.005)
-                            continue
-                        await asyncio.gather(
-                            *(
-                                raw.basic_publish(
-                                    json.dumps({"id": row.id, "epoch": row.epoch}).encode(),
-                                    routing_key=queue_name,
-                                    properties=persistent,
-                                    mandatory=True,
-                                )
-                                for row in due.rows
+        async def publish() -> None:  # two of these overlap, as the relay's batches do
+            nonlocal published
+            while published < tasks:
+                async with ledger.publish_batch(batch) as due:
+                    if not due.rows:  # the other one holds the rest
+                        await asyncio.sleep(0.005)
+                        continue
+                    await asyncio.gather(
+                        *(
+                            raw.basic_publish(
+                                json.dumps({"id": row.id, "epoch": row.epoch}).encode(),
+                                routing_key=queue_name,
+                                properties=persistent,
+                                mandatory=True,
                             )
+                            for row in due.rows
                         )
-                        published += len(await due.mark_published(due.rows))
+                    )
+                    published += len(await due.mark_published(due.rows))
 
-            await asyncio.gather(publish(), publish())
-    finally:
-        await connection.close()
+        await asyncio.gather(publish(), publish())

@@ -129,7 +129,12 @@ class DirectClaimer:
         self.slots.take(asked)
         try:
             won = await self.ledger.claim_due(
-                self.queues, asked, self.worker_id, self.lease_s, self.config.aging_s, self.kinds
+                self.queues,
+                asked,
+                self.worker_id,
+                self.lease_s,
+                aging_s=self.config.aging_s,
+                kinds=self.kinds,
             )
         except Exception:
             self.slots.give(asked)

@@ -159,7 +159,7 @@ class Windows(WindowPlan):
         self, item: Item, state: WindowState, conn: AsyncConnection, marks: AsyncHandlerMarks
     ) -> Ran:
         task, fn = item.task, item.handler.fn
-        timeout = handler_timeout(task, item.handler, self.runner.default_timeout_s)
+        timeout = self._timeout(item)
         ctx = AsyncTaskContext(
             task, self.runner.worker, _bind=conn, _join="rollback_only", _session=state.session
         )
@@ -209,7 +209,7 @@ class Windows(WindowPlan):
         if running is None:
             return math.inf
         item, since = running
-        limit = handler_timeout(item.task, item.handler, self.runner.default_timeout_s)
+        limit = self._timeout(item)
         return (
             math.inf if limit is None else since + limit + self.config.margin_s - time.monotonic()
         )
@@ -236,7 +236,7 @@ class Windows(WindowPlan):
             item.fallback()
         if running is not None:
             item, since = running
-            limit = handler_timeout(item.task, item.handler, self.runner.default_timeout_s)
+            limit = self._timeout(item)
             log.warning(
                 "task %s outlived its timeout in a batched window; abandoned (its retry "
                 "waits for its thread)",
@@ -278,7 +278,7 @@ class Windows(WindowPlan):
     ) -> Ran:
         """One sync handler in the window (in its thread), as :meth:`_handle_async`."""
         task, fn = item.task, item.handler.fn
-        timeout = handler_timeout(task, item.handler, self.runner.default_timeout_s)
+        timeout = self._timeout(item)
         ctx = TaskContext(
             task, self.runner.worker, _bind=conn, _join="rollback_only", _session=state.session
         )
@@ -305,6 +305,10 @@ class Windows(WindowPlan):
             self.runner.in_threads.discard(task.fence)
 
     # -- shared ------------------------------------------------------------------
+    def _timeout(self, item: Item) -> float | None:
+        """How long ``item``'s handler may run (the worker's rule, its default included)."""
+        return handler_timeout(item.task, item.handler, self.runner.default_timeout_s)
+
     def _count(self, state: WindowState, committed: bool) -> None:
         """Report the window's tasks, and count it."""
         self.windows += 1

@@ -26,7 +26,7 @@ with :func:`drive` / :func:`adrive`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
 from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.executors import (
@@ -35,71 +35,44 @@ from ledgerq.ledger.executors import (
 )
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.keys import KeyRelease
+from ledgerq.ledger.options import AuditOptions
 
 
 def act(
-    executor: Executor,
-    action: Action,
-    selection: TaskFilter,
-    *,
-    actor: str,
-    reason: str | None = None,
-    dry_run: bool = False,
+    executor: Executor, action: Action, selection: TaskFilter, **options: Unpack[AuditOptions]
 ) -> Report:
-    """Apply ``action`` to the tasks ``selection`` matches, in the caller's transaction."""
+    """Apply ``action`` to the tasks ``selection`` matches, in the caller's transaction.
+    ``options``: ``actor`` (required), ``reason``, ``dry_run``
+    (:class:`~.options.AuditOptions`)."""
     from ledgerq.ledger.pg.tx import PgTx  # the seam's transaction-scoped part
 
-    tx = PgTx(executor, "act")
-    return tx.act(action, selection, actor=actor, reason=reason, dry_run=dry_run)
+    return PgTx(executor, "act").act(action, selection, **options)
 
 
 async def aact(
-    executor: AsyncExecutor,
-    action: Action,
-    selection: TaskFilter,
-    *,
-    actor: str,
-    reason: str | None = None,
-    dry_run: bool = False,
+    executor: AsyncExecutor, action: Action, selection: TaskFilter, **options: Unpack[AuditOptions]
 ) -> Report:
     """:func:`act` on an async executor."""
     from ledgerq.ledger.pg.tx import PgAsyncTx
 
-    tx = PgAsyncTx(executor, "aact")
-    return await tx.act(action, selection, actor=actor, reason=reason, dry_run=dry_run)
+    return await PgAsyncTx(executor, "aact").act(action, selection, **options)
 
 
-def release_key(
-    executor: Executor,
-    key: str,
-    *,
-    actor: str,
-    reason: str | None = None,
-    dry_run: bool = False,
-) -> KeyRelease:
+def release_key(executor: Executor, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
     """Release ordering ``key`` from the dead tasks that hold it (:mod:`.keys`), in the
-    caller's transaction."""
+    caller's transaction; ``options`` as :func:`act`'s."""
     from ledgerq.ledger.pg.tx import PgTx
 
-    return PgTx(executor, "release_key").release_key(
-        key, actor=actor, reason=reason, dry_run=dry_run
-    )
+    return PgTx(executor, "release_key").release_key(key, **options)
 
 
 async def arelease_key(
-    executor: AsyncExecutor,
-    key: str,
-    *,
-    actor: str,
-    reason: str | None = None,
-    dry_run: bool = False,
+    executor: AsyncExecutor, key: str, **options: Unpack[AuditOptions]
 ) -> KeyRelease:
     """:func:`release_key` on an async executor."""
     from ledgerq.ledger.pg.tx import PgAsyncTx
 
-    return await PgAsyncTx(executor, "arelease_key").release_key(
-        key, actor=actor, reason=reason, dry_run=dry_run
-    )
+    return await PgAsyncTx(executor, "arelease_key").release_key(key, **options)
 
 
 def list_tasks(executor: Executor, selection: TaskFilter) -> list[dict[str, Any]]:

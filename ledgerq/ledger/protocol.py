@@ -24,13 +24,13 @@ testing protocol, :class:`HarnessLedger`, which no service holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Unpack
 
-from ledgerq.ledger.actions import BATCH_SIZE, Action, Report
+from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.model import (
@@ -46,6 +46,7 @@ from ledgerq.ledger.model import (
     RollupStep,
     TaskTiming,
 )
+from ledgerq.ledger.options import AuditOptions, BatchedActOptions, DueOptions
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, PauseReport, RateLimit, Scope
 from ledgerq.ledger.specs import TaskSpec
@@ -105,21 +106,11 @@ class TxLedger(Protocol):
         """As :meth:`OperationsLedger.list_tasks`, in the caller's transaction."""
         ...
 
-    def act(
-        self,
-        action: Action,
-        selection: TaskFilter,
-        *,
-        actor: str,
-        reason: str | None = None,
-        dry_run: bool = False,
-    ) -> Report:
+    def act(self, action: Action, selection: TaskFilter, **options: Unpack[AuditOptions]) -> Report:
         """As :meth:`OperationsLedger.act`, all of it in the caller's transaction."""
         ...
 
-    def release_key(
-        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
-    ) -> KeyRelease:
+    def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
         """As :meth:`OperationsLedger.release_key`, in the caller's transaction."""
         ...
 
@@ -174,18 +165,10 @@ class AsyncTxLedger(Protocol):
     async def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]: ...
 
     async def act(
-        self,
-        action: Action,
-        selection: TaskFilter,
-        *,
-        actor: str,
-        reason: str | None = None,
-        dry_run: bool = False,
+        self, action: Action, selection: TaskFilter, **options: Unpack[AuditOptions]
     ) -> Report: ...
 
-    async def release_key(
-        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
-    ) -> KeyRelease: ...
+    async def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease: ...
 
     async def succeed(
         self, fences: Sequence[Fence], results: Sequence[str | None] | None = None
@@ -271,8 +254,7 @@ class DirectLedger(WorkerLedger, Protocol):
         limit: int,
         worker: str,
         lease_s: float,
-        aging_s: float = DEFAULT_AGING_S,
-        kinds: Iterable[str] | None = None,
+        **options: Unpack[DueOptions],
     ) -> list[ClaimedTask]:
         """Claim up to ``limit`` due pending tasks of ``queues`` and ``kinds`` (None:
         every kind), chosen as
@@ -535,23 +517,13 @@ class OperationsLedger(Protocol):
         ...
 
     async def act(
-        self,
-        action: Action,
-        selection: TaskFilter,
-        *,
-        actor: str,
-        reason: str | None = None,
-        dry_run: bool = False,
-        batch_size: int = BATCH_SIZE,
-        progress: Callable[[Report], None] | None = None,
+        self, action: Action, selection: TaskFilter, **options: Unpack[BatchedActOptions]
     ) -> Report:
         """Apply ``action`` in batches of ``batch_size``, each its own transaction of
         fenced compare-and-sets plus its audit lines; ``progress`` after each."""
         ...
 
-    async def release_key(
-        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
-    ) -> KeyRelease:
+    async def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
         """Release ordering ``key`` from the dead tasks of blocking kinds that hold it
         (:mod:`ledgerq.ledger.keys`): recorded, fenced by epoch, audited, in one
         transaction; a key no live or dead task has is ``TaskNotFoundError``."""

@@ -79,55 +79,58 @@ def new_registry() -> CollectorRegistry:
     return registry
 
 
+#: The relay's counters (name, help), in the order :meth:`RelayMetrics.published`
+#: takes their amounts.
+_RELAY_COUNTERS = (
+    (
+        "ledgerq_published",
+        "Tasks the relay published, confirmed by the broker and marked published.",
+    ),
+    (
+        "ledgerq_returned",
+        "Publishes the broker returned as unroutable (no queue bound); left pending.",
+    ),
+    ("ledgerq_confirms_nacked", "Publishes the broker nacked; left pending."),
+    (
+        "ledgerq_publish_failed",
+        "Publishes not confirmed within --confirm-timeout, or on a failed channel; left pending.",
+    ),
+)
+#: The worker's per-batch counters, in the order :meth:`WorkerMetrics.claimed` takes
+#: their amounts.
+_WORKER_COUNTERS = (
+    ("ledgerq_claimed", "Deliveries the worker claimed (attempts started)."),
+    (
+        "ledgerq_skipped_duplicates",
+        "Deliveries acked without running: a duplicate or stale copy whose claim lost.",
+    ),
+)
+
+
+def _counters(registry: CollectorRegistry, table: Iterable[tuple[str, str]]) -> list[Counter]:
+    return [Counter(name, text, registry=registry) for name, text in table]
+
+
+def _add(counters: list[Counter], amounts: tuple[int, ...]) -> None:
+    """Each counter up by its amount, once per batch (an amount of 0: no increment)."""
+    for counter, n in zip(counters, amounts, strict=True):
+        if n:
+            counter.inc(n)
+
+
 class RelayMetrics(Observer):
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self._published = Counter(
-            "ledgerq_published",
-            "Tasks the relay published, confirmed by the broker and marked published.",
-            registry=registry,
-        )
-        self._returned = Counter(
-            "ledgerq_returned",
-            "Publishes the broker returned as unroutable (no queue bound); left pending.",
-            registry=registry,
-        )
-        self._nacked = Counter(
-            "ledgerq_confirms_nacked",
-            "Publishes the broker nacked; left pending.",
-            registry=registry,
-        )
-        self._unconfirmed = Counter(
-            "ledgerq_publish_failed",
-            "Publishes not confirmed within --confirm-timeout, or on a failed channel; "
-            "left pending.",
-            registry=registry,
-        )
+        self._counters = _counters(registry, _RELAY_COUNTERS)
 
     def published(self, confirmed: int, returned: int, nacked: int, failed: int) -> None:
-        for counter, n in (
-            (self._published, confirmed),
-            (self._returned, returned),
-            (self._nacked, nacked),
-            (self._unconfirmed, failed),
-        ):
-            if n:
-                counter.inc(n)
+        _add(self._counters, (confirmed, returned, nacked, failed))
 
 
 class WorkerMetrics(Observer):
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self._claimed = Counter(
-            "ledgerq_claimed",
-            "Deliveries the worker claimed (attempts started).",
-            registry=registry,
-        )
-        self._skipped = Counter(
-            "ledgerq_skipped_duplicates",
-            "Deliveries acked without running: a duplicate or stale copy whose claim lost.",
-            registry=registry,
-        )
+        self._batch_counters = _counters(registry, _WORKER_COUNTERS)
         self._ended = Counter(
             "ledgerq_tasks_ended",
             "Attempts by outcome as committed: succeeded, failed (a retry is scheduled), "
@@ -154,10 +157,7 @@ class WorkerMetrics(Observer):
         self._timed_by: dict[str, tuple[Any, Any]] = {}
 
     def claimed(self, won: int, skipped: int) -> None:
-        if won:
-            self._claimed.inc(won)
-        if skipped:
-            self._skipped.inc(skipped)
+        _add(self._batch_counters, (won, skipped))
 
     def ran(self, kind: str, seconds: float, waited_s: float | None) -> None:
         pair = self._timed_by.get(kind)

@@ -94,20 +94,10 @@ class LedgerGauges:
         from prometheus_client.core import GaugeMetricFamily
 
         snapshot = self._snapshot  # one read: the update swaps the whole snapshot
-        tasks = GaugeMetricFamily(
-            "ledgerq_tasks",
-            "Live tasks by queue and status (pending includes those scheduled later).",
-            labels=["queue", "status"],
-        )
-        due = GaugeMetricFamily(
-            "ledgerq_due_tasks", "Pending tasks due now, not yet published, by queue.",
-            labels=["queue"],
-        )  # fmt: skip
-        oldest = GaugeMetricFamily(
-            "ledgerq_oldest_due_seconds",
-            "Age of the oldest due, unpublished task by queue (0 when none is due).",
-            labels=["queue"],
-        )
+        g = {
+            key: GaugeMetricFamily(name, text, labels=list(labels))
+            for key, (name, text, labels) in _GAUGES.items()
+        }
         by_queue: dict[str, dict[str, float]] = {
             queue: {"pending": 0, "published": 0, "running": 0, "due": 0, "oldest": 0.0}
             for queue in snapshot.queues
@@ -119,43 +109,64 @@ class LedgerGauges:
             q["oldest"] = max(q["oldest"], float(row["oldest_due_s"] or 0.0))
         for queue, q in sorted(by_queue.items()):
             for status in ("pending", "published", "running"):
-                tasks.add_metric([queue, status], q[status])
-            due.add_metric([queue], q["due"])
-            oldest.add_metric([queue], q["oldest"])
-        unserved = GaugeMetricFamily(
-            "ledgerq_unserved_tasks",
-            "Due pending tasks no live worker serves (a kind none registers, a shard or "
-            "queue none serves), by queue and kind: never attempted, waiting for a worker "
-            "(0 once one serves them).",
-            labels=["queue", "kind"],
-        )
-        unserved_oldest = GaugeMetricFamily(
-            "ledgerq_unserved_oldest_seconds",
-            "Age of the oldest unserved task by queue and kind, since it became due "
-            "(0 when none is unserved).",
-            labels=["queue", "kind"],
-        )
+                g["tasks"].add_metric([queue, status], q[status])
+            g["due"].add_metric([queue], q["due"])
+            g["oldest"].add_metric([queue], q["oldest"])
         now = self._clock()
         for (queue, kind), (n, since) in sorted(snapshot.unserved.items()):
-            unserved.add_metric([queue, kind], n)
-            unserved_oldest.add_metric([queue, kind], 0.0 if n == 0 else max(0.0, now - since))
-        capacity = GaugeMetricFamily(
-            "ledgerq_window_capacity",
-            "Each live broker route's window: its live subscribers' capacity, by queue and "
-            'route (route="": the queue\'s own broker queue); gone when no live worker holds '
-            "it.",
-            labels=["queue", "route"],
-        )
-        published = GaugeMetricFamily(
-            "ledgerq_window_published",
-            "Tasks published to each live broker route and not yet claimed, by queue and "
-            "route (the rest waits pending in the ledger).",
-            labels=["queue", "route"],
-        )
+            g["unserved"].add_metric([queue, kind], n)
+            age = 0.0 if n == 0 else max(0.0, now - since)
+            g["unserved_oldest"].add_metric([queue, kind], age)
         for (queue, route), (cap, pub) in sorted(snapshot.windows.items()):
-            capacity.add_metric([queue, route], cap)
-            published.add_metric([queue, route], pub)
-        return [tasks, due, oldest, unserved, unserved_oldest, capacity, published]
+            g["capacity"].add_metric([queue, route], cap)
+            g["published"].add_metric([queue, route], pub)
+        return list(g.values())
+
+
+#: Each gauge a scrape reports, in its order: (name, help, labels).
+_GAUGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "tasks": (
+        "ledgerq_tasks",
+        "Live tasks by queue and status (pending includes those scheduled later).",
+        ("queue", "status"),
+    ),
+    "due": (
+        "ledgerq_due_tasks",
+        "Pending tasks due now, not yet published, by queue.",
+        ("queue",),
+    ),
+    "oldest": (
+        "ledgerq_oldest_due_seconds",
+        "Age of the oldest due, unpublished task by queue (0 when none is due).",
+        ("queue",),
+    ),
+    "unserved": (
+        "ledgerq_unserved_tasks",
+        "Due pending tasks no live worker serves (a kind none registers, a shard or "
+        "queue none serves), by queue and kind: never attempted, waiting for a worker "
+        "(0 once one serves them).",
+        ("queue", "kind"),
+    ),
+    "unserved_oldest": (
+        "ledgerq_unserved_oldest_seconds",
+        "Age of the oldest unserved task by queue and kind, since it became due "
+        "(0 when none is unserved).",
+        ("queue", "kind"),
+    ),
+    "capacity": (
+        "ledgerq_window_capacity",
+        "Each live broker route's window: its live subscribers' capacity, by queue and "
+        'route (route="": the queue\'s own broker queue); gone when no live worker holds '
+        "it.",
+        ("queue", "route"),
+    ),
+    "published": (
+        "ledgerq_window_published",
+        "Tasks published to each live broker route and not yet claimed, by queue and "
+        "route (the rest waits pending in the ledger).",
+        ("queue", "route"),
+    ),
+}
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,9 @@ registry (its ``--app``), and a deployment without a reconciler must still get
 its periodic tasks (docs/howto.md, "Run a task periodically").
 
 This module holds what they share: the :class:`Service` shape, and the
-publishing pass the stalled and overdue services both run.
+publishing pass the stalled and overdue services both run
+(:class:`PublishingService`: the same ``run_once``, each with its own page
+source).
 
 :func:`publish_pages` takes a page of rows locked by its own transaction
 (``FOR UPDATE SKIP LOCKED``), publishes them with confirms, marks only the
@@ -51,10 +53,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ledgerq.broker.base import Publisher, PublishOutcome
-from ledgerq.ledger.protocol import PublishBatch
+from ledgerq.ledger.protocol import PublishBatch, ReconcilerLedger
 
 CountsT_co = TypeVar("CountsT_co", covariant=True)
 
@@ -109,3 +111,37 @@ async def publish_pages(
             after = batch.rows[-1].id
             if len(batch.rows) < page_size or not confirmed:
                 return counts
+
+
+class PublishConfig(Protocol):
+    """What :func:`publish_pages` reads of a publishing service's config."""
+
+    @property
+    def page_size(self) -> int: ...
+
+    @property
+    def confirm_timeout(self) -> float: ...
+
+
+ConfigT = TypeVar("ConfigT", bound=PublishConfig)
+
+
+@dataclass
+class PublishingService(Generic[ConfigT]):
+    """A service whose pass is :func:`publish_pages` over its own pages
+    (:meth:`page`): the stalled and the overdue services."""
+
+    ledger: ReconcilerLedger
+    publisher: Publisher
+    config: ConfigT
+
+    def page(self, after: int) -> AbstractAsyncContextManager[PublishBatch]:
+        """The next page of rows to publish, ids after ``after`` (a source may
+        select by its own rule and ignore it)."""
+        raise NotImplementedError
+
+    async def run_once(self) -> PublishCounts:
+        """Publish this service's pages (see its module's docstring)."""
+        return await publish_pages(
+            self.publisher, self.page, self.config.page_size, self.config.confirm_timeout
+        )

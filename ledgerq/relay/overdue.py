@@ -18,12 +18,12 @@ commits, as in the relay.
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
-from ledgerq.broker.base import Publisher
-from ledgerq.ledger.protocol import ReconcilerLedger
+from ledgerq.ledger.protocol import PublishBatch
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S
-from ledgerq.relay.maintenance import PublishCounts, check_page_size, publish_pages
+from ledgerq.relay.maintenance import PublishingService, check_page_size
 
 
 @dataclass(frozen=True)
@@ -42,17 +42,12 @@ class OverdueConfig:
 
 
 @dataclass
-class Overdue:
-    ledger: ReconcilerLedger
-    publisher: Publisher
+class Overdue(PublishingService[OverdueConfig]):
+    """Publish what a relay should have (see the module docstring)."""
+
     config: OverdueConfig = field(default_factory=OverdueConfig)
 
-    async def run_once(self) -> PublishCounts:
-        """Publish what a relay should have (see the module docstring)."""
+    def page(self, after: int) -> AbstractAsyncContextManager[PublishBatch]:
+        """A page by the relay's rule (``after`` plays no part)."""
         cfg = self.config
-        return await publish_pages(
-            self.publisher,
-            lambda _after: self.ledger.overdue_batch(cfg.page_size, cfg.stall_s, cfg.aging_s),
-            cfg.page_size,
-            cfg.confirm_timeout,
-        )
+        return self.ledger.overdue_batch(cfg.page_size, cfg.stall_s, cfg.aging_s)

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -87,15 +87,11 @@ ALERTS_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
-class ReconcilerConfig:
-    #: A published row unclaimed for this long is published again.
-    stall_s: float = 180.0
-    #: Per-queue stall windows, overriding ``stall_s`` (a queue of slow tasks
-    #: with a deep backlog wants a longer one).
-    queue_stall_s: Mapping[str, float] = field(default_factory=dict)
-    page_size: int = 500
-    #: How long to wait for each re-publish's confirm (bounds pika's socket waits).
-    confirm_timeout: float = 10.0
+class ReconcilerConfig(StalledConfig):
+    """The command's options: the stalled service's (``stall_s``, ``queue_stall_s``,
+    ``page_size``, ``confirm_timeout``, validated as it validates them; the other
+    services take what they need of them), then the fields below."""
+
     #: An expired lease is judged once all its worker's leases ran out, or once
     #: it has been expired this long, whichever comes first.
     settle_s: float = 60.0
@@ -104,7 +100,7 @@ class ReconcilerConfig:
     aging_s: float = DEFAULT_AGING_S
 
     def __post_init__(self) -> None:
-        self.stalled()  # each service's config validates its own fields
+        super().__post_init__()  # each service's config validates its own fields
         self.rescue()
 
     def rescue(self) -> RescueConfig:

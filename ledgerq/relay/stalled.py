@@ -20,21 +20,22 @@ finds it published and wins.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
-from ledgerq.broker.base import Publisher
-from ledgerq.ledger.protocol import ReconcilerLedger
-from ledgerq.relay.maintenance import PublishCounts, check_page_size, publish_pages
+from ledgerq.ledger.protocol import PublishBatch
+from ledgerq.relay.maintenance import PublishingService, check_page_size
 
 
 @dataclass(frozen=True)
 class StalledConfig:
     #: A published row unclaimed for this long is published again.
     stall_s: float = 180.0
-    #: Per-queue stall windows, overriding ``stall_s``.
+    #: Per-queue stall windows, overriding ``stall_s`` (a queue of slow tasks
+    #: with a deep backlog wants a longer one).
     queue_stall_s: Mapping[str, float] = field(default_factory=dict)
     page_size: int = 500
-    #: How long to wait for each re-publish's confirm.
+    #: How long to wait for each re-publish's confirm (bounds pika's socket waits).
     confirm_timeout: float = 10.0
 
     def __post_init__(self) -> None:
@@ -47,19 +48,11 @@ class StalledConfig:
 
 
 @dataclass
-class Stalled:
-    ledger: ReconcilerLedger
-    publisher: Publisher
+class Stalled(PublishingService[StalledConfig]):
+    """Publish again every stalled row (see the module docstring)."""
+
     config: StalledConfig = field(default_factory=StalledConfig)
 
-    async def run_once(self) -> PublishCounts:
-        """Publish again every stalled row (see the module docstring)."""
+    def page(self, after: int) -> AbstractAsyncContextManager[PublishBatch]:
         cfg = self.config
-        return await publish_pages(
-            self.publisher,
-            lambda after: self.ledger.stalled_batch(
-                after, cfg.page_size, cfg.stall_s, cfg.queue_stall_s
-            ),
-            cfg.page_size,
-            cfg.confirm_timeout,
-        )
+        return self.ledger.stalled_batch(after, cfg.page_size, cfg.stall_s, cfg.queue_stall_s)

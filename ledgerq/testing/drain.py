@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from ledgerq.alerting.alerts import log_alert
 from ledgerq.compose.storage import ledger_on
@@ -209,7 +209,7 @@ class _Drain:
             claimed = []
             if queues:
                 claimed = await self.ledger.claim_due(
-                    queues, 1, WORKER, LEASE_S, DEFAULT_AGING_S, self.claimable
+                    queues, 1, WORKER, LEASE_S, aging_s=DEFAULT_AGING_S, kinds=self.claimable
                 )
             if claimed:
                 await self.run_one(claimed[0])
@@ -313,28 +313,36 @@ async def _drain(
             sync_engine.dispose()
 
 
-def _options(
-    kinds: Iterable[str] | None,
-    queues: Iterable[str] | None,
-    max_tasks: int,
-    include_future: bool,
-) -> dict[str, Any]:
-    return {
-        **selection(queues, kinds),
+class DrainOptions(TypedDict, total=False):
+    """What :func:`drain` and :func:`adrain` take besides the bind (see :func:`drain`;
+    the defaults: every kind and queue, the ``@task`` registry, 1000 tasks, only
+    what is due now)."""
+
+    kinds: Iterable[str] | None
+    queues: Iterable[str] | None
+    app: Registry | str | None
+    max_tasks: int
+    include_future: bool
+
+
+def _prepare(options: DrainOptions, name: str) -> tuple[dict[str, Any], Registry]:
+    """``options`` checked (``name``: the caller's): the statements' parameters and
+    the handlers' registry."""
+    unknown = sorted(set(options) - DrainOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(f"{name}() got an unexpected keyword argument {unknown[0]!r}")
+    max_tasks = options.get("max_tasks", 1000)
+    params = {
+        **selection(options.get("queues"), options.get("kinds")),
         "max_tasks": max_tasks,
-        "include_future": bool(include_future),
+        "include_future": bool(options.get("include_future", False)),
     }
+    registry = _registry(options.get("app"))
+    _check(params["kinds"], max_tasks, registry)
+    return params, registry
 
 
-def drain(
-    bind: object,
-    *,
-    kinds: Iterable[str] | None = None,
-    queues: Iterable[str] | None = None,
-    app: Registry | str | None = None,
-    max_tasks: int = 1000,
-    include_future: bool = False,
-) -> DrainResult:
+def drain(bind: object, **options: Unpack[DrainOptions]) -> DrainResult:
     """Run every due task (of ``kinds`` and ``queues``, when given; else all) in this
     process, through the worker's claim, handler runner and finish statement, until
     none is due; return how each attempt ended.
@@ -350,35 +358,23 @@ def drain(
     each next due time until nothing is waiting (a task that always fails then
     runs until it is dead). ``max_tasks`` bounds the attempts (a task that
     enqueues itself); ``result.limited`` says it was reached."""
-    options = _options(kinds, queues, max_tasks, include_future)
-    registry = _registry(app)
-    _check(options["kinds"], max_tasks, registry)
+    params, registry = _prepare(options, "drain")
     target = resolve(bind, "drain")
     unseen: list[int] = []
     if in_transaction(bind):
         # An async handle's transaction is read by adrain only.
         with contextlib.suppress(TypeError):
             unseen = _ids(runner(bind, "drain")(TQ.newest_pending, {}))
-    return run_sync(_drain(target, registry, options, unseen, reuse=False), "drain")
+    return run_sync(_drain(target, registry, params, unseen, reuse=False), "drain")
 
 
-async def adrain(
-    bind: object,
-    *,
-    kinds: Iterable[str] | None = None,
-    queues: Iterable[str] | None = None,
-    app: Registry | str | None = None,
-    max_tasks: int = 1000,
-    include_future: bool = False,
-) -> DrainResult:
+async def adrain(bind: object, **options: Unpack[DrainOptions]) -> DrainResult:
     """:func:`drain` from async code (an ``AsyncEngine``'s or ``AsyncSession``'s test);
     async handlers' ``ctx.session`` opens on the bind's ``AsyncEngine``."""
-    options = _options(kinds, queues, max_tasks, include_future)
-    registry = _registry(app)
-    _check(options["kinds"], max_tasks, registry)
+    params, registry = _prepare(options, "adrain")
     target = resolve(bind, "adrain")
     unseen = await _aunseen(bind) if in_transaction(bind) else []
-    return await _drain(target, registry, options, unseen, reuse=True)
+    return await _drain(target, registry, params, unseen, reuse=True)
 
 
 def _ids(rows: Iterable[Any]) -> list[int]:

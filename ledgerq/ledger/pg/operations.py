@@ -12,14 +12,13 @@ deaths found, released and audited together.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Unpack
 
 from sqlalchemy import TextClause
 
 from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.actions import (
-    BATCH_SIZE,
     Action,
     Report,
     Rows,
@@ -31,6 +30,7 @@ from ledgerq.ledger.actions import (
 from ledgerq.ledger.after import graph
 from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease, release_plan
+from ledgerq.ledger.options import AuditOptions, BatchedActOptions, PlanOptions
 from ledgerq.ledger.pg.base import PgBase, translated
 from ledgerq.ledger.plans import adrive
 from ledgerq.ledger.sql import AQ, IQ, OQ
@@ -78,26 +78,12 @@ class PgOperations(PgBase):
         return [{k: jsonable(v) for k, v in zip(AUDIT_COLUMNS, r, strict=True)} for r in rows]
 
     async def act(
-        self,
-        action: Action,
-        selection: TaskFilter,
-        *,
-        actor: str,
-        reason: str | None = None,
-        dry_run: bool = False,
-        batch_size: int = BATCH_SIZE,
-        progress: Callable[[Report], None] | None = None,
+        self, action: Action, selection: TaskFilter, **options: Unpack[BatchedActOptions]
     ) -> Report:
         report = Report(action.name)
-        steps = plan(
-            action,
-            selection,
-            actor=actor,
-            reason=reason,
-            dry_run=dry_run,
-            batch_size=batch_size,
-            report=report,
-        )
+        progress = options.pop("progress", None)
+        planned: PlanOptions = options  # the rest, progress taken out, are the plan's
+        steps = plan(action, selection, report=report, **planned)
         with translated():
             async with self.engine.connect() as conn:
 
@@ -114,10 +100,8 @@ class PgOperations(PgBase):
                 await conn.commit()
         return report
 
-    async def release_key(
-        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
-    ) -> KeyRelease:
-        steps = release_plan(key, actor=actor, reason=reason, dry_run=dry_run)
+    async def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
+        steps = release_plan(key, **options)
         with translated():
             async with self.engine.begin() as conn:
 

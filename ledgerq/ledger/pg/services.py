@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import TextClause
 
@@ -24,6 +24,7 @@ from ledgerq.ledger.model import (
     Held,
     Outcome,
 )
+from ledgerq.ledger.options import DueOptions
 from ledgerq.ledger.params import fence_params, outcome_params
 from ledgerq.ledger.pg.audit import SYSTEM_ACTOR, record_audit
 from ledgerq.ledger.pg.base import PgBase, translated
@@ -140,14 +141,14 @@ class PgServices(PgBase):
         limit: int,
         worker: str,
         lease_s: float,
-        aging_s: float = DEFAULT_AGING_S,
-        kinds: Iterable[str] | None = None,
+        **options: Unpack[DueOptions],
     ) -> list[ClaimedTask]:
+        kinds = options.get("kinds")
         params = {
             "queues": list(queues),
             "kinds": None if kinds is None else sorted(kinds),
             "limit": limit,
-            "aging_s": aging_param(aging_s),
+            "aging_s": aging_param(options.get("aging_s", DEFAULT_AGING_S)),
             "worker": worker,
             "lease_s": lease_s,
             "max_payload_bytes": MAX_CLAIM_PAYLOAD_BYTES,

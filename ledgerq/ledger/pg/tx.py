@@ -22,7 +22,7 @@ and a lost fence returns nothing (the caller rolls its transaction back).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import TextClause
 
@@ -46,6 +46,7 @@ from ledgerq.ledger.executors import (
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.keys import KeyRelease, release_plan
 from ledgerq.ledger.model import Fence, Outcome
+from ledgerq.ledger.options import AuditOptions
 from ledgerq.ledger.params import fence_params, outcome_params
 from ledgerq.ledger.plans import adrive, drive, list_params
 from ledgerq.ledger.protocol import Locked
@@ -213,22 +214,11 @@ class PgTx:
     def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
         return [task_row(r) for r in self._run(OQ.list_tasks, list_params(selection))]
 
-    def act(
-        self,
-        action: Action,
-        selection: TaskFilter,
-        *,
-        actor: str,
-        reason: str | None = None,
-        dry_run: bool = False,
-    ) -> Report:
-        steps = plan(action, selection, actor=actor, reason=reason, dry_run=dry_run)
-        return drive(steps, self._run)
+    def act(self, action: Action, selection: TaskFilter, **options: Unpack[AuditOptions]) -> Report:
+        return drive(plan(action, selection, **options), self._run)
 
-    def release_key(
-        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
-    ) -> KeyRelease:
-        return drive(release_plan(key, actor=actor, reason=reason, dry_run=dry_run), self._run)
+    def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
+        return drive(release_plan(key, **options), self._run)
 
     def succeed(
         self, fences: Sequence[Fence], results: Sequence[str | None] | None = None
@@ -301,22 +291,12 @@ class PgAsyncTx:
         return [task_row(r) for r in rows]
 
     async def act(
-        self,
-        action: Action,
-        selection: TaskFilter,
-        *,
-        actor: str,
-        reason: str | None = None,
-        dry_run: bool = False,
+        self, action: Action, selection: TaskFilter, **options: Unpack[AuditOptions]
     ) -> Report:
-        steps = plan(action, selection, actor=actor, reason=reason, dry_run=dry_run)
-        return await adrive(steps, self._run)
+        return await adrive(plan(action, selection, **options), self._run)
 
-    async def release_key(
-        self, key: str, *, actor: str, reason: str | None = None, dry_run: bool = False
-    ) -> KeyRelease:
-        steps = release_plan(key, actor=actor, reason=reason, dry_run=dry_run)
-        return await adrive(steps, self._run)
+    async def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
+        return await adrive(release_plan(key, **options), self._run)
 
     async def succeed(
         self, fences: Sequence[Fence], results: Sequence[str | None] | None = None

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Unpack
 
 from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.model import ClaimedTask, Fence, Held
+from ledgerq.ledger.options import AuditOptions, BatchedActOptions, DueOptions
 from ledgerq.ledger.protocol import (
     DirectLedger,
     HarnessLedger,
@@ -137,15 +138,13 @@ class ShardedDirectLedger(ShardedWorkerLedger[D]):
         limit: int,
         worker: str,
         lease_s: float,
-        *args: Any,
-        **kwargs: Any,
+        **options: Unpack[DueOptions],
     ) -> list[ClaimedTask]:
         """``aging_s`` and ``kinds`` as the caller gave them (their defaults: the
-        protocol's)."""
-        if "kinds" in kwargs and kwargs["kinds"] is not None:
-            kwargs["kinds"] = frozenset(kwargs["kinds"])
-        elif len(args) > 1 and args[1] is not None:
-            args = (args[0], frozenset(args[1]), *args[2:])
+        shards'); ``kinds`` read once, whatever iterable it came as."""
+        kinds = options.get("kinds")
+        if kinds is not None:
+            options["kinds"] = frozenset(kinds)
         first, count = self._next, len(self.shards)
         self._next = (first + 1) % count
         won: list[ClaimedTask] = []
@@ -153,7 +152,7 @@ class ShardedDirectLedger(ShardedWorkerLedger[D]):
             if len(won) >= limit:
                 break
             shard = self.shards[(first + step) % count]
-            won += await shard.claim_due(queues, limit - len(won), worker, lease_s, *args, **kwargs)
+            won += await shard.claim_due(queues, limit - len(won), worker, lease_s, **options)
         return won
 
 
@@ -278,7 +277,9 @@ class ShardedLedger(ShardedDirectLedger[ShardLedger], ShardedRouting):
         rows.sort(key=lambda row: str(row.get("at") or ""), reverse=True)
         return rows[:limit]
 
-    async def act(self, action: Action, selection: TaskFilter, **options: Any) -> Report:
+    async def act(
+        self, action: Action, selection: TaskFilter, **options: Unpack[BatchedActOptions]
+    ) -> Report:
         """The action on each shard in turn (named ids: on their shards only), with the
         caller's options; one report adding theirs up, ``audit_id`` the first shard's
         record."""
@@ -296,7 +297,7 @@ class ShardedLedger(ShardedDirectLedger[ShardLedger], ShardedRouting):
         assert total is not None
         return total
 
-    async def release_key(self, key: str, **options: Any) -> KeyRelease:
+    async def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
         """The key released on each shard that has it, in turn (a shard's release is
         its own transaction and audit record); one report adding theirs up,
         ``audit_id`` the first shard's record. Unknown on every shard: the first

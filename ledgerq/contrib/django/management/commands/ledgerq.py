@@ -32,6 +32,7 @@ from ledgerq.cli import cli
 from ledgerq.cli.group import EX_CONFIG, fail, run_cli
 from ledgerq.contrib.django.conf import environ, named
 from ledgerq.core.config import ConfigError, Settings
+from ledgerq.processes import without_options
 
 #: ``manage.py ledgerq worker`` without ``--app``: every installed app's tasks.py.
 DISCOVER = "ledgerq.contrib.django.discover"
@@ -41,16 +42,7 @@ DJANGO_OPTIONS = ("--settings", "--pythonpath")
 
 def without_django_options(args: Sequence[str]) -> list[str]:
     """``args`` less Django's ``--settings X`` / ``--pythonpath=X``."""
-    kept: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg in DJANGO_OPTIONS:
-            skip = True
-        elif not arg.startswith(tuple(f"{o}=" for o in DJANGO_OPTIONS)):
-            kept.append(arg)
-    return kept
+    return without_options(args, DJANGO_OPTIONS)
 
 
 def run(args: Sequence[str], prog_name: str) -> None:
