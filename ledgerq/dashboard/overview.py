@@ -144,7 +144,10 @@ async def overview_data(
         ledger.windows(),
         ledger.subscriptions(),
     )
-    totals = {k: sum(int(r[k]) for r in live) for k in ("pending", "due", "published", "running")}
+    totals = {
+        k: sum(int(r[k]) for r in live)
+        for k in ("pending", "due", "published", "running", "waiting")
+    }
     points = series(throughput, since, window)
     finished = {s: sum(points[s]) for s in STATUSES}
     ended = finished["succeeded"] + finished["dead"]

@@ -99,15 +99,17 @@ SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM l) AS n
 SELECT rolled_upto FROM ledgerq_rollup_state WHERE id = 1
 
 -- name: live_counts
--- Per queue and kind, from the hot table: waiting (pending), of them due now
--- (the relay's backlog) and the oldest due one's age, published (in the broker),
--- running. A pending task due later counts as scheduled.
+-- Per queue and kind, from the hot table: pending, of them due now (the
+-- relay's backlog) and the oldest due one's age, published (in the broker),
+-- running, and waiting (enqueued with after=, for the tasks it names). A
+-- pending task due later counts as scheduled.
 SELECT queue, kind,
        count(*) FILTER (WHERE status = 'pending') AS pending,
        count(*) FILTER (WHERE status = 'pending' AND run_at <= now()) AS due,
        count(*) FILTER (WHERE status = 'pending' AND run_at > now()) AS scheduled,
        count(*) FILTER (WHERE status = 'published') AS published,
        count(*) FILTER (WHERE status = 'running') AS running,
+       count(*) FILTER (WHERE status = 'waiting') AS waiting,
        EXTRACT(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending'
                                                        AND run_at <= now())) AS oldest_due_s
 FROM ledgerq_tasks

@@ -548,7 +548,8 @@ class OverviewLedger(Protocol):
     """What the dashboard's overview and task pages read (``overview.sql``)."""
 
     async def live_counts(self) -> list[dict[str, Any]]:
-        """Per queue and kind: pending, due, scheduled, published, running, oldest_due_s."""
+        """Per queue and kind: pending, due, scheduled, published, running, waiting
+        (on the tasks named by ``after=``), oldest_due_s."""
         ...
 
     async def throughput(

@@ -99,16 +99,16 @@ class LedgerGauges:
             for key, (name, text, labels) in _GAUGES.items()
         }
         by_queue: dict[str, dict[str, float]] = {
-            queue: {"pending": 0, "published": 0, "running": 0, "due": 0, "oldest": 0.0}
+            queue: {**dict.fromkeys((*LIVE_STATUSES, "due"), 0), "oldest": 0.0}
             for queue in snapshot.queues
         }
         for row in snapshot.rows:
             q = by_queue[row["queue"]]
-            for key in ("pending", "published", "running", "due"):
+            for key in (*LIVE_STATUSES, "due"):
                 q[key] += int(row[key])
             q["oldest"] = max(q["oldest"], float(row["oldest_due_s"] or 0.0))
         for queue, q in sorted(by_queue.items()):
-            for status in ("pending", "published", "running"):
+            for status in LIVE_STATUSES:
                 g["tasks"].add_metric([queue, status], q[status])
             g["due"].add_metric([queue], q["due"])
             g["oldest"].add_metric([queue], q["oldest"])
@@ -123,11 +123,15 @@ class LedgerGauges:
         return list(g.values())
 
 
+#: The statuses of the hot table ``ledgerq_tasks`` reports, each a label value.
+LIVE_STATUSES = ("pending", "published", "running", "waiting")
+
 #: Each gauge a scrape reports, in its order: (name, help, labels).
 _GAUGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "tasks": (
         "ledgerq_tasks",
-        "Live tasks by queue and status (pending includes those scheduled later).",
+        "Live tasks by queue and status (pending includes those scheduled later; waiting: "
+        "enqueued with after=, for the tasks it names).",
         ("queue", "status"),
     ),
     "due": (

@@ -62,9 +62,10 @@ async def test_live_counts_and_workers_show_whats_waiting_and_who_runs_it(
 ) -> None:
     pending, running = enqueue("conf.live", "conf.live")
     await ledger.claim([(running, 0)], WORKER, LEASE_S)
+    enqueue(TaskSpec("conf.live", after=(pending,)))  # waits for the pending one
 
     [counts] = [r for r in await ledger.live_counts() if r["kind"] == "conf.live"]
-    assert (counts["pending"], counts["running"]) == (1, 1)
+    assert (counts["pending"], counts["running"], counts["waiting"]) == (1, 1, 1)
     assert WORKER in {r["worker"] for r in await ledger.workers()}
     assert await ledger.whereabouts([pending]) == {pending: "pending"}
 

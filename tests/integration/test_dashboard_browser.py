@@ -1,6 +1,6 @@
 """The dashboard in a real browser (headless chromium through Playwright): sign in
 (a wrong password refused), the overview's charts drawn, which live worker serves
-which shards, filter, open a task whose
+which shards, tasks waiting on others counted, filter, open a task whose
 payload holds a ``<script>`` (shown as text, not run), cancel a task and see its
 audit row, a bulk cancel counted before it is confirmed, a POST without the CSRF
 token refused; and the command refusing 0.0.0.0 without authentication.
@@ -195,3 +195,17 @@ async def test_filter_by_tags_and_an_expired_tasks_page_says_so(
     await expect(page.locator("#audit tbody tr")).to_contain_text("expire")
     await page.locator("dl.facts .tags a", has_text="tenant:7").click()
     await expect(page.locator("#filters input[name=tag]")).to_have_value("tenant:7")
+
+
+async def test_the_overview_counts_the_tasks_waiting_on_others(
+    dash: Dash, base_settings: Settings
+) -> None:
+    [first] = enqueue_committed(base_settings, [TaskSpec("shop.join", queue="joins", delay=3600)])
+    enqueue_committed(base_settings, [TaskSpec("shop.join", queue="joins", after=[first])])
+    page = dash.page
+    await page.goto(dash.url + "/")
+    row = page.locator("table.grid tbody tr", has_text="shop.join")
+    await expect(row.locator("td").last).to_have_text("1")  # the waiting column
+    await expect(page.locator(".tile", has_text="waiting on others").locator(".n")).to_have_text(
+        "1"
+    )

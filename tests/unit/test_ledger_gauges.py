@@ -9,7 +9,7 @@ from ledgerq.metrics.gauges import LedgerGauges
 
 
 def row(queue: str, due: int, oldest: float | None) -> dict[str, object]:
-    return {"queue": queue, "pending": due + 1, "published": 2, "running": 3,
+    return {"queue": queue, "pending": due + 1, "published": 2, "running": 3, "waiting": 4,
             "due": due, "oldest_due_s": oldest}  # fmt: skip
 
 
@@ -33,6 +33,7 @@ def test_a_queue_that_empties_keeps_reporting_zero() -> None:
     assert 'ledgerq_due_tasks{queue="mail"} 7.0' in text
     assert 'ledgerq_oldest_due_seconds{queue="mail"} 40.0' in text
     assert 'ledgerq_tasks{queue="mail",status="pending"} 9.0' in text
+    assert 'ledgerq_tasks{queue="mail",status="waiting"} 8.0' in text  # after=, per queue
     gauges.update([])
     text = scrape(registry)
     assert 'ledgerq_due_tasks{queue="mail"} 0.0' in text
