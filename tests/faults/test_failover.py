@@ -44,6 +44,7 @@ from ledgerq import TaskSpec, enqueue_many
 from ledgerq.core.config import Settings
 from ledgerq.ledger.pg.engines import sync_engine
 from ledgerq.ledger.pg.migrate import upgrade
+from ledgerq.ledger.states import TERMINAL
 from tests import failover
 from tests.conftest import delete_broker_objects
 from tests.failover import HaPostgres
@@ -123,6 +124,28 @@ class Producer(threading.Thread):
 
     def ids(self) -> list[int]:
         return [i for _, _, ids in self.committed for i in ids]
+
+
+async def _settle(cluster: Cluster, ids: list[int], producer: Producer) -> None:
+    """``cluster.settle``; when it times out, the message says which tasks never
+    ended and where they came from."""
+    try:
+        await cluster.settle(ids, timeout=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {await _unsettled(cluster, ids, producer)}") from exc
+
+
+async def _unsettled(cluster: Cluster, ids: list[int], producer: Producer) -> str:
+    """The ids not terminal after the settle: their status, or 'absent', and the
+    server port whose commit returned them (or 'backlog' / 'uncertain')."""
+    where = await cluster.ledger.whereabouts(ids)
+    origin = {
+        i: f"committed on port {port}" for _, port, batch in producer.committed for i in batch
+    }
+    origin.update((i, "uncertain") for i in producer.uncertain)
+    stuck = [i for i in ids if where.get(i) not in TERMINAL]
+    shown = [f"{i}: {where.get(i, 'absent')} ({origin.get(i, 'backlog')})" for i in stuck[:20]]
+    return f"{len(stuck)} of {len(ids)} not terminal ({len(set(ids))} distinct): {shown}"
 
 
 async def safely(what: Any, default: Any) -> Any:
@@ -230,7 +253,7 @@ async def test_failover_under_load(
         found = await cluster.ledger.whereabouts(producer.uncertain)
         made_it = sorted(found)  # unknown ids are absent
         ids = backlog + producer.ids() + made_it
-        await cluster.settle(ids, timeout=60)
+        await _settle(cluster, ids, producer)
         verdict = await check(settings, cluster.ledger, ids, effects_expected=ids)
     finally:
         producer.stopping.set()
