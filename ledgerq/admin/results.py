@@ -72,7 +72,8 @@ class TaskRow(_Row):
     queue: str
     status: str
     attempts: int
-    max_attempts: int
+    #: None: left unset by the producer until the first claim fills in the kind's.
+    max_attempts: int | None
     priority: int
     run_at: datetime | None
     created_at: datetime | None
@@ -84,6 +85,10 @@ class TaskRow(_Row):
     progress: Any = None
     #: ``live`` (the hot table) or ``history``.
     location: str = "live"
+    tags: list[str] | None = None
+    expires_at: datetime | None = None
+    #: Whether it ended ``cancelled`` because it was not started by ``expires_at``.
+    expired: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,8 @@ class TaskDetail(_Row):
     status: str
     payload: Any
     attempts: int
-    max_attempts: int
+    #: None: left unset by the producer until the first claim fills in the kind's.
+    max_attempts: int | None
     priority: int
     epoch: int
     run_at: datetime | None
@@ -141,6 +147,13 @@ class TaskDetail(_Row):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     cancel_requested_at: datetime | None = None
+    tags: list[str] | None = None
+    expires_at: datetime | None = None
+    #: Whether it ended ``cancelled`` because it was not started by ``expires_at``.
+    expired: bool = False
+    #: A retry held for this worker (``@task(sticky_retry=...)``) until ``sticky_until``.
+    sticky_worker: str | None = None
+    sticky_until: datetime | None = None
     attempt_log: tuple[AttemptEntry, ...] = ()
     audit: tuple[TaskAuditEntry, ...] = ()
     children: Any = None

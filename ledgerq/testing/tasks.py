@@ -56,11 +56,16 @@ class EnqueuedTask:
     #: The last failed attempt's error (a retry), else None.
     last_error: str | None
     created_at: datetime
+    #: The task's tags (``enqueue(..., tags=[...])``), None when it has none.
+    tags: list[str] | None = None
+    #: When it expires unstarted (``enqueue(..., expires=...)``), None: never.
+    expires_at: datetime | None = None
 
 
 def _record(row: Sequence[Any]) -> EnqueuedTask:
     (id_, kind, queue, payload, status, priority, run_at, due, attempts, max_attempts, retry,
-     timeout_s, business_key, ordering_key, parent_id, last_error, created_at) = row  # fmt: skip
+     timeout_s, business_key, ordering_key, parent_id, last_error, created_at, tags,
+     expires_at) = row  # fmt: skip
     return EnqueuedTask(
         int(id_),
         kind,
@@ -79,6 +84,8 @@ def _record(row: Sequence[Any]) -> EnqueuedTask:
         parent_id,
         last_error,
         created_at,
+        None if tags is None else list(tags),
+        expires_at,
     )
 
 

@@ -9,7 +9,8 @@
 -- what it enqueued and has not committed yet is listed too.
 SELECT id, kind, queue, CAST(payload AS text) AS payload_text, status, priority, run_at,
        run_at <= now() AS due, attempts, max_attempts, CAST(retry AS text) AS retry_text,
-       timeout_s, business_key, ordering_key, parent_id, last_error, created_at
+       timeout_s, business_key, ordering_key, parent_id, last_error, created_at, tags,
+       expires_at
 FROM ledgerq_tasks
 WHERE status IN ('waiting', 'pending', 'published')
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)

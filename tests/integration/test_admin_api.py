@@ -20,7 +20,7 @@ import ledgerq
 from ledgerq import Registry, TaskFilter, TaskSpec, admin
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import InvalidFilterError, InvalidTaskError, TaskNotFoundError
-from ledgerq.testing import adrain, drain
+from ledgerq.testing import adrain, advance, drain
 from tests.harness import db, enqueue_committed
 from tests.support import ledgerq as run_cli
 
@@ -258,6 +258,39 @@ async def test_apurge_and_config(settings: Settings) -> None:
     assert entries["amqp_prefix"].value == settings.amqp_prefix
     secret = Settings(database_url="postgresql+psycopg://u:hunter2@db/x")
     assert "hunter2" not in str(admin.config(secret)["database_url"].value)
+
+
+def test_tags_and_expiry_are_typed_fields_of_the_rows(settings: Settings) -> None:
+    expired, unset = enqueue_committed(
+        settings,
+        [
+            TaskSpec("adm.ok", {"n": 1}, tags=["tenant:7", "batch:3"], expires=3600),
+            TaskSpec("adm.ok", {"n": 2}, tags=["tenant:7"], delay=7200),
+        ],
+    )
+    engine = create_engine(settings.database_url)
+    try:
+        advance(engine, 3601, kinds=["adm.ok"])  # the hour passes for the first
+        result = drain(engine, app=_registry(), kinds=["adm.ok"])
+    finally:
+        engine.dispose()
+    assert (result.expired, result.ran, result.runs) == (1, 0, ())
+
+    rows = {r.id: r for r in admin.list_tasks(settings, TaskFilter(tags=("tenant:7",)))}
+    assert (rows[expired].tags, rows[expired].expired) == (["tenant:7", "batch:3"], True)
+    expires_at = rows[expired].expires_at
+    assert isinstance(expires_at, datetime) and expires_at.tzinfo is not None
+    assert (rows[unset].tags, rows[unset].expired, rows[unset].expires_at) == (
+        ["tenant:7"], False, None
+    )  # fmt: skip
+    assert rows[unset].max_attempts is None  # the kind's default, filled in by its claim
+    assert "tags" not in rows[expired].extra and "expired" not in rows[expired].extra
+    detail = admin.show(settings, expired)
+    assert (detail.status, detail.expired, detail.tags) == (
+        "cancelled", True, ["tenant:7", "batch:3"]
+    )  # fmt: skip
+    assert detail.expires_at == expires_at
+    assert detail.to_json()["expires_at"] == expires_at.isoformat()
 
 
 def test_a_psycopg_connection_and_a_url_are_targets_too(settings: Settings) -> None:

@@ -162,3 +162,37 @@ def test_bench_direct_measures_the_direct_path_and_pgqueuer(settings: Settings) 
     assert data["direct_vs_pgqueuer"] == round(
         data["direct_drain_per_s"] / data["pgqueuer_per_s"], 2
     )
+
+
+@WHOLE_RUN
+def test_bench_drains_the_cpu_bound_kind_under_worker_processes(settings: Settings) -> None:
+    """``--handler cpu --processes 2`` (issue 26, item 5): the measurement docs/performance.md
+    quotes, threads against processes, runs and reports the CPU-bound kind's drain."""
+    _drop_bench_database(settings)
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "ledgerq", "bench", "--handler", "cpu", "--tasks", "60"),
+            *("--no-latency", "--no-vs-direct", "--concurrency", "2", "--processes", "2"),
+            "--json",
+        ],
+        env=ledgerq_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    try:
+        assert result.returncode == 0, result.stderr[-3000:]
+        data = json.loads(result.stdout)
+        assert (data["config"]["handler"], data["config"]["processes"]) == ("cpu", 2)
+        assert data["config"]["worker_args"] == ["--processes", "2"]
+        assert data["drain_cpu_per_s"] > 0 and data["drain_cpu_cpu_ms_per_task"] > 0, data
+        assert len(data["drain_cpu_runs"]) == 1
+        with psycopg.connect(libpq_url(bench_settings(settings).database_url)) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM ledgerq_history WHERE kind = 'demo.cpu'"
+                " AND status = 'succeeded'"
+            ).fetchone()
+        assert row == (60,)  # every CPU-bound task ran to its end
+    finally:
+        _delete_bench_broker_objects(settings, celery=False)

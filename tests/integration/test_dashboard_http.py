@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
+from ledgerq import TaskSpec
 from ledgerq.core.config import Settings
 from ledgerq.dashboard.app import create_app, post_routes
 from ledgerq.dashboard.overview import overview_data
@@ -18,7 +19,7 @@ from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.rollup import WINDOWS, bucket_of
 from ledgerq.relay.rollup import Rollup, RollupConfig
 from tests.dashboard_seed import SCRIPT, Seeded, seed
-from tests.harness import db
+from tests.harness import db, enqueue_committed
 
 PASSWORD = "correct horse battery"
 TOKEN = "t" * 24
@@ -133,6 +134,50 @@ async def test_a_bulk_action_counts_first_then_changes_and_audits(
         assert [(a["actor"], a["reason"]) for a in task["audit"]] == [
             ("dashboard:local", "report paused")
         ]
+
+
+async def test_tags_filter_the_list_and_a_bulk_action_and_an_expired_task_is_marked(
+    ledger: PgLedger, settings: Settings
+) -> None:
+    both, expired, other = enqueue_committed(
+        settings,
+        [
+            TaskSpec("dash.t", tags=["tenant:7", "batch:3"], delay=3600),
+            TaskSpec("dash.t", tags=["tenant:7"], expires=3600),
+            TaskSpec("dash.t", tags=["tenant:8"], delay=3600),
+        ],
+    )
+    await ledger.backdate([expired], "expires_at", 1)  # as if its hour had passed
+    assert await ledger.expire_due(10) == [expired]
+    async with client(ledger) as http:
+        listed = await http.get("/tasks", params={"tag": "tenant:7"})
+        assert set(map(int, re.findall(r'href="/tasks/(\d+)"', listed.text))) == {both, expired}
+        cells = r'<a href="/tasks/(\d+)">\d+</a></td>(.*?)</tr>'
+        rows = {int(i): row for i, row in re.findall(cells, listed.text, re.S)}
+        assert 'class="muted expired">expired<' in rows[expired]
+        assert "expired<" not in rows[both]
+        assert 'href="/tasks?tag=batch%3A3"' in rows[both]  # each tag links to its list
+
+        preview = await http.get(
+            "/actions/cancel", params=[("tag", "tenant:7"), ("tag", "batch:3")]
+        )
+        assert preview.status_code == 200
+        assert re.search(r'id="would-change">1<', preview.text)
+        hidden = re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', preview.text)
+        assert [v for k, v in hidden if k == "tag"] == ["tenant:7", "batch:3"]
+        form: dict[str, list[str]] = {}
+        for key, value in hidden:  # the confirmation form, as the browser posts it
+            form.setdefault(key, []).append(value)
+        done = await http.post("/actions/cancel", data=form)
+        assert done.status_code == 200 and "<strong>1</strong> changed" in done.text
+        bad = await http.get("/actions/cancel", params={"tag": "x" * 65})
+        assert bad.status_code == 400 and "at most 64 characters" in bad.text
+    assert await ledger.whereabouts([both, expired, other]) == {
+        both: "cancelled",
+        expired: "cancelled",
+        other: "pending",
+    }
+    assert [a["action"] for a in (await ledger.find(both))["audit"]] == ["cancel"]
 
 
 async def test_sign_in_sessions_tokens_and_wrong_passwords(ledger: PgLedger) -> None:

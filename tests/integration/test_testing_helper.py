@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.orm import Session
 
-from ledgerq import Abort, Registry, TaskContext, aenqueue, enqueue
+from ledgerq import Abort, Registry, RetryPolicy, TaskContext, aenqueue, enqueue
 from ledgerq.consumers.context import AsyncTaskContext
 from ledgerq.core.config import Settings
 from ledgerq.testing import (
@@ -125,6 +126,29 @@ def test_a_failure_is_retried_after_its_delay_once_time_is_moved(engine: Engine)
     advance(engine, 30)
     assert drain(engine, app=app).succeeded == 1
     assert calls == [1, 2]
+
+
+def test_the_backoff_multiplier_sets_how_far_each_retry_is_put_off(engine: Engine) -> None:
+    app = Registry()
+
+    @app.task("send_receipt")
+    def send_receipt(payload: Any, ctx: TaskContext) -> None:
+        raise ConnectionError("smtp down")
+
+    policy = RetryPolicy.exponential(base=100, maximum=100_000, multiplier=5)
+    checkout(engine, 1, retry=policy, max_attempts=3)
+    waits: list[float] = []
+    for _ in range(2):
+        assert drain(engine, app=app).retried == 1
+        [waiting] = enqueued(engine)
+        with engine.connect() as conn:
+            now = conn.execute(text("SELECT now()")).scalar_one()
+        waits.append((waiting.run_at - now).total_seconds())
+        advance(engine, waits[-1] + 1)
+    # base x multiplier^(n-1), plus up to base seconds of jitter: 100-200 s, then
+    # 500-600 s (the default multiplier, 2, would put the second at 200-300 s)
+    assert 95 < waits[0] <= 200 and 495 < waits[1] <= 600, waits
+    assert drain(engine, app=app).dead == 1
 
 
 def test_a_delayed_task_runs_only_when_time_moves_or_include_future(engine: Engine) -> None:
@@ -345,6 +369,12 @@ def test_the_handle_enqueues_with_the_kinds_defaults_and_an_expired_task_never_r
         fresh = quote.enqueue(session, {"n": 3}, priority=1)
     listed = {t.id: (t.queue, t.priority) for t in enqueued(engine, "quote")}
     assert listed == {stale: ("other", 7), fresh: ("other", 1)}
+    tagged = {t.id: (t.tags, t.expires_at) for t in enqueued(engine, "quote")}
+    assert (tagged[stale][0], tagged[fresh][0]) == (["tenant:7"], None)
+    stale_expiry, fresh_expiry = tagged[stale][1], tagged[fresh][1]
+    assert isinstance(stale_expiry, datetime) and isinstance(fresh_expiry, datetime)
+    assert stale_expiry.tzinfo is not None
+    assert stale_expiry < fresh_expiry  # the stale one's hour has passed, the fresh one's not
 
     result = drain(engine, app=app)
 
