@@ -241,7 +241,7 @@ def _check_options(
     group_commit: bool,
 ) -> None:
     """RegistryError for options that are each valid but wrong (or wrong together)."""
-    for name, seconds in (("handler timeout", timeout), ("max_runtime", max_runtime)):
+    for name, seconds in (("timeout", timeout), ("max_runtime", max_runtime)):
         if seconds is not None and seconds <= 0:
             raise RegistryError(f"{name} must be positive, got {seconds!r}")
     if burst is not None and limit is None:
