@@ -75,8 +75,8 @@ def test_registry_checks_kind_signature_and_duplicates() -> None:
         registry.task("other")(lambda payload: None)
     with pytest.raises(RegistryError, match="already has a handler"):
         registry.task("a.kind")(lambda payload, ctx: None)
-    with pytest.raises(RegistryError, match="^timeout must be positive, got 0$"):
+    with pytest.raises(RegistryError, match=r"^timeout must be positive, got 0$"):
         registry.task("b.kind", timeout=0)
-    with pytest.raises(RegistryError, match="^max_runtime must be positive, got -1$"):
+    with pytest.raises(RegistryError, match=r"^max_runtime must be positive, got -1$"):
         registry.task("b.kind", max_runtime=-1)
     assert registry.kinds() == ["a.kind"]
