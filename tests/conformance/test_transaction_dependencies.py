@@ -93,6 +93,26 @@ async def test_a_failed_dependency_cancels_its_dependents_down_the_chain_unless_
     assert await ledger.whereabouts([late]) == {late: "cancelled"}
 
 
+async def test_a_dependent_the_ledger_cancels_keeps_its_tags_and_expiry_in_history(
+    ledger: LedgerWithHarness, transaction: Transaction
+) -> None:
+    """The release writes the history row itself (not through the bury fragment):
+    every column a task carries arrives, so it is found by its tags like any other."""
+    with transaction() as tx:
+        root = tx.enqueue(TaskSpec("conf.dep"))
+        tagged = tx.enqueue(
+            TaskSpec("conf.dep", after=[root], tags=["tenant:7", "etl"], expires=3600)
+        )
+    with transaction() as tx:
+        tx.act(Action.cancel(), TaskFilter(ids=(root,)), actor="ops")
+    shown = await ledger.show(tagged)
+    assert (shown["status"], shown["tags"]) == ("cancelled", ["tenant:7", "etl"])
+    assert shown["expires_at"] is not None and not shown["expired"]
+    with transaction() as tx:
+        found = tx.list_tasks(TaskFilter(tags=("tenant:7",), statuses=("cancelled",)))
+    assert [int(t["id"]) for t in found] == [tagged]
+
+
 async def test_bad_after_lists_are_refused_with_nothing_written(
     ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
 ) -> None:

@@ -20,12 +20,14 @@ ledger's own cancels told to result() waiters.
   the dependent's history row is purged too. ``SECURITY DEFINER``, like
   history's purge: the service and operator roles get ``EXECUTE`` only
   (ledger/roles.sql).
-- ``ledgerq_release``: a dependent it cancels (a dependency died) now wakes
-  result() waiters like every other end: one ``NOTIFY ledgerq_ended`` with the
-  cancelled ids per call, only while a waiter registry announces itself
-  (``ledgerq_waiting``, 0021; the ``tell_ended`` fragment's rule, 400 ids at
-  most or an empty payload). Before, such a waiter was found by its registry's
-  poll (``poll_s``, 1 s by default).
+- ``ledgerq_release``: a dependent it cancels (a dependency died) keeps its
+  ``tags`` and ``expires_at`` in history (0020 listed history's columns as 0018
+  left them and missed 0019's ``expires_at``, ``expired`` and ``tags``: such a
+  task was no longer found by its tags), and wakes result() waiters like every
+  other end: one ``NOTIFY ledgerq_ended`` with the cancelled ids per call, only
+  while a waiter registry announces itself (``ledgerq_waiting``, 0021; the
+  ``tell_ended`` fragment's rule, 400 ids at most or an empty payload). Before,
+  such a waiter was found by its registry's poll (``poll_s``, 1 s by default).
 
 The upgrade stamps the existing edges: with the dependent's ``finished_at``
 when it is in history, ``-infinity`` when it is in neither table (purged
@@ -69,7 +71,17 @@ _RELEASE_0020 = _statement("CREATE FUNCTION ledgerq_release(")
 RELEASE = _edit(
     _edit(
         _edit(
-            _RELEASE_0020.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1),
+            _edit(
+                _edit(
+                    _RELEASE_0020.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1),
+                    "cancel_requested_at, trace_context, ordering_key, progress)",
+                    "cancel_requested_at, trace_context, ordering_key, progress,\n"
+                    "                    expires_at, expired, tags)",
+                ),
+                "NULL, x.trace_context, x.ordering_key, x.progress\n",
+                "NULL, x.trace_context, x.ordering_key, x.progress,\n"
+                "                       x.expires_at, false, x.tags\n",
+            ),
             "        moved integer := 0;\n",
             "        moved integer := 0;\n        told bigint[] := '{}';\n",
         ),
