@@ -51,6 +51,12 @@ from ledgerq.core.errors import (
     WrongShardError,
 )
 from ledgerq.ledger.actions import Action, Report
+from ledgerq.ledger.after import (
+    DependencyError,
+    DependencyShardError,
+    SelfDependencyError,
+    UnknownDependencyError,
+)
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.operations import aact, act, alist_tasks, list_tasks
 from ledgerq.ledger.producer import (
@@ -75,6 +81,8 @@ __all__ = [
     "Cancelled",
     "ConfigError",
     "CredentialsRefusedError",
+    "DependencyError",
+    "DependencyShardError",
     "EnqueueOptions",
     "FamilyCompletedError",
     "InvalidFilterError",
@@ -90,6 +98,7 @@ __all__ = [
     "RetryPolicy",
     "SchemaError",
     "SchemaMissingError",
+    "SelfDependencyError",
     "ServiceUnavailableError",
     "Shards",
     "Status",
@@ -101,6 +110,7 @@ __all__ = [
     "TaskResult",
     "TaskSpec",
     "TransientStorageError",
+    "UnknownDependencyError",
     "UnknownParentError",
     "WrongShardError",
     "aact",

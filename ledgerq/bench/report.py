@@ -46,25 +46,25 @@ def render(result: dict[str, Any], console: Console) -> None:
     rows = [
         (
             "drain, sync handler writing one row (no option)",
-            f"{result['drain_sync_db_per_s']:,.0f}/s",
+            _rate(result, "drain_sync_db_per_s"),
             _peer(result, "drain_sync_db_per_s"),
         ),
         (
             "drain, async handler writing one row (no option)",
-            f"{result['drain_async_db_per_s']:,.0f}/s",
+            _rate(result, "drain_async_db_per_s"),
             _peer(result, "drain_async_db_per_s"),
         ),
         ("enqueue, 1 task per transaction", f"{result['enqueue_per_s']:,.0f}/s", ""),
         ("enqueue, batched (1,000 per statement)", f"{result['enqueue_batch_per_s']:,.0f}/s", ""),
         (
             "drain, no-op handler",
-            f"{result['drain_per_s']:,.0f}/s",
-            f"{result['drain_per_s'] / raw:.0%} of raw publish",
+            _rate(result, "drain_per_s"),
+            _of_raw(result, "drain_per_s", raw),
         ),
         (
             "drain, one row, group_commit=True",
-            f"{result['drain_db_per_s']:,.0f}/s",
-            f"{result['drain_db_per_s'] / raw:.0%} of raw publish",
+            _rate(result, "drain_db_per_s"),
+            _of_raw(result, "drain_db_per_s", raw),
         ),
         *_vs_direct(result),
         (
@@ -133,9 +133,22 @@ def render(result: dict[str, Any], console: Console) -> None:
     console.print(table)
 
 
+def _ran(result: dict[str, Any], key: str) -> bool:
+    """Whether the drain of ``key`` ran (``--handler`` picks them; the others read 0)."""
+    return key.replace("_per_s", "_runs") in result
+
+
+def _rate(result: dict[str, Any], key: str) -> str:
+    return f"{result[key]:,.0f}/s" if _ran(result, key) else "not run"
+
+
+def _of_raw(result: dict[str, Any], key: str, raw: float) -> str:
+    return f"{result[key] / raw:.0%} of raw publish" if _ran(result, key) else "not in --handler"
+
+
 def _peer(result: dict[str, Any], key: str) -> str:
     celery = result.get("celery_db_per_s")
-    return f"{result[key] / celery:.2f}x Celery" if celery else ""
+    return f"{result[key] / celery:.2f}x Celery" if celery and _ran(result, key) else ""
 
 
 def _ms(p: dict[str, float]) -> str:

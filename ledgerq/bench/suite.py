@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from ledgerq.bench.graph import add_graph
 from ledgerq.bench.phases import Bench, percentiles
 from ledgerq.bench.raw import pipeline_ceiling, raw_ceiling, release_ceiling
 from ledgerq.core.config import Settings
@@ -75,6 +76,7 @@ def run_suite(
     ordering_keys: int = 0,
     latency: bool = True,
     vs_direct: bool = True,
+    graph_groups: int = 0,
 ) -> None:
     progress = phase("raw aio-pika ceiling", 1)
     publish, consume = bench.run(raw_ceiling(bench.settings.amqp_url, tasks))
@@ -121,6 +123,9 @@ def run_suite(
         result[key.replace("_per_s", "_envelope")] = round(statistics.median(envelope), 2)
     if ordering_keys and "noop" in HANDLER_CHOICES[handler]:
         _ordered_drain(bench, result, tasks, phase, repeat, ordering_keys)
+    # With the broker path's workers still up, beside the no-op drain (0: nothing); the
+    # direct path's drain below stops them.
+    add_graph(bench, result, tasks, graph_groups, phase, repeat)
     if ceiling:
         result["drain_vs_pipeline_ceiling"] = round(result["drain_per_s"] / ceiling, 3)
     if not latency:

@@ -13,7 +13,6 @@ import click
 from rich.console import Console
 from sqlalchemy import Engine
 
-from ledgerq.bench.graph import add_graph
 from ledgerq.bench.peer import CeleryPeer, PgqueuerPeer, pgqueuer_installed, require_celery
 from ledgerq.bench.phases import Bench
 from ledgerq.bench.report import plot, render, require_plotting
@@ -272,8 +271,8 @@ def bench(
                     ordering_keys,
                     latency,
                     vs_direct,
+                    graph_groups,
                 )
-                add_graph(bench, result, tasks, graph_groups, phase, repeat)  # 0: nothing
             if peer == "celery":
                 celery = CeleryPeer(bench.settings, engine, bench.log_dir)
                 runs = [

@@ -48,7 +48,10 @@ def encode_result(value: Any) -> str | None:
     size = len(text.encode())
     if size > MAX_PAYLOAD_BYTES:
         raise ResultNotJSONError(
-            f"the handler's result is {size} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}"
+            f"the handler's result is {size} bytes encoded; the limit is {MAX_PAYLOAD_BYTES} "
+            "because a result is stored in the task's ledger row, which result(), "
+            "ctx.dependencies, show and the dashboard read whole: store a large output "
+            "elsewhere (object storage, a table of yours) and return its address"
         )
     return text
 

@@ -56,11 +56,14 @@ FROM ledgerq_history WHERE id = ANY(CAST(:ids AS bigint[]))
 -- Every task, every permanent de-duplication key, the audit trail, the
 -- scheduling state (pauses, rate limits and their buckets), the dashboard's
 -- rollup (whose mark reset_rollup clears), the fan-out families, the
--- released ordering keys, and the result() registries' announcements (a
--- registry still waiting announces again within RENEW_S).
+-- released ordering keys, the dependency edges (after=: left behind, they made
+-- every later terminal write stamp edges, migration 0022), and the result()
+-- registries' announcements (a registry still waiting announces again within
+-- RENEW_S).
 TRUNCATE ledgerq_tasks, ledgerq_history, ledgerq_unique_keys, ledgerq_audit_tasks, ledgerq_audit,
          ledgerq_pauses, ledgerq_kinds, ledgerq_rollup_counts,
-         ledgerq_rollup_latency, ledgerq_families, ledgerq_key_releases, ledgerq_waiting
+         ledgerq_rollup_latency, ledgerq_families, ledgerq_key_releases, ledgerq_dependencies,
+         ledgerq_waiting
 
 -- name: truncate_subscriptions
 -- The workers' subscriptions and liveness rows (truncate's, unless the caller

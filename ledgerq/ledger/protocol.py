@@ -490,6 +490,11 @@ class RetentionLedger(Protocol):
         """Delete at most ``limit`` tasks of ``status`` finished before ``before``."""
         ...
 
+    async def prune_dependencies(self, before: datetime, limit: int) -> int:
+        """Delete at most ``limit`` dependency edges (``after=``) whose dependent
+        ended before ``before`` and is not live again; how many went."""
+        ...
+
     async def count_purgeable(self, befores: Mapping[str, datetime]) -> dict[str, int]:
         """For each status, how many of its tasks finished before its cutoff."""
         ...

@@ -19,7 +19,8 @@ Waiting: the waiter registers with its database's registry
 (:mod:`ledgerq.ledger.pg.waiters`: one per database per process, one listening
 connection and one reading connection however many wait), then reads the task
 once. Every statement that ends tasks sends one ``NOTIFY ledgerq_ended`` with
-their ids on commit (the ``finish`` and ``cancel_queued`` statements); the
+their ids on commit (the ``finish`` and ``cancel_queued`` statements, and
+``ledgerq_release`` for the dependents it cancels: migration 0022); the
 registry reads the ended ones of its waiters in one statement and hands each
 its result. Notifications are a wake-up, not a record (lost with a connection,
 absent behind PgBouncer's transaction pooling), so the registry also reads all

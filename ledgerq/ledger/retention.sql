@@ -34,6 +34,12 @@ SELECT ledgerq_history_drop_day(:status, CAST(:day AS date)) AS dropped
 -- Deletes at most :limit rows of one status finished before :before.
 SELECT ledgerq_history_purge(:status, CAST(:before AS timestamptz), :limit) AS deleted
 
+-- name: prune_dependencies
+-- Deletes at most :limit dependency edges whose dependent ended before :before
+-- and is not live (migration 0022: stamped by the release trigger, pruned by
+-- ledgerq_dependencies_prune, oldest first).
+SELECT ledgerq_dependencies_prune(CAST(:before AS timestamptz), :limit) AS pruned
+
 -- name: count_purgeable
 -- How many finished rows of each status end before its cutoff (pruned to the
 -- status's partitions, then served by the finished_at index).

@@ -150,4 +150,8 @@ GRANT SELECT ON ledgerq_ledger_shard TO ledgerq_service, ledgerq_operator;
 -- (ctx.dependencies), show and the reconciler's safety net read the edges; the
 -- producer's check, the edges' insert and the release run as the migrator.
 GRANT SELECT ON ledgerq_dependencies TO ledgerq_service, ledgerq_operator;
+-- Retention prunes the edges of tasks it has purged (migration 0022), through a
+-- function that runs as the migrator, like history's purge.
+GRANT EXECUTE ON FUNCTION ledgerq_dependencies_prune(timestamptz, integer)
+    TO ledgerq_service, ledgerq_operator;
 GRANT SELECT (result) ON ledgerq_history TO ledgerq_service;

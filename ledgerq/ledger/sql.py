@@ -237,6 +237,7 @@ class RetentionQueries:
     add_history_day: TextClause
     drop_history_day: TextClause
     purge_history_batch: TextClause
+    prune_dependencies: TextClause
     count_purgeable: TextClause
 
 

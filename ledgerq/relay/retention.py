@@ -16,6 +16,11 @@ callers share the work here:
   batches of deletes down to the exact cutoff (the boundary day and the
   default partition), reporting progress after each step.
 
+Both then prune the dependency edges (``after=``, migration 0022) of tasks that
+ended before the oldest of the three statuses' cutoffs, in batches, when every
+status has one: by then the dependent is purged whatever it ended as. A status
+kept forever (or left out of a purge) keeps every edge.
+
 Races. Every step is one autocommit statement: a drop holds its status's lock
 for milliseconds and gives up after 2 s of waiting (a long query on that
 status's history holds it; counted as ``busy``, tried again next pass); a batch
@@ -105,6 +110,8 @@ class RetentionCounts:
     moved_rows: int = 0
     #: Drops that did not get their lock within 2 s (tried again next pass).
     busy: int = 0
+    #: Dependency edges (``after=``) of purged tasks deleted.
+    edges_pruned: int = 0
     elapsed_s: float = 0.0
     by_status: dict[str, int] = field(default_factory=dict)
 
@@ -168,6 +175,7 @@ class Retention:
         # default partition (or in a day whose drop was busy).
         floors = {s: day_start(c.astimezone(UTC).date()) for s, c in cutoffs.items()}
         await self._delete_batches(floors, counts, _ignore)
+        await self._prune_edges(floors, counts)
         counts.elapsed_s = time.perf_counter() - started
         return counts
 
@@ -180,6 +188,7 @@ class Retention:
         counts = RetentionCounts()
         await self._drop_expired_days(cutoffs, counts, progress)
         await self._delete_batches(cutoffs, counts, progress)
+        await self._prune_edges(cutoffs, counts)
         counts.elapsed_s = time.perf_counter() - started
         return counts
 
@@ -212,3 +221,15 @@ class Retention:
                 counts.count_removed(status, deleted, progress)
                 if deleted < limit:
                     break
+
+    async def _prune_edges(self, befores: Mapping[str, datetime], counts: RetentionCounts) -> None:
+        """The dependency edges of tasks that ended before every status's cutoff, a
+        batch at a time; none unless all three statuses have one."""
+        if set(befores) != set(TERMINAL):
+            return
+        before, limit = min(befores.values()), self.config.batch_size
+        while True:
+            pruned = await self.ledger.prune_dependencies(before, limit)
+            counts.edges_pruned += pruned
+            if pruned < limit:
+                break

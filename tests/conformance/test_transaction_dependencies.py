@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from datetime import datetime, timedelta
 
 import psycopg
 import pytest
 
-from ledgerq import TaskSpec
+from ledgerq import Action, TaskFilter, TaskSpec
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import InvalidTaskError
 from ledgerq.ledger.after import (
@@ -90,6 +91,26 @@ async def test_a_failed_dependency_cancels_its_dependents_down_the_chain_unless_
     with transaction() as tx:
         late = tx.enqueue(TaskSpec("conf.dep", after=[root]))
     assert await ledger.whereabouts([late]) == {late: "cancelled"}
+
+
+async def test_a_dependent_the_ledger_cancels_keeps_its_tags_and_expiry_in_history(
+    ledger: LedgerWithHarness, transaction: Transaction
+) -> None:
+    """The release writes the history row itself (not through the bury fragment):
+    every column a task carries arrives, so it is found by its tags like any other."""
+    with transaction() as tx:
+        root = tx.enqueue(TaskSpec("conf.dep"))
+        tagged = tx.enqueue(
+            TaskSpec("conf.dep", after=[root], tags=["tenant:7", "etl"], expires=3600)
+        )
+    with transaction() as tx:
+        tx.act(Action.cancel(), TaskFilter(ids=(root,)), actor="ops")
+    shown = await ledger.show(tagged)
+    assert (shown["status"], shown["tags"]) == ("cancelled", ["tenant:7", "etl"])
+    assert shown["expires_at"] is not None and not shown["expired"]
+    with transaction() as tx:
+        found = tx.list_tasks(TaskFilter(tags=("tenant:7",), statuses=("cancelled",)))
+    assert [int(t["id"]) for t in found] == [tagged]
 
 
 async def test_bad_after_lists_are_refused_with_nothing_written(
@@ -192,3 +213,74 @@ async def test_a_waiting_task_keeps_its_place_in_its_ordering_key_without_holdin
     assert await publish(ledger) == {waiting}  # then the waiting one, in key order
     await _succeed(ledger, waiting)
     assert await publish(ledger) == {behind}
+
+
+def _stamps(databases: list[Settings], task_id: int) -> list[datetime | None]:
+    """The ``ended_at`` of each edge of ``task_id`` (as the dependent), by dependency."""
+    with psycopg.connect(libpq_url(databases[0].database_url)) as conn:
+        rows = conn.execute(
+            "SELECT ended_at FROM ledgerq_dependencies WHERE task_id = %s ORDER BY depends_on",
+            (task_id,),
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _finished(transaction: Transaction, task_id: int) -> datetime | None:
+    with transaction() as tx:
+        [found] = tx.ended_results([task_id])
+    return found.finished_at
+
+
+async def test_edges_are_stamped_when_their_dependent_ends_and_pruned_once_it_is_gone(
+    ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
+) -> None:
+    """Migration 0022: the release trigger stamps a dependent's edges with its end;
+    retention's prune deletes edges stamped before its cutoff whose dependent is not
+    live, oldest first, at most a batch at a time."""
+    with transaction() as tx:
+        dep, failing = tx.enqueue_many([TaskSpec("conf.dep"), TaskSpec("conf.dep")])
+        ran = tx.enqueue(TaskSpec("conf.dep", after=[dep, failing], after_policy="always"))
+        stopped = tx.enqueue(TaskSpec("conf.dep", after=[failing]))
+    await _succeed(ledger, dep)
+    task = await claim_one(ledger, failing)
+    await ledger.finish([Outcome.failed(task.fence, "boom", final=True)])
+    # the dependencies' ends stamp nothing of theirs (they depend on nothing); the
+    # dependent cancelled by the ledger is stamped in that same transaction
+    assert _stamps(databases, ran) == [None, None]  # released, still live
+    [cancelled_at] = _stamps(databases, stopped)
+    assert cancelled_at == _finished(transaction, stopped)
+    await _succeed(ledger, ran)
+    ended_at = _finished(transaction, ran)
+    assert _stamps(databases, ran) == [ended_at, ended_at]
+
+    now = await ledger.database_now()
+    assert await ledger.prune_dependencies(now - timedelta(hours=1), 10) == 0  # too recent
+    assert await ledger.prune_dependencies(now + timedelta(hours=1), 2) == 2  # a batch
+    assert await ledger.prune_dependencies(now + timedelta(hours=1), 2) == 1  # the rest
+    assert _stamps(databases, ran) == [] and _stamps(databases, stopped) == []
+    assert (await ledger.find(ran))["dependencies"] == []
+    assert (await ledger.find(dep))["dependents"] == []
+
+
+async def test_a_dependent_retried_from_history_keeps_its_edges_and_is_stamped_again(
+    ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
+) -> None:
+    with transaction() as tx:
+        dep = tx.enqueue(TaskSpec("conf.dep"))
+        dependent = tx.enqueue(TaskSpec("conf.dep", after=[dep]))
+    with transaction() as tx:
+        tx.act(Action.cancel(), TaskFilter(ids=(dep,)), actor="ops")
+    [first_end] = _stamps(databases, dependent)
+    assert first_end is not None  # cancelled with its dependency
+    with transaction() as tx:
+        assert tx.act(Action.retry(), TaskFilter(ids=(dependent,)), actor="ops").changed == 1
+
+    later = await ledger.database_now() + timedelta(hours=1)
+    assert await ledger.prune_dependencies(later, 10) == 0  # live again: kept
+    with transaction() as tx:
+        assert tx.dependency_results(dependent) == {dep: None}  # what a retry reads
+        tx.act(Action.cancel(), TaskFilter(ids=(dependent,)), actor="ops")
+    [second_end] = _stamps(databases, dependent)
+    assert second_end == _finished(transaction, dependent)
+    assert second_end is not None and second_end > first_end
+    assert await ledger.prune_dependencies(later, 10) == 1

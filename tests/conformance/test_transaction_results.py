@@ -149,6 +149,36 @@ async def test_each_ending_statement_notifies_its_ids_once_on_commit_while_someo
     assert told(listener) == []
 
 
+async def test_the_ledgers_own_cancels_of_dependents_are_told_too(
+    ledger: LedgerWithHarness,
+    transaction: Transaction,
+    listener: psycopg.Connection[Any],
+) -> None:
+    """A dependency cancelled: its dependents, and theirs, end ``cancelled`` in the
+    same transaction (the release trigger, migration 0020), each told to waiters like
+    any end (0022), so a waiter on a dependent returns without waiting for a poll."""
+    with transaction() as tx:
+        root = tx.enqueue(TaskSpec("conf.res"))
+        child = tx.enqueue(TaskSpec("conf.res", after=[root]))
+        grandchild = tx.enqueue(TaskSpec("conf.res", after=[child]))
+        tx.announce_waiting("conformance-registry", 60.0)
+    with transaction() as tx:
+        tx.act(Action.cancel(), TaskFilter(ids=(root,)), actor="ops")
+    assert sorted(told(listener), key=min) == [{root}, {child}, {grandchild}]
+    assert await ledger.whereabouts([child, grandchild]) == {
+        child: "cancelled",
+        grandchild: "cancelled",
+    }
+
+    with transaction() as tx:  # nobody waits: the ledger's cancels are not told either
+        tx.withdraw_waiting("conformance-registry")
+        other = tx.enqueue(TaskSpec("conf.res"))
+        tx.enqueue(TaskSpec("conf.res", after=[other]))
+    with transaction() as tx:
+        tx.act(Action.cancel(), TaskFilter(ids=(other,)), actor="ops")
+    assert told(listener) == []
+
+
 async def test_an_announcement_that_ran_out_no_longer_counts(
     ledger: LedgerWithHarness,
     transaction: Transaction,

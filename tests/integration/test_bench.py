@@ -59,6 +59,8 @@ def test_bench_runs_and_prints_every_key_with_the_celery_peer(settings: Settings
             "celery",
             "--relays",
             "2",
+            "--graph",
+            "4",
         ],
         env=ledgerq_env(settings),
         capture_output=True,
@@ -91,6 +93,11 @@ def test_bench_runs_and_prints_every_key_with_the_celery_peer(settings: Settings
         )
         assert all(data[key] > 0 for key in positive), {k: data[k] for k in positive}
         assert data["drain_ordered_per_s"] > 0 and data["ordered_ratio"] > 0
+        # The graph drain (issue 27): 4 groups of 49 joined by one task each, beside
+        # the plain no-op drain of the same run, and the cost per edge between them.
+        assert data["graph"] == {"groups": 4, "width": 50, "tasks": 200, "edges": 196}
+        assert data["drain_graph_per_s"] > 0 and data["graph_ratio"] > 0
+        assert isinstance(data["graph_extra_us_per_edge"], float | int)
         # The direct path drained the same backlog in the same run, for the ratio.
         assert data["direct_drain_per_s"] > 0 and data["drain_vs_direct"] > 0
     finally:

@@ -84,8 +84,14 @@ async def test_show_and_the_dashboard_list_dependencies_and_dependents(
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
         page = await http.get(f"/tasks/{join}")
-    assert page.status_code == 200
+        upstream = await http.get(f"/tasks/{first}")
+    assert page.status_code == 200 and upstream.status_code == 200
     assert 'id="dependencies"' in page.text and f'href="/tasks/{first}"' in page.text
+    assert f'href="/tasks/{second}"' in page.text
+    assert page.text.count('class="status s-pending">pending</span>') >= 2  # both, with status
+    # the other side: the dependency's page lists the join, waiting
+    dependents = upstream.text.split('id="dependents"', 1)[1].split("</table>", 1)[0]
+    assert f'href="/tasks/{join}"' in dependents and ">waiting</span>" in dependents
 
 
 async def test_cancel_cascade_follows_dependents(settings: Settings, ledger: PgLedger) -> None:

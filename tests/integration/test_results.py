@@ -17,9 +17,9 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine
-from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.orm import Session
+from sqlalchemy import create_engine, make_url
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from ledgerq import (
     MAX_PAYLOAD_BYTES,
@@ -67,6 +67,17 @@ async def running(settings: Settings) -> AsyncIterator[Pipeline]:
             await asyncio.gather(stepping, return_exceptions=True)
 
 
+def registry_backends(settings: Settings) -> set[int]:
+    """The server pids of the result() registries' connections to the test database."""
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity "
+            "WHERE application_name = %s AND datname = current_database()",
+            (APPLICATION_NAME,),
+        ).fetchall()
+    return {int(pid) for (pid,) in rows}
+
+
 def cancel(settings: Settings, ids: list[int]) -> None:
     engine = create_engine(settings.database_url)
     with Session(engine) as session, session.begin():
@@ -102,6 +113,51 @@ async def test_a_waiter_gets_the_value_the_error_and_the_times(settings: Setting
     assert again == got and raw_again == got
 
 
+async def test_every_bind_enqueue_takes_names_the_database_to_wait_on(
+    settings: Settings,
+) -> None:
+    """result() and aresult() take what enqueue() and aenqueue() take (and engines, a
+    URL): each bind below finds the same ended task."""
+    [task] = enqueue_committed(settings, [TaskSpec("res.echo")])
+    await asyncio.to_thread(cancel, settings, [task])
+    url = settings.database_url
+    engine = create_engine(url)
+    aengine = create_async_engine(url)
+
+    def sync_binds() -> dict[str, str]:
+        found: dict[str, str] = {}
+        with engine.connect() as conn, Session(engine) as session:
+            scoped = scoped_session(sessionmaker(engine))
+            with psycopg.connect(libpq_url(url)) as raw:
+                for name, bind in (
+                    ("Engine", engine), ("Connection", conn), ("Session", session),
+                    ("scoped_session", scoped), ("psycopg.Connection", raw),
+                    ("str", url), ("URL", make_url(url)),
+                ):  # fmt: skip
+                    found[name] = result(bind, task, timeout=5).status
+            scoped.remove()
+        return found
+
+    try:
+        found = await asyncio.to_thread(sync_binds)
+        async with (
+            aengine.connect() as aconn,
+            AsyncSession(aengine) as asession,
+            await psycopg.AsyncConnection.connect(libpq_url(url)) as araw,
+        ):
+            for name, abind in (
+                ("AsyncEngine", aengine), ("AsyncConnection", aconn),
+                ("AsyncSession", asession), ("psycopg.AsyncConnection", araw),
+            ):  # fmt: skip
+                found[name] = (await aresult(abind, task, timeout=5)).status
+    finally:
+        engine.dispose()
+        await aengine.dispose()
+    assert found == dict.fromkeys(found, "cancelled") and len(found) == 11
+    with pytest.raises(TypeError, match="result\\(\\) takes what enqueue\\(\\) takes"):
+        result(object(), task, timeout=1)
+
+
 async def test_a_result_over_the_limit_ends_the_task_dead_with_the_limit_named(
     settings: Settings,
 ) -> None:
@@ -109,7 +165,8 @@ async def test_a_result_over_the_limit_ends_the_task_dead_with_the_limit_named(
     async with running(settings):
         got = await aresult(settings.database_url, big, timeout=60)
     assert (got.status, got.value, got.attempts) == ("dead", None, 1)
-    assert got.error is not None and f"the limit is {MAX_PAYLOAD_BYTES}" in got.error
+    assert got.error is not None and f"the limit is {MAX_PAYLOAD_BYTES} because" in got.error
+    assert "stored in the task's ledger row" in got.error  # why, not only how much
 
 
 async def test_the_timeout_passes_with_a_timeout_error_and_zero_looks_once(
@@ -152,14 +209,20 @@ async def test_a_thousand_waiters_share_one_connection_and_all_return(
 ) -> None:
     ids = enqueue_committed(settings, [TaskSpec("res.echo")] * 1000)
     url = settings.database_url
+    before = await asyncio.to_thread(registry_backends, settings)
+    registry = registries(libpq_url(url), 60.0)  # (the waiters'; poll_s=60 if it is new)
+    reads = registry.reads
     waiters = [asyncio.ensure_future(aresult(url, i, timeout=60, poll_s=60)) for i in ids]
-    await asyncio.sleep(0)  # every waiter registered
+    while registry.reads == reads:  # the waiters' first read is done: the connection is up
+        await asyncio.sleep(0.01)
+    during = await asyncio.to_thread(registry_backends, settings)
+    assert len(during - before) <= 1 and len(during) <= len(before) + 1  # one, not 1,000
     await asyncio.to_thread(cancel, settings, ids)
     results = await asyncio.gather(*waiters)
 
     assert [r.id for r in results] == ids
     assert {r.status for r in results} == {"cancelled"}
-    registry = _REGISTRIES[libpq_url(url)]
+    assert _REGISTRIES[libpq_url(url)] is registry
     # woken (poll_s=60 is longer than the test): one read per notification or
     # batch of new waiters, not one per waiter
     assert registry.notifications >= 1
@@ -242,8 +305,12 @@ async def test_through_transaction_pooling_polling_finds_the_end(
     with Session(engine) as session, session.begin():
         [task] = enqueue_many(session, [TaskSpec("res.echo")])
     engine.dispose()
+    registry = registries(libpq_url(bouncer.url()), 0.2)  # (the waiter's own)
+    reads = registry.reads
     waiting = asyncio.ensure_future(aresult(bouncer.url(), task, timeout=60, poll_s=0.2))
-    await asyncio.sleep(0)
+    while registry.reads == reads:  # its first read found the task live
+        await asyncio.sleep(0.01)
+    assert not waiting.done()  # so a later read finds the end: LISTEN cannot work here
     await asyncio.to_thread(cancel, settings, [task])
     assert (await waiting).status == "cancelled"
 

@@ -25,14 +25,14 @@ from alembic import command
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from ledgerq import TaskSpec
+from ledgerq import Action, TaskFilter, TaskSpec
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import StorageError
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import alembic_config, upgrade
-from ledgerq.relay.retention import Retention, RetentionConfig, day_start
+from ledgerq.relay.retention import TERMINAL, Retention, RetentionConfig, day_start
 from tests.harness import enqueue_committed
 from tests.support import ledgerq, ledgerq_env
 
@@ -379,3 +379,52 @@ async def test_the_partition_functions_refuse_anything_but_a_terminal_status(
         with pytest.raises(StorageError, match="not a terminal status"):
             await ledger.purge_history_batch(status, datetime.now(UTC), 10)
     assert (await ledger.stats())["total"] == 0
+
+
+# -- dependency edges (after=, migration 0022) ---------------------------------------------
+
+
+def edges(raw: Raw) -> set[tuple[int, int]]:
+    rows = raw.execute("SELECT task_id, depends_on FROM ledgerq_dependencies").fetchall()
+    return {(int(t), int(d)) for t, d in rows}
+
+
+async def test_retention_prunes_the_edges_of_ended_dependents_only_when_every_status_expires(
+    settings: Settings, ledger: PgLedger, raw: Raw
+) -> None:
+    old, fresh, running = enqueue_committed(settings, [TaskSpec("t.dep")] * 3)
+    old_dependent, fresh_dependent, waiting = enqueue_committed(
+        settings,
+        [
+            TaskSpec("t.dep", after=[old]),
+            TaskSpec("t.dep", after=[fresh]),
+            TaskSpec("t.dep", after=[running]),  # waits: its edge is never pruned
+        ],
+    )
+    await ledger.act(Action.cancel(), TaskFilter(ids=(old, fresh)), actor="test")
+    assert await ledger.whereabouts([old_dependent, fresh_dependent, waiting]) == {
+        old_dependent: "cancelled",
+        fresh_dependent: "cancelled",
+        waiting: "waiting",
+    }
+    # time passes for one dependent (its end, as its edge's stamp says)
+    raw.execute(
+        "UPDATE ledgerq_dependencies SET ended_at = %s WHERE task_id = %s",
+        (await noon(ledger, 10), old_dependent),
+    )
+    week = timedelta(days=7)
+
+    # a status kept forever (dead here) keeps every edge: its tasks' edges could be any
+    kept = Retention(ledger, RetentionConfig(keep={"succeeded": week, "cancelled": week}))
+    assert (await kept.run_once()).edges_pruned == 0
+    counts = await Retention(ledger, RetentionConfig(keep=dict.fromkeys(TERMINAL, week))).run_once()
+    assert counts.edges_pruned == 1 and counts.as_dict()["edges_pruned"] == 1
+    assert edges(raw) == {(fresh_dependent, fresh), (waiting, running)}
+
+    # a purge prunes too, with the oldest of its cutoffs, when it purges every status
+    later = await ledger.database_now() + timedelta(hours=1)
+    retention = Retention(ledger)
+    assert (await retention.purge({"cancelled": later})).edges_pruned == 0
+    assert (await retention.purge(dict.fromkeys(TERMINAL, later))).edges_pruned == 1
+    assert edges(raw) == {(waiting, running)}
+    assert (await ledger.find(waiting))["dependencies"][0]["status"] == "pending"

@@ -208,3 +208,20 @@ def test_the_operators_updates_are_fenced_by_the_one_rule(clause: TextClause) ->
     text = flat(clause.text)
     assert text.count(flat(FRAGMENTS["fence"])) == 1
     assert text.startswith("UPDATE ledgerq_tasks t SET") and text.endswith("RETURNING t.id")
+
+
+def _history_columns(sql: str) -> list[str]:
+    """The column list of the ``INSERT INTO ledgerq_history (...)`` in ``sql``."""
+    found = re.search(r"INSERT INTO ledgerq_history \(([^)]*)\)", sql)
+    assert found, "no INSERT INTO ledgerq_history"
+    return [c.strip() for c in found.group(1).split(",")]
+
+
+def test_the_ledgers_cancel_of_a_dependent_writes_every_column_the_bury_fragment_writes() -> None:
+    # ledgerq_release (migration 0022, as created there) writes its history row itself,
+    # inside the function; a history column the bury fragment gained and it did not
+    # would be lost for every dependent the ledger cancels (0020 lost 0019's tags).
+    import importlib
+
+    release = importlib.import_module("ledgerq.ledger.migrations.versions.0022_dependency_upkeep")
+    assert _history_columns(release.RELEASE) == _history_columns(FRAGMENTS["bury"])

@@ -34,6 +34,10 @@ class PgRetention(PgBase):
         params = {"status": status, "before": before, "limit": limit}
         return int(await self._scalar(RQ.purge_history_batch, params))
 
+    async def prune_dependencies(self, before: datetime, limit: int) -> int:
+        params = {"before": before, "limit": limit}
+        return int(await self._scalar(RQ.prune_dependencies, params))
+
     async def count_purgeable(self, befores: Mapping[str, datetime]) -> dict[str, int]:
         params = {"statuses": list(befores), "befores": list(befores.values())}
         return {str(r.status): int(r.n) for r in await self._rows(RQ.count_purgeable, params)}
