@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager
 from ledgerq.alerting.alerts import AlertHook
 from ledgerq.broker.blocking import ThreadedPublisher
 from ledgerq.compose.alerting import alert_hook
-from ledgerq.compose.ledgers import one_shard, topology, warn_if_no_autovacuum
+from ledgerq.compose.ledgers import one_shard, postgresql_only, topology, warn_if_no_autovacuum
 from ledgerq.compose.monitoring import stop_event
 from ledgerq.core.config import Settings
 from ledgerq.hooks import Hooks
@@ -67,6 +67,7 @@ async def open_reconciler(
     shard's holds that database's advisory lock."""
     config = config or ReconcilerConfig()
     alert = alert or alert_hook(settings)
+    postgresql_only(settings, "the reconciler")
     database = one_shard(settings, shard, "a reconciler (pass its ledger shard)")
     if not checked:
         check_schema(settings)
@@ -106,6 +107,7 @@ async def serve_reconciler(
     """``ledgerq reconcile``: one pass, or one every ``every`` seconds until SIGTERM.
     With ledger shards, each pass covers every shard in turn (one report each)."""
     count = settings.ledger_shard_count
+    postgresql_only(settings, "the reconciler")
     check_schema(settings)
     async with contextlib.AsyncExitStack() as stack:
         reconcilers = [
