@@ -44,7 +44,6 @@ from ledgerq.ledger.mysql import MyLedger
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.protocol import AsyncTxLedger, TxLedger
 from ledgerq.ledger.split.ledger import ShardedLedger
-from tests import mariadb
 from tests.conformance.support import SUBSCRIBER, Enqueue, window
 from tests.shard_dbs import create_shards
 
@@ -73,12 +72,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def shard_settings(base_settings: Settings) -> Settings:
     """Two shard databases (``<test db>_c1``, ``_c2``), created once a session."""
     return create_shards(base_settings, SHARDS, tag="c")
-
-
-@pytest.fixture(scope="session")
-def mariadb_settings(base_settings: Settings) -> Settings:
-    """The suite's MariaDB ledger database (tests/mariadb.py), migrated once a session."""
-    return mariadb.migrated(base_settings)
 
 
 @pytest.fixture
