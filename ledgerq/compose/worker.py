@@ -213,6 +213,7 @@ async def open_worker(
         hooks=hooks,
         shard_engines=storage.engines if len(storage.engines) > 1 else (),
         routing=storage.routing,
+        windows=storage.windows,
     )
     try:
         if woken_used:
@@ -277,6 +278,8 @@ class _Storage:
     engines: list[tuple[Engine, AsyncEngine]]
     wakeups: list[Wakeup]
     claimers: list[Disposable]
+    #: Batched commit for ``ctx.session`` handlers (consumers/batch.py).
+    windows: bool = True
 
 
 def _pg_storage(
@@ -330,7 +333,9 @@ def _mysql_storage(settings: Settings, config: WorkerConfig, watch: SchemaWatch 
             my_engines.async_engine(settings, "ledgerq-worker-handlers", pool_size=config.db_pool),
         )
     ]
-    return _Storage(ledger, watched, watched, claimer, engines, [], [claimer])
+    # No batched window on MySQL yet (its row locks and savepoints are PostgreSQL's
+    # statements): each ctx.session handler commits in a transaction of its own.
+    return _Storage(ledger, watched, watched, claimer, engines, [], [claimer], windows=False)
 
 
 class UndrainedError(LedgerqError):
