@@ -4,11 +4,16 @@
 - ``my.effect`` (sync) writes one row of ``mariadb_effects`` through
   ``ctx.session``: the row and the task's ``succeeded`` commit together (the
   worker's fenced finish runs in the handler's transaction, on MySQL);
-- ``my.async_effect`` does the same from an async handler.
+- ``my.async_effect`` does the same from an async handler;
+- ``my.crash_once`` marks its start in ``payload["dir"]`` (``started-<attempt>``),
+  hangs on its first attempt (the test SIGKILLs its worker there), and on a later
+  one writes its row through ``ctx.session`` as ``my.effect`` does.
 """
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
@@ -29,3 +34,11 @@ async def async_effect(payload: Any, ctx: AsyncTaskContext) -> None:
     await ctx.session.execute(
         EFFECT, {"task_id": ctx.id, "attempt": ctx.attempt, "n": payload["n"]}
     )
+
+
+@task("my.crash_once", retry=[0.0])
+def crash_once(payload: Any, ctx: TaskContext) -> None:
+    Path(payload["dir"], f"started-{ctx.attempt}").write_text("started")
+    if ctx.attempt == 1:
+        time.sleep(120)  # the test kills the worker here
+    ctx.session.execute(EFFECT, {"task_id": ctx.id, "attempt": ctx.attempt, "n": payload["n"]})

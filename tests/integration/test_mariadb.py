@@ -15,8 +15,9 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pymysql
@@ -150,8 +151,55 @@ async def test_what_commits_runs_once_and_what_rolls_back_never_runs(
     assert json.loads(result) == {"n": 1}  # the handler's return value, with the success
 
 
+def test_a_worker_killed_mid_task_has_it_rescued_and_run_once_elsewhere(
+    mariadb: Settings, producer: Engine, tmp_path: Path
+) -> None:
+    with Session(producer) as session, session.begin():
+        task_id = ledgerq.enqueue(session, "my.crash_once", {"n": 7, "dir": str(tmp_path)})
+    first = spawn(mariadb, "worker", "--direct", "--app", "tests.apps.mariadb_app")
+    second: subprocess.Popen[str] | None = None
+    try:
+        _until(lambda: (tmp_path / "started-1").exists(), "the first attempt started")
+        first.kill()  # SIGKILL mid-task: no finish, no goodbye, its lease still runs
+        first.communicate(timeout=10)
+        second = spawn(mariadb, "worker", "--direct", "--app", "tests.apps.mariadb_app")
+        passes: list[str] = []
+
+        def rescued() -> bool:
+            # `ledgerq reconcile`, one pass at a time, as a cron job runs it: the
+            # killed worker is presumed dead once its silence ran out while the
+            # second one beats, and its task goes back to pending for the second.
+            passes.append(run_ledgerq(mariadb, "reconcile").stdout)
+            return bool(_query(mariadb, f"SELECT id FROM ledgerq_history WHERE id = {task_id}"))
+
+        _until(rescued, "the task rescued and run again", timeout=90)
+    finally:
+        for worker in (first, second):
+            if worker is not None and worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+                worker.communicate(timeout=30)
+
+    [(status, attempts, log)] = _query(
+        mariadb, f"SELECT status, attempts, attempt_log FROM ledgerq_history WHERE id = {task_id}"
+    )
+    assert (status, attempts) == ("succeeded", 2)
+    first_attempt = json.loads(log)[0]
+    assert first_attempt["outcome"] == "retry" and "presumed dead" in first_attempt["error"]
+    effects = _query(mariadb, "SELECT task_id, attempt, n FROM mariadb_effects")
+    assert [tuple(map(int, row)) for row in effects] == [(task_id, 2, 7)]  # once, by attempt 2
+    assert any("expired 1 leases (1 of dead workers" in p for p in passes), passes
+
+
+def _until(ready: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        time.sleep(0.2)
+
+
 def test_what_is_not_built_on_mysql_yet_is_one_line_and_exit_78(mariadb: Settings) -> None:
     for args in (("stats",), ("relay",), ("worker", "--app", "tests.apps.mariadb_app")):
+        # (the reconciler is built there: its rescue alone)
         result = run_ledgerq(mariadb, *args)
         assert result.returncode == EX_CONFIG, (args, result.stderr)
         lines = result.stderr.strip().splitlines()

@@ -34,3 +34,13 @@ JSON_ARRAY_APPEND(COALESCE(t.attempt_log, JSON_ARRAY()), '$', JSON_OBJECT(
     'attempt', t.attempts, 'worker', t.worker, 'started_at', {{iso(t.started_at)}},
     'ended_at', {{iso(:at)}}, 'error', {{field(attempt_error)}},
     'outcome', {{field(outcome)}}, 'cancel_requested_at', {{iso(t.cancel_requested_at)}}))
+
+-- fragment: worker_dead
+-- Whether the worker of the ledgerq_workers row d is presumed dead (PostgreSQL's
+-- ledgerq_worker_dead, migration 0017): its silence ran out, and another
+-- worker's beat reached the database after that (silence alone is no proof:
+-- after a restart every worker was silent). A worker with no row is never
+-- presumed dead: its lease is its only bound.
+d.beat_at + INTERVAL CAST(d.silence_s * 1000000 AS SIGNED) MICROSECOND < UTC_TIMESTAMP(6)
+AND d.beat_at + INTERVAL CAST(d.silence_s * 1000000 AS SIGNED) MICROSECOND
+    < (SELECT MAX(o.beat_at) FROM ledgerq_workers o WHERE o.worker <> d.worker)

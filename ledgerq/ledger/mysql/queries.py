@@ -43,6 +43,14 @@ class MyQueries:
     still_running: TextClause
     beat: TextClause
     save_checkpoint: TextClause
+    try_reconciler_lock: TextClause
+    release_reconciler_lock: TextClause
+    silent_workers: TextClause
+    dead_workers: TextClause
+    lapse_dead_subscriptions: TextClause
+    select_orphaned: TextClause
+    select_expired: TextClause
+    count_expired: TextClause
     show_task: TextClause
     stats_live: TextClause
     stats_history: TextClause

@@ -254,6 +254,71 @@ SELECT id, {{task_columns}}, 'live' AS location FROM ledgerq_tasks WHERE id = :i
 UNION ALL
 SELECT id, {{task_columns}}, 'history' AS location FROM ledgerq_history WHERE id = :id
 
+-- name: try_reconciler_lock
+-- A named lock, held by the session that took it (not by a transaction):
+-- one reconciler acts at a time. 0: do not wait for it.
+SELECT GET_LOCK('ledgerq.reconciler', 0)
+
+-- name: release_reconciler_lock
+SELECT RELEASE_LOCK('ledgerq.reconciler')
+
+-- name: silent_workers
+-- Workers every one of whose running rows has an expired lease, and how many
+-- rows each left behind (read once per pass, before the pages; see
+-- queries.sql's silent_workers for why).
+SELECT worker, COUNT(*) AS in_flight
+FROM ledgerq_tasks
+WHERE status = 'running' AND worker IS NOT NULL
+GROUP BY worker
+HAVING MAX(lease_until) < UTC_TIMESTAMP(6)
+
+-- name: dead_workers
+-- Workers presumed dead (fragment worker_dead) that still have running rows,
+-- and how many each left: rescued at once (select_orphaned), leases or not.
+SELECT t.worker, COUNT(*) AS in_flight
+FROM ledgerq_tasks t
+JOIN ledgerq_workers d ON d.worker = t.worker
+WHERE t.status = 'running' AND t.lease_until IS NOT NULL AND {{worker_dead}}
+GROUP BY t.worker
+
+-- name: lapse_dead_subscriptions
+-- The subscriptions of workers presumed dead expire now.
+UPDATE ledgerq_subscriptions s
+JOIN ledgerq_workers d ON d.worker = s.worker
+SET s.expires_at = UTC_TIMESTAMP(6)
+WHERE s.expires_at > UTC_TIMESTAMP(6) AND {{worker_dead}}
+
+-- name: select_orphaned
+-- A page (ids above :after) of the running rows of :workers (dead_workers'),
+-- whose worker is still presumed dead, locked for the page's finish (rows
+-- another transaction holds are left to the next pass).
+SELECT t.id, t.epoch, t.kind, t.attempts, t.retry, t.worker
+FROM ledgerq_tasks t
+WHERE t.status = 'running' AND t.lease_until IS NOT NULL AND t.id > :after
+  AND t.worker IN :workers
+  AND EXISTS (SELECT 1 FROM ledgerq_workers d WHERE d.worker = t.worker AND {{worker_dead}})
+ORDER BY t.id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED
+
+-- name: select_expired
+-- A page (ids above :after) of running rows whose lease ran out, whose worker
+-- is one of :workers (all its leases ran out: silent_workers') or whose own
+-- lease ran out over :settle_us ago; a row with no worker is judged alone.
+-- Locked for the page's finish.
+SELECT t.id, t.epoch, t.kind, t.attempts, t.retry, t.worker
+FROM ledgerq_tasks t
+WHERE t.status = 'running' AND t.lease_until < UTC_TIMESTAMP(6) AND t.id > :after
+  AND (t.worker IS NULL OR t.worker IN :workers
+       OR t.lease_until < UTC_TIMESTAMP(6) - INTERVAL :settle_us MICROSECOND)
+ORDER BY t.id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED
+
+-- name: count_expired
+-- Running rows whose lease ran out (what the next rescue will judge).
+SELECT COUNT(*) FROM ledgerq_tasks WHERE status = 'running' AND lease_until < UTC_TIMESTAMP(6)
+
 -- name: stats_live
 -- Counts by status and kind (ledgerq stats), live ...
 SELECT status, kind, COUNT(*) AS n FROM ledgerq_tasks GROUP BY status, kind
