@@ -6,6 +6,10 @@
 #                  tests' PostgreSQL cluster and RabbitMQ node, a PgBouncer, a
 #                  pg_auto_failover cluster), and the browser the dashboard's
 #                  tests drive (/usr/bin/chromium).
+# ensure_mariadb:  the MariaDB server the MySQL ledger's tests use
+#                  (LEDGERQ_TEST_MARIADB_URL's, else 127.0.0.1:3306, user root with
+#                  no password: tests/mariadb.py), started if installed, else
+#                  installed from the OS packages (mariadb-server) as root.
 # ensure_services: PostgreSQL and RabbitMQ reachable at the configured URLs. It
 #                  uses servers already running there; else starts locally
 #                  installed ones; else, as root on Debian/Ubuntu, installs them
@@ -135,7 +139,44 @@ ensure_services() {
     fi
 }
 
+# MariaDB for the MySQL ledger's tests. A server installed here, just now, for this
+# machine's development: root may connect over local TCP without a password, as
+# the tests' default URL expects (Debian's root@localhost authenticates by socket).
+start_mariadb() {
+    local installed=0
+    if [ ! -x /usr/sbin/mariadbd ]; then
+        apt_install mariadb-server || return 1
+        installed=1
+    fi
+    say "starting the local MariaDB"
+    if [ -x /etc/init.d/mariadb ]; then
+        /etc/init.d/mariadb start >/dev/null 2>&1 || true
+    fi
+    if ! port_open 127.0.0.1 3306 && command -v mysqld_safe >/dev/null 2>&1; then
+        (mysqld_safe >/dev/null 2>&1 &)
+    fi
+    wait_port 127.0.0.1 3306 MariaDB
+    if [ "$installed" = 1 ]; then
+        mariadb -e "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';
+                    GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;"
+    fi
+}
+
+ensure_mariadb() {
+    local host port
+    read -r host port < <(url_host_port "${LEDGERQ_TEST_MARIADB_URL:-mariadb://127.0.0.1:3306/}" 3306)
+    if port_open "$host" "$port"; then
+        return 0
+    fi
+    is_local "$host" \
+        || die "MariaDB is not reachable at $host:$port (LEDGERQ_TEST_MARIADB_URL): start it, or unset the variable to use a local one"
+    start_mariadb \
+        || die "the MySQL ledger's tests need MariaDB at $host:$port: install mariadb-server (10.6 or later)"
+    wait_port "$host" "$port" MariaDB
+}
+
 ensure_test_servers() {
+    ensure_mariadb
     if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
         apt_install rabbitmq-server \
             || die "the fault tests start a RabbitMQ node of their own: install rabbitmq-server"

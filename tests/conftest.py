@@ -30,6 +30,7 @@ from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.pg.migrate import upgrade
 from ledgerq.ledger.routing import routing_key
+from tests import mariadb
 
 # The suite's own database: LEDGERQ_TEST_DATABASE_URL, else the configured server
 # with the database name "ledgerq_test" (never the configured database itself).
@@ -83,6 +84,13 @@ def base_settings() -> Settings:
     recreate_database(settings.database_url)
     upgrade(settings)
     return settings
+
+
+@pytest.fixture(scope="session")
+def mariadb_settings(base_settings: Settings) -> Settings:
+    """The suite's MariaDB ledger (tests/mariadb.py: the server scripts/lib.sh starts,
+    a database named after the PostgreSQL one), dropped and migrated once a session."""
+    return mariadb.migrated(base_settings)
 
 
 def routed_queues(settings: Settings) -> list[str]:

@@ -73,7 +73,7 @@ def shown(value: Any) -> str:
 def migrate(settings: Settings, revision: str) -> None:
     """Create the database if missing and upgrade the ledger schema."""
     try:
-        ledger_migrate.check_revision(revision)
+        ledger_migrate.check_revision(revision, settings)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--revision") from exc
     ledger_migrate.upgrade(settings, revision)

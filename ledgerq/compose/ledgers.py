@@ -14,18 +14,30 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Protocol, TypeVar
 
 from ledgerq.broker.topology import Topology
 from ledgerq.core.config import Settings
-from ledgerq.core.errors import ConfigError
+from ledgerq.core.errors import ConfigError, NotBuiltOnMySQLError
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine
 from ledgerq.ledger.pg.migrate import check_schema
-from ledgerq.ledger.protocol import InspectionLedger
 from ledgerq.ledger.split.ledger import OperatorLedger, ShardedLedger
 from ledgerq.runtime import SchemaWatch, watched
 
 log = logging.getLogger("ledgerq")
+L = TypeVar("L")
+
+
+def postgresql_only(settings: Settings, what: str) -> None:
+    """Refuse ``what`` on a MySQL / MariaDB ledger, where it is not built yet
+    (docs/guarantees.md, "On MySQL and MariaDB"): one line, exit 78."""
+    if settings.on_mysql:
+        raise NotBuiltOnMySQLError(
+            f"{what}: not built on the MySQL ledger yet (what is: enqueue in the "
+            "application's transaction, `ledgerq migrate`, `ledgerq worker --direct`; "
+            "docs/guarantees.md, 'On MySQL and MariaDB')"
+        )
 
 
 def one_shard(settings: Settings, shard: int | None, what: str) -> Settings:
@@ -57,6 +69,7 @@ async def open_ledger(
     checked first (tools that look at a broken ledger on purpose); ``planner``: a
     service's planner settings (ledger/pg/engines.py), for a tool that runs its
     statements."""
+    postgresql_only(settings, f"`{application_name}`")
     database = one_shard(settings, shard, f"`{application_name}`")
     if check:
         check_schema(settings)
@@ -75,6 +88,7 @@ async def open_operator_ledger(
 ) -> AsyncIterator[OperatorLedger]:
     """What the operator's commands (``tasks``, ``stats``, ``show``, ``pause``, ``kinds``)
     act on: the ledger, every shard of it when it is split (:class:`ShardedLedger`)."""
+    postgresql_only(settings, "the operator's commands (stats, show, tasks, pause, kinds)")
     check_schema(settings)
     shards = [
         PgLedger(async_engine(database, application_name, pool_size=pool_size))
@@ -87,7 +101,11 @@ async def open_operator_ledger(
         await ledger.dispose()
 
 
-async def warn_if_no_autovacuum(ledger: InspectionLedger) -> None:
+class VacuumCheck(Protocol):
+    async def autovacuum_off(self) -> list[str]: ...
+
+
+async def warn_if_no_autovacuum(ledger: VacuumCheck) -> None:
     """Every service says, once it has started (so a start that fails prints only
     its one line), when autovacuum will not clean the hot table:
     without it each claim and finish leaves a dead tuple, and the table bloats
@@ -100,7 +118,7 @@ async def warn_if_no_autovacuum(ledger: InspectionLedger) -> None:
         )
 
 
-def schema_watched(ledger: PgLedger, watch: SchemaWatch | None) -> PgLedger:
+def schema_watched(ledger: L, watch: SchemaWatch | None) -> L:
     """A service's ledger that reports a lost schema to ``watch`` (None: as it is)."""
     return ledger if watch is None else watched(ledger, watch)
 

@@ -14,19 +14,25 @@ import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import Protocol
 
 from ledgerq.broker.aio import AmqpConnection, is_connected
 from ledgerq.core.errors import first_line
 from ledgerq.health import Health
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
-from ledgerq.ledger.protocol import InspectionLedger
 from ledgerq.runtime import on_stop_signal
 
 log = logging.getLogger("ledgerq")
 
 
+class Pingable(Protocol):
+    """What readiness asks of the ledger (InspectionLedger.ping)."""
+
+    async def ping(self) -> bool: ...
+
+
 async def _readiness(
-    ledger: InspectionLedger, connection: AmqpConnection | None, service: Callable[[], str | None]
+    ledger: Pingable, connection: AmqpConnection | None, service: Callable[[], str | None]
 ) -> str | None:
     """Why a relay or worker is not ready (None: it is): see :mod:`ledgerq.health`.
     A direct worker (``connection`` None) needs only the ledger."""
@@ -42,7 +48,7 @@ async def _readiness(
 
 def watch_readiness(
     health: Health | None,
-    ledger: InspectionLedger,
+    ledger: Pingable,
     connection: AmqpConnection | None,
     service: Callable[[], str | None],
 ) -> None:

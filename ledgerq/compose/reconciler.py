@@ -4,7 +4,9 @@ connection for its advisory lock, a blocking publisher with confirms, retention
 from the settings, the dashboard's rollup: the maintenance loop and its
 services, :mod:`ledgerq.relay.maintenance`); :func:`serve_reconciler` is
 ``ledgerq reconcile``: one pass over every shard, or one every N seconds until
-SIGTERM.
+SIGTERM. On MySQL / MariaDB only the rescue is built: :func:`serve_reconciler`
+runs it alone (:class:`~ledgerq.relay.reconciler.RescueReconciler`), with no
+broker connection.
 
 The loop (``--every N``) lives through a lost database as the relay does, by the
 rule every loop shares (:mod:`ledgerq.ledger.outages`): a failed pass (a
@@ -24,19 +26,29 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 from ledgerq.alerting.alerts import AlertHook
 from ledgerq.broker.blocking import ThreadedPublisher
 from ledgerq.compose.alerting import alert_hook
-from ledgerq.compose.ledgers import one_shard, topology, warn_if_no_autovacuum
+from ledgerq.compose.ledgers import one_shard, postgresql_only, topology, warn_if_no_autovacuum
 from ledgerq.compose.monitoring import stop_event
 from ledgerq.core.config import Settings
 from ledgerq.hooks import Hooks
+from ledgerq.ledger.mysql import MyLedger
+from ledgerq.ledger.mysql import engines as my_engines
+from ledgerq.ledger.mysql.migrate import check_schema as my_check_schema
 from ledgerq.ledger.outages import Outage, ends_loop, pause
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import RECONCILER_PLANNER, async_engine, session_engine
 from ledgerq.ledger.pg.migrate import check_schema
-from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
+from ledgerq.relay.reconciler import (
+    ReconcileCounts,
+    Reconciler,
+    ReconcilerConfig,
+    RescueReconciler,
+)
+from ledgerq.relay.rescue import Rescuer
 from ledgerq.relay.retention import Retention, RetentionConfig
 from ledgerq.relay.rollup import Rollup
 
@@ -67,6 +79,7 @@ async def open_reconciler(
     shard's holds that database's advisory lock."""
     config = config or ReconcilerConfig()
     alert = alert or alert_hook(settings)
+    postgresql_only(settings, "the reconciler")
     database = one_shard(settings, shard, "a reconciler (pass its ledger shard)")
     if not checked:
         check_schema(settings)
@@ -106,6 +119,9 @@ async def serve_reconciler(
     """``ledgerq reconcile``: one pass, or one every ``every`` seconds until SIGTERM.
     With ledger shards, each pass covers every shard in turn (one report each)."""
     count = settings.ledger_shard_count
+    if settings.on_mysql:
+        await _serve_mysql_rescue(settings, config, every, report)
+        return
     check_schema(settings)
     async with contextlib.AsyncExitStack() as stack:
         reconcilers = [
@@ -140,8 +156,34 @@ async def serve_reconciler(
                 raise result
 
 
+async def _serve_mysql_rescue(
+    settings: Settings,
+    config: ReconcilerConfig,
+    every: float | None,
+    report: Callable[[ReconcileCounts], None],
+) -> None:
+    """``ledgerq reconcile`` on MySQL / MariaDB: the rescue alone, the one duty built
+    there (:class:`RescueReconciler`); no broker connection (nothing is published)."""
+    my_check_schema(settings)
+    ledger = MyLedger(my_engines.async_engine(settings, "ledgerq-reconciler", pool_size=2))
+    try:
+        reconciler = RescueReconciler(
+            ledger, Rescuer(ledger, config.rescue()), Hooks(alert=alert_hook(settings))
+        )
+        if every is None:
+            report(await reconciler.run_once())
+            return
+        await _every(reconciler, every, stop_event(), report, Outage("reconciler pass", log))
+    finally:
+        await ledger.dispose()
+
+
+class Pass(Protocol):
+    async def run_once(self) -> ReconcileCounts: ...
+
+
 async def _every(
-    reconciler: Reconciler,
+    reconciler: Pass,
     every: float,
     stop: asyncio.Event,
     report: Callable[[ReconcileCounts], None],

@@ -21,7 +21,13 @@ from functools import partial
 from typing import Any
 
 from ledgerq.broker.aio import AioPublisher, connect
-from ledgerq.compose.ledgers import one_shard, schema_watched, topology, warn_if_no_autovacuum
+from ledgerq.compose.ledgers import (
+    one_shard,
+    postgresql_only,
+    schema_watched,
+    topology,
+    warn_if_no_autovacuum,
+)
 from ledgerq.compose.monitoring import monitoring, stop_event, watch_readiness
 from ledgerq.core.config import Settings
 from ledgerq.faults import probe_from_env
@@ -58,6 +64,7 @@ async def open_relay(
     """A relay of ledger shard ``shard`` (or of the only database) ready to run; with
     ``health``, its readiness is watched from now on. ``checked``: the caller has
     checked the schema already."""
+    postgresql_only(settings, "the relay")
     database = one_shard(settings, shard, "a relay (pass its ledger shard)")
     if not checked:
         await off_loop(partial(check_schema, settings))
@@ -110,6 +117,7 @@ async def serve_relay(
     abandoned: its transaction rolls back and its rows stay ``pending`` (a message
     confirmed meanwhile is published again later: a duplicate delivery, which the
     claim's fence makes harmless)."""
+    postgresql_only(settings, "the relay")
     count = settings.ledger_shard_count
     served = list(range(count)) if shards is None else list(shards)
     for shard in served:

@@ -5,8 +5,9 @@ Only the composition root names a driver (import-linter's "Only the
 composition root builds concrete ledgers and brokers"): the rest of the code
 holds the storage seam's protocols (:mod:`ledgerq.ledger.protocol`) and the
 broker seam's (:mod:`ledgerq.broker.base`). A tool that needs an engine, the
-schema migrated or a ledger on an engine it opened asks here, so the day a
-second driver lands the choice by URL is made in this one module.
+schema migrated or a ledger on an engine it opened asks here, and the URL picks
+the implementation here: PostgreSQL (:mod:`ledgerq.ledger.pg`) or MySQL /
+MariaDB (:mod:`ledgerq.ledger.mysql`, ``Settings.on_mysql``).
 """
 
 from __future__ import annotations
@@ -14,24 +15,82 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ledgerq.broker.aio import connect as amqp_connect
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import NotBuiltOnMySQLError
+from ledgerq.ledger.mysql import engines as my_engines
+from ledgerq.ledger.mysql import migrate as my_migrate
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import (
-    RELAY_PLANNER,
-    WORKER_PLANNER,
-    async_engine,
-    libpq_url,
-    sync_engine,
-)
-from ledgerq.ledger.pg.migrate import check_revision, current_revision, upgrade
+from ledgerq.ledger.pg import engines as pg_engines
+from ledgerq.ledger.pg import migrate as pg_migrate
+from ledgerq.ledger.pg.engines import RELAY_PLANNER, WORKER_PLANNER, libpq_url
 from ledgerq.ledger.pg.waiters import registry as waiters_registry
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
     from sqlalchemy.ext.asyncio import AsyncEngine
+
+MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
 
 def ledger_on(engine: AsyncEngine) -> PgLedger:
-    """The ledger on an engine the caller opened (and disposes of)."""
+    """The ledger on an engine the caller opened (and disposes of). PostgreSQL's:
+    the tools that hold one (demo, benchmark, testing helper) are not built on MySQL."""
+    if engine.dialect.name in MYSQL_DIALECTS:
+        raise NotBuiltOnMySQLError(
+            "the demo, the benchmark and ledgerq.testing are not built on the MySQL ledger yet"
+        )
     return PgLedger(engine)
+
+
+def sync_engine(settings: Settings, application_name: str, pool_size: int = 5) -> Engine:
+    """A sync engine on the ledger, set up as ledgerq's own connections are."""
+    if settings.on_mysql:
+        return my_engines.sync_engine(settings, application_name, pool_size)
+    return pg_engines.sync_engine(settings, application_name, pool_size)
+
+
+def async_engine(
+    settings: Settings,
+    application_name: str,
+    pool_size: int = 5,
+    *,
+    planner: tuple[str, ...] = (),
+) -> AsyncEngine:
+    """An async engine on the ledger (``planner``: PostgreSQL's planner settings)."""
+    if settings.on_mysql:
+        return my_engines.async_engine(settings, application_name, pool_size)
+    return pg_engines.async_engine(settings, application_name, pool_size, planner=planner)
+
+
+def check_revision(revision: str, settings: Settings | None = None) -> None:
+    """Raise ValueError unless ``revision`` names a migration of the ledger's history
+    (the MySQL one for a MySQL URL)."""
+    if settings is not None and settings.on_mysql:
+        my_migrate.check_revision(revision)
+    else:
+        pg_migrate.check_revision(revision)
+
+
+def upgrade(settings: Settings, revision: str = "head") -> None:
+    """``ledgerq migrate``: create the database if missing, migrate it to ``revision``."""
+    if settings.on_mysql:
+        my_migrate.upgrade(settings, revision)
+    else:
+        pg_migrate.upgrade(settings, revision)
+
+
+def current_revision(settings: Settings) -> str | None:
+    if settings.on_mysql:
+        return my_migrate.current_revision(settings)
+    return pg_migrate.current_revision(settings)
+
+
+def check_schema(settings: Settings) -> str:
+    """Every command's start check: the server reachable (and, on MySQL, recent
+    enough), the schema at this ledgerq's head."""
+    if settings.on_mysql:
+        return my_migrate.check_schema(settings)
+    return pg_migrate.check_schema(settings)
 
 
 __all__ = [
@@ -40,6 +99,7 @@ __all__ = [
     "amqp_connect",
     "async_engine",
     "check_revision",
+    "check_schema",
     "current_revision",
     "ledger_on",
     "libpq_url",

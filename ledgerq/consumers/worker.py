@@ -95,6 +95,7 @@ class Worker:
         hooks: Hooks = NO_HOOKS,
         shard_engines: Sequence[tuple[Engine | None, AsyncEngine]] = (),
         routing: RoutingLedger | None = None,
+        windows: bool = True,
     ) -> None:
         """``source``: where its claims come from (:mod:`.sources`), bound to the
         pipeline built here. ``shard_engines``: with ledger shards, the handlers'
@@ -102,7 +103,9 @@ class Worker:
         own shard's database; batch windows are then off (a window is one
         transaction, in one database). ``routing``: where the worker registers what
         it serves (None: nowhere, so its queues are published to as if no worker
-        had subscribed: unit tests)."""
+        had subscribed: unit tests). ``windows``: batched commit for ``ctx.session``
+        handlers (False: each in a transaction of its own; the MySQL ledger has no
+        batched window yet)."""
         self.config = config
         self.hooks = hooks
         self._stopping: asyncio.Task[None] | None = None
@@ -139,7 +142,7 @@ class Worker:
             config.default_timeout_s,
             shard_engines=[engines[1] for engines in shard_engines],
         )
-        if shard_engines:
+        if shard_engines or not windows:
             self.batcher = Batcher(self.runner, config.batch, None, None)
         else:
             self.batcher = Batcher(self.runner, config.batch, sync_engine, async_engine)

@@ -9,9 +9,11 @@ shows the value with its secrets masked, and says what is expected
 (:class:`~ledgerq.core.errors.ConfigError`). A :class:`Settings` built
 directly (embedding, tests) is checked the same way, naming its fields.
 
-Only PostgreSQL through psycopg 3 is supported: ``postgresql+psycopg://`` and
+The ledger is PostgreSQL through psycopg 3: ``postgresql+psycopg://`` and
 ``postgresql://`` (which SQLAlchemy would otherwise give to psycopg2, and which
-ledgerq reads as psycopg 3). Any other driver is refused by name, never
+ledgerq reads as psycopg 3); or MySQL 8.0+ / MariaDB 10.6+ through PyMySQL,
+``mysql+pymysql://`` or ``mariadb+pymysql://`` (ledger/mysql/, issue 29: part of
+the seam so far, docs/guarantees.md). Any other driver is refused by name, never
 rewritten. ``LEDGERQ_AMQP_PREFIX`` prefixes every exchange and queue name, so
 two deployments (or two test runs) can share one broker without meeting.
 
@@ -50,6 +52,7 @@ from ledgerq.core.settings_table import (
     shown,
 )
 from ledgerq.core.tls import TLSFileError, amqp_context
+from ledgerq.core.values import is_mysql_url
 
 
 @dataclass(frozen=True, repr=False)
@@ -197,6 +200,12 @@ class Settings:
             )
 
     def _check_ledger_shards(self) -> None:
+        if self.on_mysql and (self.ledger_shard_count > 1 or self.pooled):
+            raise ConfigError(
+                f"{self._label('database_url')} is a MySQL / MariaDB ledger, which takes one "
+                "database and no LEDGERQ_DATABASE_POOLER so far (ledger shards and poolers "
+                "are PostgreSQL's: docs/guarantees.md, 'On MySQL and MariaDB')"
+            )
         if self.direct_database_url is None:
             return
         urls, directs = split_urls(self.database_url), split_urls(self.direct_database_url)
@@ -211,6 +220,11 @@ class Settings:
     def database_urls(self) -> tuple[str, ...]:
         """The ledger shards' databases, in shard order (one: an unsplit ledger)."""
         return tuple(split_urls(self.database_url))
+
+    @property
+    def on_mysql(self) -> bool:
+        """Whether the ledger is MySQL / MariaDB (ledger/mysql/), not PostgreSQL."""
+        return any(is_mysql_url(url) for url in self.database_urls)
 
     @property
     def ledger_shard_count(self) -> int:

@@ -57,6 +57,17 @@ class ConfigError(LedgerqError, ValueError):
     and says what it expects."""
 
 
+class UnsupportedServerError(ConfigError):
+    """The ledger's database server is older than ledgerq needs (MariaDB before 10.6,
+    MySQL before 8.0: no ``FOR UPDATE SKIP LOCKED``, no ``JSON_TABLE``). Exit 78."""
+
+
+class NotBuiltOnMySQLError(ConfigError):
+    """What was asked is not built on the MySQL / MariaDB ledger yet (issue 29;
+    docs/guarantees.md, "On MySQL and MariaDB" lists what is). Refused before it
+    writes anything, rather than done without the guarantee PostgreSQL gives. Exit 78."""
+
+
 class SchemaError(LedgerqError):
     """The ledger's schema is missing, or not at the revision this ledgerq needs.
     The message ends with what to do (``run `ledgerq migrate```)."""
@@ -65,6 +76,7 @@ class SchemaError(LedgerqError):
 #: The settings that name each service, for messages that say what to fix.
 SERVICE_SETTINGS = {
     "PostgreSQL": "LEDGERQ_DATABASE_URL / --database-url",
+    "MySQL": "LEDGERQ_DATABASE_URL / --database-url",
     "RabbitMQ": "LEDGERQ_AMQP_URL / --amqp-url",
 }
 

@@ -55,7 +55,8 @@ SETTINGS = (
         "database_url",
         "LEDGERQ_DATABASE_URL",
         "--database-url",
-        "SQLAlchemy URL of the PostgreSQL ledger (postgresql+psycopg://); several URLs "
+        "SQLAlchemy URL of the ledger (postgresql+psycopg://, or mysql+pymysql:// and "
+        "mariadb+pymysql:// for MySQL 8.0+ / MariaDB 10.6+); several URLs "
         "separated by commas split the ledger across those databases (ledger shards, in "
         "order: never reorder them)",
         secret=True,

@@ -23,7 +23,12 @@ from ledgerq.core.limits import MAX_LEDGER_SHARDS
 from ledgerq.core.masking import mask_url, split_urls
 from ledgerq.core.tls import AMQP_TLS_URL_PARAMETERS
 
-DATABASE_DRIVERS = ("postgresql+psycopg", "postgresql")
+#: The ledger's URLs: PostgreSQL through psycopg 3 (``postgresql://`` read as it), or
+#: MySQL / MariaDB through PyMySQL (ledger/mysql/; the async paths derive aiomysql's
+#: URL from it). Plain ``mysql://`` would be mysqlclient's: refused by name.
+DATABASE_DRIVERS = ("postgresql+psycopg", "postgresql", "mysql+pymysql", "mariadb+pymysql")
+#: The drivers of the MySQL / MariaDB ledger (ledger/mysql/).
+MYSQL_DRIVERS = ("mysql+pymysql", "mariadb+pymysql")
 AMQP_SCHEMES = ("amqp", "amqps")
 EVENT_LOOPS = ("uvloop", "asyncio")
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -53,17 +58,22 @@ def parse_database_url(value: object) -> str:
         _ = url.port
     except (ArgumentError, ValueError, TypeError):
         raise ValueError(
-            f"(the PostgreSQL ledger) is not a database URL: {mask_url(text)!r} ({expected})"
+            f"(the ledger) is not a database URL: {mask_url(text)!r} ({expected})"
         ) from None
     if url.drivername not in DATABASE_DRIVERS:
         raise ValueError(
-            f"(the PostgreSQL ledger) uses the driver {url.drivername!r}, which ledgerq does "
+            f"(the ledger) uses the driver {url.drivername!r}, which ledgerq does "
             f"not support: {mask_url(text)!r} (supported: "
             f"{', '.join(d + '://' for d in DATABASE_DRIVERS)})"
         )
     if url.drivername == "postgresql":
         return "postgresql+psycopg" + text[len("postgresql") :]
     return text
+
+
+def is_mysql_url(url: str) -> bool:
+    """Whether ``url`` (one parsed database URL) names the MySQL / MariaDB ledger."""
+    return url.split("://", 1)[0] in MYSQL_DRIVERS
 
 
 def parse_amqp_url(value: object) -> str:

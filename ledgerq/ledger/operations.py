@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any, Unpack
 
 from ledgerq.ledger.actions import Action, Report
+from ledgerq.ledger.binds import atx_for, tx_for
 from ledgerq.ledger.executors import (
     AsyncExecutor,
     Executor,
@@ -44,46 +45,34 @@ def act(
     """Apply ``action`` to the tasks ``selection`` matches, in the caller's transaction.
     ``options``: ``actor`` (required), ``reason``, ``dry_run``
     (:class:`~.options.AuditOptions`)."""
-    from ledgerq.ledger.pg.tx import PgTx  # the seam's transaction-scoped part
-
-    return PgTx(executor, "act").act(action, selection, **options)
+    return tx_for(executor, "act").act(action, selection, **options)
 
 
 async def aact(
     executor: AsyncExecutor, action: Action, selection: TaskFilter, **options: Unpack[AuditOptions]
 ) -> Report:
     """:func:`act` on an async executor."""
-    from ledgerq.ledger.pg.tx import PgAsyncTx
-
-    return await PgAsyncTx(executor, "aact").act(action, selection, **options)
+    return await atx_for(executor, "aact").act(action, selection, **options)
 
 
 def release_key(executor: Executor, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
     """Release ordering ``key`` from the dead tasks that hold it (:mod:`.keys`), in the
     caller's transaction; ``options`` as :func:`act`'s."""
-    from ledgerq.ledger.pg.tx import PgTx
-
-    return PgTx(executor, "release_key").release_key(key, **options)
+    return tx_for(executor, "release_key").release_key(key, **options)
 
 
 async def arelease_key(
     executor: AsyncExecutor, key: str, **options: Unpack[AuditOptions]
 ) -> KeyRelease:
     """:func:`release_key` on an async executor."""
-    from ledgerq.ledger.pg.tx import PgAsyncTx
-
-    return await PgAsyncTx(executor, "arelease_key").release_key(key, **options)
+    return await atx_for(executor, "arelease_key").release_key(key, **options)
 
 
 def list_tasks(executor: Executor, selection: TaskFilter) -> list[dict[str, Any]]:
     """The tasks ``selection`` matches, newest first (at most its limit, else 50)."""
-    from ledgerq.ledger.pg.tx import PgTx
-
-    return PgTx(executor, "list_tasks").list_tasks(selection)
+    return tx_for(executor, "list_tasks").list_tasks(selection)
 
 
 async def alist_tasks(executor: AsyncExecutor, selection: TaskFilter) -> list[dict[str, Any]]:
     """:func:`list_tasks` on an async executor."""
-    from ledgerq.ledger.pg.tx import PgAsyncTx
-
-    return await PgAsyncTx(executor, "alist_tasks").list_tasks(selection)
+    return await atx_for(executor, "alist_tasks").list_tasks(selection)

@@ -4,7 +4,8 @@
 own Session or Connection (SQLAlchemy, or a raw psycopg 3 one: see
 :mod:`ledgerq.ledger.executors`), through the seam's transaction-scoped part
 (:class:`~ledgerq.ledger.protocol.TxLedger`; the statements in
-:mod:`ledgerq.ledger.pg.tx`), and does not commit: the task exists exactly when the
+:mod:`ledgerq.ledger.pg.tx`, or :mod:`ledgerq.ledger.mysql.tx` for a Session on
+MySQL / MariaDB: :mod:`ledgerq.ledger.binds`), and does not commit: the task exists exactly when the
 caller's business transaction commits, and never if it rolls back. Everything is
 validated before the INSERT, so bad input raises
 :class:`~ledgerq.core.errors.InvalidTaskError` and writes nothing.
@@ -32,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ledgerq.ledger.binds import atx_for, tx_for
 from ledgerq.ledger.executors import AsyncExecutor, Executor
 from ledgerq.ledger.specs import BATCH_CHUNK as BATCH_CHUNK
 from ledgerq.ledger.specs import EnqueueOptions as EnqueueOptions
@@ -47,9 +49,7 @@ def enqueue(executor: Executor, kind: str, payload: Any = None, **options: Any) 
     the key is permanent: the id of the task that first took it is returned (even
     if that task finished long ago) and nothing is inserted.
     """
-    from ledgerq.ledger.pg.tx import PgTx  # the seam's transaction-scoped part
-
-    tx = PgTx(executor, "enqueue")  # a wrong executor is refused before a bad task
+    tx = tx_for(executor, "enqueue")  # a wrong executor is refused before a bad task
     return tx.enqueue(TaskSpec(kind, payload, **options))
 
 
@@ -59,21 +59,15 @@ def enqueue_many(executor: Executor, specs: Iterable[TaskSpec]) -> list[int]:
     Tasks skipped as duplicates (``unique=True`` or ``once=True``) are left out of the
     result.
     """
-    from ledgerq.ledger.pg.tx import PgTx
-
-    return PgTx(executor, "enqueue_many").enqueue_many(specs)
+    return tx_for(executor, "enqueue_many").enqueue_many(specs)
 
 
 async def aenqueue(executor: AsyncExecutor, kind: str, payload: Any = None, **options: Any) -> int:
     """:func:`enqueue` on an async executor (see :mod:`ledgerq.ledger.executors`)."""
-    from ledgerq.ledger.pg.tx import PgAsyncTx
-
-    tx = PgAsyncTx(executor, "aenqueue")
+    tx = atx_for(executor, "aenqueue")
     return await tx.enqueue(TaskSpec(kind, payload, **options))
 
 
 async def aenqueue_many(executor: AsyncExecutor, specs: Iterable[TaskSpec]) -> list[int]:
     """:func:`enqueue_many` on an async executor (see :func:`aenqueue`)."""
-    from ledgerq.ledger.pg.tx import PgAsyncTx
-
-    return await PgAsyncTx(executor, "aenqueue_many").enqueue_many(specs)
+    return await atx_for(executor, "aenqueue_many").enqueue_many(specs)

@@ -151,9 +151,19 @@ def parse(source: str, library: Mapping[str, Fragment] | None = None) -> dict[st
     return {name: expand(sql, library) for name, sql in named.items()}
 
 
-def load(cls: type[T], package: str, filename: str) -> T:
-    """Build ``cls`` (a dataclass of TextClause fields) from ``package/filename``."""
-    named = parse(_read(package, filename))
+def read_library(package: str, filename: str) -> dict[str, Fragment]:
+    """The ``-- fragment:`` blocks of ``package/filename``: another implementation's
+    shared rules (the MySQL ledger's, ledger/mysql/fragments.sql), apart from
+    :data:`LIBRARY`."""
+    return fragments(_read(package, filename))
+
+
+def load(
+    cls: type[T], package: str, filename: str, library: Mapping[str, Fragment] | None = None
+) -> T:
+    """Build ``cls`` (a dataclass of TextClause fields) from ``package/filename``, its
+    includes spliced from ``library`` (default: :data:`LIBRARY`, fragments.sql)."""
+    named = parse(_read(package, filename), library)
     wanted = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     if wanted != set(named):
         missing, extra = sorted(wanted - set(named)), sorted(set(named) - wanted)

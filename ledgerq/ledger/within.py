@@ -11,7 +11,8 @@ COMMIT, and finishes a window of tasks in one statement.
 
 These are the worker's names for the seam's transaction-scoped part
 (:class:`~ledgerq.ledger.protocol.TxLedger`, on PostgreSQL
-:mod:`ledgerq.ledger.pg.tx`), which runs the statements; the handler savepoints
+:mod:`ledgerq.ledger.pg.tx`, on MySQL :mod:`ledgerq.ledger.mysql.tx`: the caller's
+bind picks, :mod:`ledgerq.ledger.binds`), which runs the statements; the handler savepoints
 (:class:`HandlerMarks`) and :func:`end_window` are the window's own plumbing.
 """
 
@@ -25,8 +26,8 @@ from sqlalchemy import Connection, Engine, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
+from ledgerq.ledger.binds import atx_for, tx_for
 from ledgerq.ledger.model import Fence
-from ledgerq.ledger.pg.tx import PgAsyncTx, PgTx
 from ledgerq.ledger.protocol import Locked
 from ledgerq.ledger.sql import Q
 from ledgerq.ledger.task_result import TaskResult
@@ -35,17 +36,17 @@ from ledgerq.ledger.task_result import TaskResult
 def succeed_within(session: Session | Connection, fence: Fence, result: str | None = None) -> bool:
     """running -> succeeded (with the handler's JSON ``result``) in the caller's (sync)
     transaction; whether the fence held."""
-    return bool(PgTx(session, "succeed_within").succeed([fence], [result]))
+    return bool(tx_for(session, "succeed_within").succeed([fence], [result]))
 
 
 def lock_within(session: Session | Connection, fences: Sequence[Fence]) -> Locked:
     """Lock the rows still running under ``fences`` for the caller's transaction."""
-    return PgTx(session, "lock_within").lock_running(fences)
+    return tx_for(session, "lock_within").lock_running(fences)
 
 
 async def alock_within(session: AsyncSession | AsyncConnection, fences: Sequence[Fence]) -> Locked:
     """:func:`lock_within`, async."""
-    return await PgAsyncTx(session, "alock_within").lock_running(fences)
+    return await atx_for(session, "alock_within").lock_running(fences)
 
 
 class HandlerMarks:
@@ -135,7 +136,7 @@ def succeed_many_within(
     session: Session | Connection, fences: Sequence[Fence], results: Sequence[str | None]
 ) -> set[int]:
     """running -> succeeded for ``fences`` in the caller's (sync) transaction; the ids won."""
-    return PgTx(session, "succeed_many_within").succeed(fences, results)
+    return tx_for(session, "succeed_many_within").succeed(fences, results)
 
 
 async def asucceed_within(
@@ -145,34 +146,34 @@ async def asucceed_within(
 ) -> set[int]:
     """running -> succeeded for ``fences`` (with each handler's JSON result, in the
     same order) in the caller's (async) transaction; the ids whose fence held."""
-    return await PgAsyncTx(session, "asucceed_within").succeed(fences, results)
+    return await atx_for(session, "asucceed_within").succeed(fences, results)
 
 
 def checkpoint_within(session: Session | Connection, fence: Fence, state_json: str) -> bool:
     """Store a running task's checkpoint in the caller's (sync) transaction, fenced:
     for a handler in a batched window, whose row the window holds locked until its
     COMMIT (another connection's write would wait for it). Whether the fence held."""
-    return PgTx(session, "checkpoint_within").save_checkpoint(fence, state_json)
+    return tx_for(session, "checkpoint_within").save_checkpoint(fence, state_json)
 
 
 async def acheckpoint_within(
     session: AsyncSession | AsyncConnection, fence: Fence, state_json: str
 ) -> bool:
     """:func:`checkpoint_within`, async."""
-    return await PgAsyncTx(session, "acheckpoint_within").save_checkpoint(fence, state_json)
+    return await atx_for(session, "acheckpoint_within").save_checkpoint(fence, state_json)
 
 
 def dependencies_within(session: Session | Connection, task_id: int) -> dict[int, Any]:
     """``ctx.dependencies`` read in the handler's transaction: each ended dependency
     of ``task_id`` and its result (migration 0020)."""
-    return PgTx(session, "ctx.dependencies").dependency_results(task_id)
+    return tx_for(session, "ctx.dependencies").dependency_results(task_id)
 
 
 async def adependencies_within(
     session: AsyncSession | AsyncConnection, task_id: int
 ) -> dict[int, Any]:
     """:func:`dependencies_within` on an async session."""
-    return await PgAsyncTx(session, "ctx.dependencies").dependency_results(task_id)
+    return await atx_for(session, "ctx.dependencies").dependency_results(task_id)
 
 
 def children_within(
@@ -180,11 +181,11 @@ def children_within(
 ) -> list[TaskResult]:
     """``ctx.children``: a page of ``parent_id``'s children, where each stands, read
     in the handler's transaction."""
-    return PgTx(session, "ctx.children").child_results(parent_id, after, limit)
+    return tx_for(session, "ctx.children").child_results(parent_id, after, limit)
 
 
 async def achildren_within(
     session: AsyncSession | AsyncConnection, parent_id: int, after: int, limit: int
 ) -> list[TaskResult]:
     """:func:`children_within` on an async session."""
-    return await PgAsyncTx(session, "ctx.children").child_results(parent_id, after, limit)
+    return await atx_for(session, "ctx.children").child_results(parent_id, after, limit)

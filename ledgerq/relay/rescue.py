@@ -61,16 +61,36 @@ page's ``finish`` returns only the rows it moved.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ledgerq.ledger.model import Finished
-from ledgerq.ledger.protocol import ExpiredBatch, ReconcilerLedger
+from ledgerq.ledger.protocol import ExpiredBatch
 from ledgerq.relay.maintenance import check_page_size
 
 log = logging.getLogger("ledgerq.reconciler")
+
+
+class RescueLedger(Protocol):
+    """What the rescuer asks of the ledger (part of
+    :class:`~ledgerq.ledger.protocol.ReconcilerLedger`)."""
+
+    async def lapse_dead_subscriptions(self) -> int: ...
+
+    async def dead_workers(self) -> dict[str, int]: ...
+
+    async def silent_workers(self) -> dict[str, int]: ...
+
+    def orphaned_batch(
+        self, after: int, limit: int, dead: Mapping[str, int]
+    ) -> AbstractAsyncContextManager[ExpiredBatch]: ...
+
+    def expired_batch(
+        self, after: int, limit: int, silent: Mapping[str, int], settle_s: float
+    ) -> AbstractAsyncContextManager[ExpiredBatch]: ...
+
 
 #: A page of running rows to judge, locked for the block: ids after the argument.
 ExpiredSource = Callable[[int], AbstractAsyncContextManager[ExpiredBatch]]
@@ -105,7 +125,7 @@ class RescueCounts:
 
 @dataclass
 class Rescuer:
-    ledger: ReconcilerLedger
+    ledger: RescueLedger
     config: RescueConfig = field(default_factory=RescueConfig)
     #: Tasks ended ``dead`` by passes whose alerts the loop has not taken yet.
     buried: list[Finished] = field(default_factory=list, repr=False)

@@ -8,8 +8,12 @@ databases) for what the processes that meet every shard ask (the worker's,
 routing, operations, inspection, scheduling, the testing protocol), and
 :data:`ONE_DATABASE` for the protocols that work on one database at a time
 (the relay's, the reconciler's, retention, the rollup, the overview). A new
-implementation (the MySQL ledger, issue 29) is one more name here and one more
-branch in :func:`ledger`.
+implementation is one more name here and one more branch in :func:`ledger`.
+
+``mariadb`` is the MySQL / MariaDB ledger (:class:`~ledgerq.ledger.mysql.MyLedger`,
+issue 29), on the server scripts/lib.sh starts: it implements part of the seam so
+far, so a module runs on it when its ``IMPLEMENTATIONS`` names it, and a single
+test when it carries ``@pytest.mark.mariadb`` (see :data:`ON_MARIADB`).
 
 ``enqueue`` creates tasks as a producer does (``enqueue_many`` in a committed
 transaction); with shards, each task on the next shard in turn, so batches
@@ -33,10 +37,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from ledgerq import TaskSpec, enqueue_many
+from ledgerq.compose.storage import async_engine, sync_engine
 from ledgerq.core.config import Settings
+from ledgerq.ledger.binds import atx_for, tx_for
+from ledgerq.ledger.mysql import MyLedger
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import async_engine, sync_engine
-from ledgerq.ledger.pg.tx import PgAsyncTx, PgTx
 from ledgerq.ledger.protocol import AsyncTxLedger, TxLedger
 from ledgerq.ledger.split.ledger import ShardedLedger
 from tests.conformance.support import SUBSCRIBER, Enqueue, window
@@ -46,6 +51,10 @@ from tests.shard_dbs import create_shards
 EVERY = ("pg", "sharded")
 ONE_DATABASE = ("pg",)
 SHARDS = 2
+#: The MySQL / MariaDB ledger; a test marked with ON_MARIADB runs on it as well as on
+#: its module's implementations (a module whose every test does names it instead).
+MARIADB = "mariadb"
+ON_MARIADB = pytest.mark.mariadb
 
 Transaction = Callable[..., AbstractContextManager[TxLedger]]
 AsyncTransaction = Callable[..., AbstractAsyncContextManager[AsyncTxLedger]]
@@ -53,7 +62,9 @@ AsyncTransaction = Callable[..., AbstractAsyncContextManager[AsyncTxLedger]]
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "implementation" in metafunc.fixturenames:
-        names = getattr(metafunc.module, "IMPLEMENTATIONS", EVERY)
+        names = tuple(getattr(metafunc.module, "IMPLEMENTATIONS", EVERY))
+        if metafunc.definition.get_closest_marker("mariadb") and MARIADB not in names:
+            names += (MARIADB,)
         metafunc.parametrize("implementation", names)
 
 
@@ -66,6 +77,8 @@ def shard_settings(base_settings: Settings) -> Settings:
 @pytest.fixture
 def databases(implementation: str, request: pytest.FixtureRequest) -> list[Settings]:
     """The databases under ``implementation``, one per shard."""
+    if implementation == MARIADB:
+        return [request.getfixturevalue("mariadb_settings")]
     if implementation == "sharded":
         sharded: Settings = request.getfixturevalue("shard_settings")
         return sharded.ledger_shards()
@@ -73,15 +86,22 @@ def databases(implementation: str, request: pytest.FixtureRequest) -> list[Setti
     return [base]
 
 
+def _opened(
+    implementation: str, databases: list[Settings], name: str, pool_size: int
+) -> PgLedger | ShardedLedger | MyLedger:
+    """``implementation`` on ``databases``, through the composition root's engines."""
+    if implementation == MARIADB:
+        return MyLedger(async_engine(databases[0], name, pool_size=pool_size))
+    shards = [PgLedger(async_engine(db, name, pool_size=pool_size)) for db in databases]
+    return shards[0] if implementation == "pg" else ShardedLedger(shards)
+
+
 @pytest.fixture
 async def ledger(implementation: str, databases: list[Settings]) -> AsyncIterator[Any]:
     """The implementation under test, emptied, with a live whole-queue subscriber on
     "default" and "other" whose window is larger than any test's rows (the relay's
     and the reconciler's batches pick only what a live window has room for)."""
-    shards = [PgLedger(async_engine(db, "ledgerq-conformance", pool_size=3)) for db in databases]
-    opened: PgLedger | ShardedLedger = (
-        shards[0] if implementation == "pg" else ShardedLedger(shards)
-    )
+    opened = _opened(implementation, databases, "ledgerq-conformance", pool_size=3)
     try:
         await opened.truncate()
         await window(opened, 10_000)
@@ -122,12 +142,7 @@ def enqueue(databases: list[Settings]) -> Iterator[Enqueue]:
 async def rival(implementation: str, databases: list[Settings]) -> AsyncIterator[Any]:
     """A second instance of the implementation on the same databases (another
     process's), for the tests of what two holders may not share."""
-    shards = [
-        PgLedger(async_engine(db, "ledgerq-conformance-rival", pool_size=1)) for db in databases
-    ]
-    opened: PgLedger | ShardedLedger = (
-        shards[0] if implementation == "pg" else ShardedLedger(shards)
-    )
+    opened = _opened(implementation, databases, "ledgerq-conformance-rival", pool_size=1)
     try:
         yield opened
     finally:
@@ -146,7 +161,7 @@ def transaction(databases: list[Settings]) -> Iterator[Transaction]:
         with Session(engine) as session:
             session.begin()
             try:
-                yield PgTx(session)
+                yield tx_for(session, "conformance")
                 if commit:
                     session.commit()
             finally:
@@ -167,7 +182,7 @@ async def atransaction(databases: list[Settings]) -> AsyncIterator[AsyncTransact
         async with AsyncSession(engine) as session:
             await session.begin()
             try:
-                yield PgAsyncTx(session)
+                yield atx_for(session, "conformance")
                 if commit:
                     await session.commit()
             finally:

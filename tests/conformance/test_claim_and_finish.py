@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from ledgerq import TaskSpec
 from ledgerq.ledger.model import ClaimedTask, Finished, Outcome
 from ledgerq.ledger.split.ledger import ShardLedger
+from tests.conformance.conftest import ON_MARIADB
 from tests.conformance.support import (
     LEASE_S,
     WORKER,
@@ -22,6 +23,7 @@ from tests.conformance.support import (
 # -- claim --------------------------------------------------------------------------------
 
 
+@ON_MARIADB
 async def test_claim_wins_a_pending_row_with_its_current_epoch(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -81,6 +83,7 @@ async def test_claim_accepts_a_published_row(ledger: ShardLedger, enqueue: Enque
     assert (row["status"], row["publishes"]) == ("running", 0)
 
 
+@ON_MARIADB
 async def test_claim_loses_with_a_stale_epoch_and_moves_nothing(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -92,6 +95,7 @@ async def test_claim_loses_with_a_stale_epoch_and_moves_nothing(
     assert (row["status"], row["epoch"], row["attempts"]) == ("pending", 0, 0)
 
 
+@ON_MARIADB
 async def test_a_second_claim_of_the_same_fence_loses(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -106,6 +110,7 @@ async def test_a_second_claim_of_the_same_fence_loses(
     assert (row["epoch"], row["attempts"], row["worker"]) == (1, 1, WORKER)
 
 
+@ON_MARIADB
 async def test_claim_in_a_batch_returns_only_the_rows_it_won(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -118,6 +123,7 @@ async def test_claim_in_a_batch_returns_only_the_rows_it_won(
     assert await ledger.claim([], WORKER, LEASE_S) == []
 
 
+@ON_MARIADB
 async def test_a_reclaim_after_a_retry_counts_the_attempt_and_needs_the_new_epoch(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -134,6 +140,7 @@ async def test_a_reclaim_after_a_retry_counts_the_attempt_and_needs_the_new_epoc
 # -- finish -------------------------------------------------------------------------------
 
 
+@ON_MARIADB
 async def test_finish_succeeded_moves_the_row_to_history(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -178,6 +185,7 @@ async def test_finish_retry_sends_the_row_back_to_pending_after_its_delay(
             assert batch.rows == []  # not due before its delay
 
 
+@ON_MARIADB
 async def test_finish_retry_ends_the_task_dead_when_its_attempts_are_spent(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -195,6 +203,7 @@ async def test_finish_retry_ends_the_task_dead_when_its_attempts_are_spent(
     )
 
 
+@ON_MARIADB
 async def test_finish_dead_moves_the_row_to_history_at_once(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -208,6 +217,7 @@ async def test_finish_dead_moves_the_row_to_history_at_once(
     assert (row["location"], row["status"], row["last_error"]) == ("history", "dead", "aborted")
 
 
+@ON_MARIADB
 async def test_finish_with_a_stale_fence_moves_nothing(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -230,6 +240,7 @@ async def test_finish_with_a_stale_fence_moves_nothing(
     assert await ledger.finish([]) == []
 
 
+@ON_MARIADB
 async def test_finish_takes_one_verdict_per_row_in_one_call(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -261,6 +272,7 @@ async def test_finish_takes_one_verdict_per_row_in_one_call(
     }
 
 
+@ON_MARIADB
 async def test_finish_accepts_a_whole_number_delay_next_to_a_fractional_one(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -279,6 +291,7 @@ async def test_finish_accepts_a_whole_number_delay_next_to_a_fractional_one(
 # -- whereabouts --------------------------------------------------------------------------
 
 
+@ON_MARIADB
 async def test_whereabouts_covers_live_and_history_and_omits_unknown_ids(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.split.ledger import ShardLedger
+from tests.conformance.conftest import ON_MARIADB
 from tests.conformance.support import LEASE_S, WORKER, Enqueue, publish, when
 
 
@@ -69,12 +70,14 @@ async def test_seed_varied_history_adds_rows_of_mixed_status_and_truncate_emptie
     assert await ledger.whereabouts([live]) == {}
 
 
+@ON_MARIADB
 async def test_ping_and_the_autovacuum_check_answer(ledger: ShardLedger) -> None:
     assert await ledger.ping() is True
     reasons = await ledger.autovacuum_off()  # (empty where autovacuum runs)
     assert all(isinstance(why, str) and "autovacuum" in why for why in reasons)
 
 
+@ON_MARIADB
 async def test_dispose_closes_the_pools_and_the_ledger_reconnects_on_demand(
     ledger: ShardLedger,
 ) -> None:

@@ -8,11 +8,13 @@ from ledgerq import Action, TaskFilter, TaskSpec
 from ledgerq.ledger.model import KindDefaults
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.split.ledger import ShardLedger
+from tests.conformance.conftest import ON_MARIADB
 from tests.conformance.support import LEASE_S, WORKER, Enqueue, claim_one
 
 FIXED_7 = {"kind": "fixed", "delay": 7.0}
 
 
+@ON_MARIADB
 async def test_registered_defaults_report_only_what_changed(ledger: ShardLedger) -> None:
     defaults = {"conf.k": KindDefaults(2, FIXED_7, 12.5)}
     assert await ledger.register_defaults(defaults) == ["conf.k"]
@@ -21,6 +23,7 @@ async def test_registered_defaults_report_only_what_changed(ledger: ShardLedger)
     assert await ledger.register_defaults({}) == []
 
 
+@ON_MARIADB
 async def test_the_claim_fills_what_the_producer_left_unset_from_the_kinds_defaults(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:

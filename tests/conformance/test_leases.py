@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.split.ledger import ShardLedger
+from tests.conformance.conftest import ON_MARIADB
 from tests.conformance.support import (
     Enqueue,
     claim_one,
@@ -15,6 +16,7 @@ from tests.conformance.support import (
 # -- heartbeat and save_checkpoint ------------------------------------------------------
 
 
+@ON_MARIADB
 async def test_heartbeat_extends_only_the_leases_still_held(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -38,6 +40,7 @@ async def test_heartbeat_extends_only_the_leases_still_held(
     assert await ledger.heartbeat([], 600.0) == frozenset()
 
 
+@ON_MARIADB
 async def test_save_checkpoint_is_fenced_and_the_next_attempt_sees_it(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:

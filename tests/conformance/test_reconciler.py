@@ -9,7 +9,7 @@ from ledgerq import TaskSpec
 from ledgerq.ledger.model import DueTask, ExpiredLease, Outcome
 from ledgerq.ledger.protocol import LedgerWithHarness
 from ledgerq.ledger.routing import Subscription
-from tests.conformance.conftest import ONE_DATABASE
+from tests.conformance.conftest import ON_MARIADB, ONE_DATABASE
 from tests.conformance.support import (
     LEASE_S,
     SETTLE_S,
@@ -27,6 +27,7 @@ IMPLEMENTATIONS = ONE_DATABASE
 # -- the reconciler's operations --------------------------------------------------------
 
 
+@ON_MARIADB
 async def test_exclusive_lets_one_holder_at_a_time(
     ledger: LedgerWithHarness, rival: LedgerWithHarness
 ) -> None:
@@ -127,6 +128,7 @@ async def test_overdue_batch_picks_only_what_the_windows_have_room_for(
     assert (await ledger.show(ids[2]))["status"] == "pending"
 
 
+@ON_MARIADB
 async def test_expired_batch_picks_running_rows_whose_lease_ran_out_and_finishes_them(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -152,6 +154,7 @@ async def test_expired_batch_picks_running_rows_whose_lease_ran_out_and_finishes
         assert batch.rows == []
 
 
+@ON_MARIADB
 async def test_expired_batch_pages_by_id_and_respects_its_limit(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -191,6 +194,7 @@ async def test_a_worker_that_left_several_leases_has_them_released_uncharged_as_
         assert {(r.id, r.suspect) for r in due.rows} >= {(a, True), (b, True)}
 
 
+@ON_MARIADB
 async def test_a_worker_is_judged_only_once_all_its_leases_ran_out(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -207,6 +211,7 @@ async def test_a_worker_is_judged_only_once_all_its_leases_ran_out(
         assert [(r.id, r.in_flight) for r in batch.rows] == [(early, 1)]
 
 
+@ON_MARIADB
 async def test_an_expired_batch_whose_block_raises_finishes_nothing(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -226,6 +231,7 @@ async def test_an_expired_batch_whose_block_raises_finishes_nothing(
 # -- dead workers, unserved routes ---------------------------------------------------
 
 
+@ON_MARIADB
 async def test_a_dead_workers_rows_are_orphaned_and_its_subscriptions_lapse(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ledgerq import TaskSpec
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.split.ledger import ShardLedger
+from tests.conformance.conftest import ON_MARIADB
 from tests.conformance.support import LEASE_S, SUBSCRIBER, WORKER, Enqueue, publish
 
 
@@ -52,6 +53,7 @@ async def test_unserved_lists_due_tasks_nobody_serves(
     assert nowhere and all(r["kind"] == "conf.unserved" for r in nowhere)
 
 
+@ON_MARIADB
 async def test_alive_and_gone_decide_the_pool_members(ledger: ShardLedger) -> None:
     await ledger.alive("a@pool", 60.0)
     await ledger.alive("b@pool", 60.0)
@@ -62,6 +64,7 @@ async def test_alive_and_gone_decide_the_pool_members(ledger: ShardLedger) -> No
     assert await ledger.pool_members("@pool") == ["b@pool"]
 
 
+@ON_MARIADB
 async def test_claim_due_claims_due_tasks_of_its_queues_and_kinds(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:

@@ -7,6 +7,7 @@ from ledgerq import TaskSpec
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import RateLimit
 from ledgerq.ledger.split.ledger import ShardLedger
+from tests.conformance.conftest import ON_MARIADB
 from tests.conformance.support import LEASE_S, WORKER, Enqueue
 
 
@@ -73,6 +74,7 @@ async def test_registered_orderings_windows_and_callbacks_report_only_what_chang
     assert await ledger.register_children_done({"conf.parent": None}) == ["conf.parent"]
 
 
+@ON_MARIADB
 async def test_enqueue_commits_the_specs_in_the_ledgers_own_transaction(
     ledger: ShardLedger,
 ) -> None:

@@ -11,12 +11,13 @@ from ledgerq import Action, TaskFilter, TaskSpec
 from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.protocol import LedgerWithHarness
-from tests.conformance.conftest import ONE_DATABASE, AsyncTransaction, Transaction
+from tests.conformance.conftest import ON_MARIADB, ONE_DATABASE, AsyncTransaction, Transaction
 from tests.conformance.support import LEASE_S, WORKER, claim_one
 
 IMPLEMENTATIONS = ONE_DATABASE
 
 
+@ON_MARIADB
 async def test_enqueue_many_commits_with_the_callers_transaction_or_not_at_all(
     ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
 ) -> None:
@@ -34,6 +35,7 @@ async def test_enqueue_many_commits_with_the_callers_transaction_or_not_at_all(
     }
 
 
+@ON_MARIADB
 async def test_succeed_is_fenced_and_commits_with_the_callers_work(
     ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
 ) -> None:
@@ -73,6 +75,7 @@ async def test_lock_running_locks_the_fenced_running_rows_for_the_transaction(
     assert empty.ids == set() and empty.holder is None
 
 
+@ON_MARIADB
 async def test_save_checkpoint_in_the_callers_transaction_is_fenced(
     ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
 ) -> None:
@@ -124,6 +127,7 @@ async def test_act_list_and_release_key_run_in_the_callers_transaction(
             tx.release_key("no-such-key", actor="ops")
 
 
+@ON_MARIADB
 async def test_enqueue_returns_the_id_holding_a_unique_key_and_inserts_nothing(
     ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
 ) -> None:

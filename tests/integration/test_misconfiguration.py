@@ -91,7 +91,7 @@ def test_a_malformed_database_url_fails_at_once_naming_the_setting(
         settings, *command, LEDGERQ_DATABASE_URL=f"postgres:{PASSWORD}@nowhere:5432:x"
     )
     assert code == EX_CONFIG
-    assert line.startswith("ledgerq: LEDGERQ_DATABASE_URL (the PostgreSQL ledger) is not")
+    assert line.startswith("ledgerq: LEDGERQ_DATABASE_URL (the ledger) is not")
     assert "expected a URL such as postgresql+psycopg://" in line
 
 
@@ -99,7 +99,7 @@ def test_the_flag_is_named_when_the_bad_value_came_from_the_flag(settings: Setti
     result = ledgerq(settings, "--database-url", "notaurl", "stats")
     assert result.returncode == EX_CONFIG
     assert one_line(result) == (
-        "ledgerq: --database-url (the PostgreSQL ledger) is not a database URL: 'notaurl' "
+        "ledgerq: --database-url (the ledger) is not a database URL: 'notaurl' "
         "(expected a URL such as postgresql+psycopg://postgres@127.0.0.1:5432/ledgerq)"
     )
 
@@ -132,7 +132,9 @@ def test_an_unsupported_driver_is_refused_with_the_supported_ones(
     assert result.returncode == EX_CONFIG
     line = one_line(result)
     assert f"uses the driver {driver!r}, which ledgerq does not support" in line
-    assert line.endswith("(supported: postgresql+psycopg://, postgresql://)")
+    assert line.endswith(
+        "(supported: postgresql+psycopg://, postgresql://, mysql+pymysql://, mariadb+pymysql://)"
+    )
 
 
 def test_bad_values_of_several_settings_get_one_line_each(settings: Settings) -> None:

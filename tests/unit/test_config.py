@@ -62,14 +62,14 @@ def test_plain_postgresql_means_psycopg_3() -> None:
     [
         (
             {"LEDGERQ_DATABASE_URL": "notaurl"},
-            "LEDGERQ_DATABASE_URL (the PostgreSQL ledger) is not a database URL: 'notaurl' "
+            "LEDGERQ_DATABASE_URL (the ledger) is not a database URL: 'notaurl' "
             "(expected a URL such as postgresql+psycopg://postgres@127.0.0.1:5432/ledgerq)",
         ),
         (
             {"LEDGERQ_DATABASE_URL": "mysql://root:pw-hidden@db/x"},
-            "LEDGERQ_DATABASE_URL (the PostgreSQL ledger) uses the driver 'mysql', which ledgerq "
+            "LEDGERQ_DATABASE_URL (the ledger) uses the driver 'mysql', which ledgerq "
             "does not support: 'mysql://root:***@db/x' (supported: postgresql+psycopg://, "
-            "postgresql://)",
+            "postgresql://, mysql+pymysql://, mariadb+pymysql://)",
         ),
         (
             {"LEDGERQ_AMQP_URL": "amqp://guest@:5672/"},

@@ -30,7 +30,7 @@ from ledgerq.ledger.pg.audit import SYSTEM_ACTOR, record_audit
 from ledgerq.ledger.pg.base import PgBase, translated
 from ledgerq.ledger.pg.batches import PgExpiredBatch, PgPublishBatch
 from ledgerq.ledger.pg.rows import claimed_tasks, due_tasks, finished_rows
-from ledgerq.ledger.producer import aenqueue_many
+from ledgerq.ledger.pg.tx import PgAsyncTx
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, aging_param
 from ledgerq.ledger.specs import TaskSpec
@@ -237,7 +237,7 @@ class PgServices(PgBase):
     async def enqueue(self, specs: Sequence[TaskSpec]) -> list[int]:
         with translated():
             async with self.engine.begin() as conn:
-                return await aenqueue_many(conn, specs)
+                return await PgAsyncTx(conn, "aenqueue_many").enqueue_many(specs)
 
     # -- reconciler -----------------------------------------------------------------
     async def silent_workers(self) -> dict[str, int]:

@@ -1,0 +1,39 @@
+"""The MySQL / MariaDB side of the storage seam (issue 29): :class:`MyLedger`,
+the engines it runs on (PyMySQL, aiomysql), its own Alembic history and the
+transaction-scoped part the producers use (:mod:`.tx`). The only part of
+``ledger`` that imports PyMySQL.
+
+What is built so far is what a producer and a ``--direct`` worker need
+(docs/guarantees.md, "On MySQL and MariaDB"): enqueue in the caller's
+transaction, the worker's claims, finish, heartbeat and checkpoints, its
+subscriptions and liveness, the reconciler's rescue of dead workers' and
+expired leases' tasks, and the testing protocol's truncate and backdate.
+:class:`MyLedger` does not implement the whole
+:class:`~ledgerq.ledger.protocol.Ledger` yet: the composition root hands it
+only to what it serves.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ledgerq.ledger.mysql.harness import MyHarness
+from ledgerq.ledger.mysql.rescue import MyRescue
+from ledgerq.ledger.mysql.services import MyServices
+
+if TYPE_CHECKING:
+    from ledgerq.ledger.protocol import DirectLedger, RoutingLedger
+
+
+class MyLedger(MyServices, MyRescue, MyHarness):
+    """The worker's part of the seam on MySQL / MariaDB, and the reconciler's rescue,
+    over one aiomysql engine."""
+
+
+if TYPE_CHECKING:
+    # mypy checks MyLedger against the parts of the seam it implements
+    _direct: type[DirectLedger] = MyLedger
+    _routing: type[RoutingLedger] = MyLedger
+
+
+__all__ = ["MyLedger"]

@@ -1,0 +1,144 @@
+"""``ledgerq migrate`` on MySQL / MariaDB, and the schema check every other command
+makes at start: as :mod:`ledgerq.ledger.pg.migrate`, with the MySQL revision
+history (``ledger/mysql/migrations``).
+
+:func:`upgrade` checks the server (reachable, recent enough:
+:func:`~ledgerq.ledger.mysql.engines.check_server`), creates the database if it
+is missing (utf8mb4), then runs Alembic up to the head. :func:`check_schema`:
+the server reachable and recent enough, the revision in the version table this
+ledgerq's MySQL head, the hot and history tables present; anything else is a
+:class:`~ledgerq.core.errors.SchemaError` that says what to do.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+import pymysql
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy.engine import make_url
+
+from ledgerq.core.config import Settings
+from ledgerq.core.errors import SchemaError, ServiceUnavailableError, first_line
+from ledgerq.core.masking import mask_url
+from ledgerq.ledger.migrations import VERSION_TABLE
+from ledgerq.ledger.mysql.base import GRANTS, INSUFFICIENT_PRIVILEGE, error_number
+from ledgerq.ledger.mysql.engines import SERVICE, check_server, connect_waiting, server_url
+
+#: Tables every ledgerq command relies on, besides the version table.
+LEDGER_TABLES = ("ledgerq_tasks", "ledgerq_history")
+MIGRATE = "run `ledgerq migrate`"
+
+
+def alembic_config(database_url: str) -> Config:
+    config = Config()
+    location = resources.files("ledgerq.ledger.mysql") / "migrations"
+    config.set_main_option("script_location", str(location))
+    config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    return config
+
+
+@cache
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config("mysql+pymysql://"))
+
+
+def head_revision() -> str:
+    """The revision this ledgerq's MySQL migrations end at."""
+    head = _scripts().get_current_head()
+    assert head is not None, "ledgerq ships at least one MySQL migration"
+    return head
+
+
+def check_revision(revision: str) -> None:
+    """Raise ValueError unless ``revision`` names one of the MySQL migrations (or head)."""
+    try:
+        found = _scripts().get_revisions(revision)
+    except CommandError:
+        found = ()
+    if not found:
+        known = ", ".join(sorted(s.revision for s in _scripts().walk_revisions()))
+        raise ValueError(
+            f"no ledgerq MySQL migration is called {revision!r} (known: {known}, head)"
+        )
+
+
+def ensure_database(settings: Settings) -> bool:
+    """Create the configured database if it does not exist; return whether it did."""
+    name = make_url(settings.database_url).database
+    if not name:
+        return False
+    server = server_url(settings.database_url).render_as_string(hide_password=False)
+    check_server(settings, server)
+    with connect_waiting(settings, server) as conn, conn.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (name,))
+        if cursor.fetchone():
+            return False
+        quoted = name.replace("`", "``")
+        cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{quoted}` CHARACTER SET utf8mb4")
+        return True
+
+
+def upgrade(settings: Settings, revision: str = "head") -> None:
+    """Create the database if missing, then migrate it to ``revision``."""
+    check_revision(revision)
+    ensure_database(settings)
+    command.upgrade(alembic_config(settings.database_url), revision)
+
+
+def _state(settings: Settings) -> tuple[str | None, list[str]]:
+    """The recorded revision (None: never migrated), and the ledger tables missing."""
+    try:
+        with connect_waiting(settings) as conn, conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
+            )
+            present = {str(row[0]) for row in cursor.fetchall()}
+            missing = [t for t in LEDGER_TABLES if t not in present]
+            if VERSION_TABLE not in present:
+                return None, missing
+            cursor.execute(f"SELECT version_num FROM {VERSION_TABLE}")
+            row = cursor.fetchone()
+            return (str(row[0]) if row else None), missing
+    except pymysql.MySQLError as exc:
+        if error_number(exc) in INSUFFICIENT_PRIVILEGE:
+            raise SchemaError(f"{first_line(exc)}: {GRANTS}") from exc
+        raise ServiceUnavailableError(SERVICE, settings.database_url, first_line(exc)) from exc
+
+
+def current_revision(settings: Settings) -> str | None:
+    """The revision the database records, or None if it was never migrated."""
+    return _state(settings)[0]
+
+
+def check_schema(settings: Settings) -> str:
+    """The schema's revision if the server is recent enough and the database is at this
+    ledgerq's MySQL head with its tables in place; else the one-line error."""
+    check_server(settings)
+    current, missing = _state(settings)
+    head = head_revision()
+    where = mask_url(settings.database_url)
+    if current is None:
+        raise SchemaError(f"the ledger schema is missing in {where} (never migrated): {MIGRATE}")
+    if current != head:
+        known = {script.revision for script in _scripts().walk_revisions()}
+        if current in known:
+            raise SchemaError(
+                f"the ledger schema in {where} is at revision {current}, this ledgerq needs "
+                f"{head}: {MIGRATE}"
+            )
+        raise SchemaError(
+            f"the ledger schema in {where} is at revision {current}, which this ledgerq does "
+            "not know (a newer ledgerq migrated it, or it is a PostgreSQL revision?): upgrade "
+            "ledgerq, or fix LEDGERQ_DATABASE_URL / --database-url"
+        )
+    if missing:
+        raise SchemaError(
+            f"the ledger schema in {where} is at {current} but its tables "
+            f"{', '.join(missing)} are gone: drop the table {VERSION_TABLE}, then {MIGRATE}"
+        )
+    return current

@@ -1,0 +1,338 @@
+"""The MySQL ledger's operations as plans: I/O-free generators of named statements,
+each sent the :class:`Answer` of the one before, driven on a connection by
+:func:`drive` (sync: the producer's Session, a handler's) or :func:`adrive`
+(async: the services' own transactions, an async producer).
+
+One plan per operation, so the producer's sync and async paths and the ledger's
+own run the same steps. MySQL has no ``RETURNING``: an answer carries the rows a
+statement returned, the rows it reported changed (or matched) and the id its
+insert generated (the driver's ``lastrowid``).
+
+The plans never begin, commit or roll back: the caller's transaction holds their
+locks to its end.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, TextClause
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
+from sqlalchemy.orm import Session, scoped_session
+
+from ledgerq.core.errors import LedgerqError, NotBuiltOnMySQLError
+from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
+from ledgerq.ledger.mysql.base import micros
+from ledgerq.ledger.mysql.engines import utc
+from ledgerq.ledger.mysql.queries import MQ
+from ledgerq.ledger.mysql.rows import claimed_tasks
+from ledgerq.ledger.specs import TaskSpec
+
+R = TypeVar("R")
+Step = tuple[TextClause, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What one statement answered: its rows, the rows it reported, the id it inserted."""
+
+    rows: Sequence[Sequence[Any]]
+    count: int
+    last_id: int | None
+
+
+Plan = Generator[Step, Answer, R]
+Runner = Callable[[TextClause, Mapping[str, Any]], Answer]
+AsyncRunner = Callable[[TextClause, Mapping[str, Any]], Awaitable[Answer]]
+
+
+def _answer(result: Any) -> Answer:
+    rows = result.all() if result.returns_rows else []
+    last_id = getattr(result, "lastrowid", None)
+    return Answer(rows, int(result.rowcount), int(last_id) if last_id else None)
+
+
+def drive(plan: Plan[R], run: Runner) -> R:
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(run(*step))
+    except StopIteration as stop:
+        done: R = stop.value
+        return done
+
+
+async def adrive(plan: Plan[R], run: AsyncRunner) -> R:
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(await run(*step))
+    except StopIteration as stop:
+        done: R = stop.value
+        return done
+
+
+SYNC_ACCEPTED = "a SQLAlchemy Session, scoped_session or Connection on the MySQL ledger"
+ASYNC_ACCEPTED = "a SQLAlchemy AsyncSession, async_scoped_session or AsyncConnection"
+
+
+def runner(executor: object, caller: str) -> Runner:
+    """How ``caller`` runs a statement on the caller's sync ``executor``."""
+    if isinstance(executor, scoped_session):
+        executor = executor()
+    if isinstance(executor, Session | Connection):
+        bound = executor
+
+        def run(statement: TextClause, params: Mapping[str, Any]) -> Answer:
+            return _answer(bound.execute(statement, params))
+
+        return run
+    kind = type(executor)
+    raise TypeError(
+        f"{caller}() takes {SYNC_ACCEPTED} in an open transaction; got "
+        f"{kind.__module__}.{kind.__qualname__} (a raw DB-API connection is not built on "
+        "MySQL yet: pass the SQLAlchemy Session)"
+    )
+
+
+def async_runner(executor: object, caller: str) -> AsyncRunner:
+    """How ``caller`` runs a statement on the caller's async ``executor``."""
+    if isinstance(executor, async_scoped_session):
+        executor = executor()
+    if isinstance(executor, AsyncSession | AsyncConnection):
+        bound = executor
+
+        async def run(statement: TextClause, params: Mapping[str, Any]) -> Answer:
+            return _answer(await bound.execute(statement, params))
+
+        return run
+    kind = type(executor)
+    raise TypeError(
+        f"{caller}() takes {ASYNC_ACCEPTED} in an open transaction; got "
+        f"{kind.__module__}.{kind.__qualname__}"
+    )
+
+
+# -- the producer's insert ------------------------------------------------------------
+
+#: What the MySQL ledger does not do yet, by TaskSpec field: refused at enqueue
+#: rather than stored and ignored (docs/guarantees.md, "On MySQL and MariaDB").
+_NOT_BUILT = {
+    "ordering_key": "ordering keys",
+    "parent_id": "fan-out (parent_id)",
+    "expires_at": "expiry (expires=)",
+    "expires_s": "expiry (expires=)",
+}
+#: A duplicate's upsert changes a row: 2 rows reported (an insert reports 1).
+_MET_DUPLICATE = 2
+
+
+def insert_params(spec: TaskSpec) -> dict[str, Any]:
+    """The insert's parameters for ``spec`` (validated), or a refusal of what the MySQL
+    ledger does not do yet."""
+    params = spec.params()
+    if spec.dependencies() is not None:
+        raise NotBuiltOnMySQLError("after= (task dependencies) is not built on MySQL yet")
+    for name, what in _NOT_BUILT.items():
+        if params.get(name) is not None:
+            raise NotBuiltOnMySQLError(f"{what} is not built on MySQL yet")
+    params["run_at"] = utc(params["run_at"])
+    params["delay_us"] = micros(params.pop("delay_s") or 0.0)
+    params["trace_context"] = (
+        None if params["trace_context"] is None else json.dumps(params["trace_context"])
+    )
+    params["tags"] = None if params["tags"] is None else json.dumps(list(params["tags"]))
+    return params
+
+
+def enqueue_one(params: dict[str, Any]) -> Plan[tuple[int, bool]]:
+    """Insert one task (parameters from :func:`insert_params`): its id and True, or,
+    when it met a duplicate (``unique``, ``once``), the id of the task holding the
+    key and False (nothing inserted)."""
+    key = {"kind": params["kind"], "business_key": params["business_key"]}
+    if params["once"]:
+        taken = yield MQ.take_once_key, key
+        if taken.count == _MET_DUPLICATE:
+            held = yield MQ.once_task_id, key
+            holder = held.rows[0][0] if held.rows else None
+            if holder is None:
+                raise LedgerqError(
+                    f"the permanent key of {params['kind']!r} {params['business_key']!r} is "
+                    "held by no task"
+                )
+            return int(holder), False
+    inserted = yield MQ.insert_task, params
+    if inserted.last_id is None:
+        raise LedgerqError(f"the insert of {params['kind']!r} returned no id")
+    task_id = inserted.last_id
+    if inserted.count == _MET_DUPLICATE:
+        return task_id, False
+    if params["shard"] is None:
+        yield MQ.shard_task, {"id": task_id, "shards": params["shards"]}
+    if params["once"]:
+        yield MQ.set_once_task, {**key, "task_id": task_id}
+    return task_id, True
+
+
+def enqueue_many(specs: Sequence[TaskSpec]) -> Plan[list[int]]:
+    """Insert ``specs`` in order: the new ids, in input order (duplicates left out).
+    One insert per task: an id per row from the driver, whatever the server's
+    ``innodb_autoinc_lock_mode`` (a multi-row insert's ids are consecutive only in
+    some of them); every spec is validated before the first insert."""
+    rows = [insert_params(spec) for spec in specs]
+    ids = []
+    for params in rows:
+        task_id, inserted = yield from enqueue_one(params)
+        if inserted:
+            ids.append(task_id)
+    return ids
+
+
+def enqueue_single(spec: TaskSpec) -> Plan[int]:
+    """One task: its id, or the id of the task holding its key (nothing inserted)."""
+    task_id, _ = yield from enqueue_one(insert_params(spec))
+    return task_id
+
+
+# -- claims ---------------------------------------------------------------------------
+
+
+def _keyed(entries: Mapping[int, Mapping[str, Any]]) -> str:
+    """A batch as one JSON object keyed by task id (fragments.sql ``field``), each
+    entry without its None fields."""
+    return json.dumps(
+        {str(k): {f: v for f, v in entry.items() if v is not None} for k, entry in entries.items()}
+    )
+
+
+def _claim(
+    ids: list[int], worker: str, lease_s: float, max_payload_bytes: int
+) -> Plan[list[ClaimedTask]]:
+    """Claim the rows ``ids`` the plan locked, and read what the claim answers."""
+    if not ids:
+        return []
+    params = {"ids": ids, "worker": worker, "lease_us": micros(lease_s)}
+    yield MQ.claim_locked, params
+    answer = yield MQ.claimed, {"ids": ids, "max_payload_bytes": max_payload_bytes}
+    return claimed_tasks(answer.rows)
+
+
+def claim_fenced(
+    fences: Sequence[Fence], worker: str, lease_s: float, max_payload_bytes: int
+) -> Plan[list[ClaimedTask]]:
+    """The broker path's claim: the rows still at their message's epoch, pending or
+    published and due, locked (waiting for a holder), then claimed."""
+    epochs = dict(sorted(fences))
+    if not epochs:
+        return []
+    batch = _keyed({i: {"epoch": e} for i, e in epochs.items()})
+    locked = yield MQ.lock_fenced, {"ids": list(epochs), "batch": batch}
+    return (yield from _claim([int(r[0]) for r in locked.rows], worker, lease_s, max_payload_bytes))
+
+
+def claim_due(
+    queues: Sequence[str],
+    kinds: Sequence[str] | None,
+    limit: int,
+    aging_s: float,
+    worker: str,
+    lease_s: float,
+    max_payload_bytes: int,
+) -> Plan[list[ClaimedTask]]:
+    """The direct claim: read the candidates in the relay's order, lock those still
+    pending (SKIP LOCKED), claim what was locked."""
+    if not queues or limit < 1:
+        return []
+    candidates = yield (
+        MQ.due_candidates,
+        {
+            "queues": list(queues),
+            "every_kind": kinds is None,
+            "kinds": list(kinds or ()),
+            "aging_us": micros(aging_s),
+            "limit": limit,
+        },
+    )
+    ids = [int(r[0]) for r in candidates.rows]
+    if not ids:
+        return []
+    locked = yield MQ.lock_due, {"ids": ids}
+    return (yield from _claim([int(r[0]) for r in locked.rows], worker, lease_s, max_payload_bytes))
+
+
+# -- finish and heartbeat ---------------------------------------------------------------
+
+
+def finish(outcomes: Sequence[Outcome]) -> Plan[list[Finished]]:
+    """How attempts ended, one verdict per row, fenced: lock the rows still running
+    under their fences and decide where each goes (lock_finishing, which also reads
+    the database's clock: the attempts' end), then bury what ends and send the rest
+    back to pending."""
+    verdicts = {o.id: o for o in sorted(outcomes, key=lambda o: o.id)}
+    if not verdicts:
+        return []
+    batch = _keyed({i: {"epoch": o.epoch, "verdict": o.verdict} for i, o in verdicts.items()})
+    locked = yield MQ.lock_finishing, {"ids": list(verdicts), "batch": batch}
+    ended: dict[int, dict[str, Any]] = {}
+    retried: dict[int, dict[str, Any]] = {}
+    finished = []
+    at = locked.rows[0][5] if locked.rows else None
+    for row in locked.rows:
+        task_id, kind, attempts, last_error, ended_as, _ = row
+        outcome = verdicts[int(task_id)]
+        if ended_as is not None:
+            error = outcome.error if outcome.error is not None else last_error
+            ended[int(task_id)] = {
+                "ended_as": ended_as,
+                "error": outcome.error,
+                "result": outcome.result,
+                "attempt_error": outcome.error,
+                "outcome": ended_as,
+            }
+            finished.append(Finished(int(task_id), kind, int(attempts), str(ended_as), error))
+        else:
+            released = outcome.verdict == "release"
+            retried[int(task_id)] = {
+                "delay_us": micros(outcome.delay),
+                "error": outcome.error,
+                "attempt_error": outcome.error,
+                "outcome": "released" if released else "retry",
+            }
+            left = max(int(attempts) - 1, 0) if released else int(attempts)
+            finished.append(Finished(int(task_id), kind, left, "pending", outcome.error))
+    if ended:
+        ids = {"ids": list(ended), "batch": _keyed(ended), "at": at}
+        yield MQ.bury, ids
+        yield MQ.delete_ended, {"ids": list(ended)}
+    if retried:
+        yield MQ.retry_tasks, {"ids": list(retried), "batch": _keyed(retried), "at": at}
+    return finished
+
+
+def heartbeat(
+    fences: Sequence[Fence], lease_s: float, progress: Mapping[int, str] | None
+) -> Plan[Held]:
+    """Extend the leases still held (rows another transaction holds are busy, not lost)."""
+    epochs = dict(sorted(fences))
+    if not epochs:
+        return Held()
+    reported = progress or {}
+    batch = _keyed({i: {"epoch": e, "progress": reported.get(i)} for i, e in epochs.items()})
+    ids = list(epochs)
+    locked = yield MQ.lock_beating, {"ids": ids, "batch": batch}
+    held = {int(r[0]): bool(r[1]) for r in locked.rows}
+    if held:
+        yield MQ.beat, {"ids": list(held), "batch": batch, "lease_us": micros(lease_s)}
+    running = yield MQ.still_running, {"ids": ids, "batch": batch}
+    return Held(
+        held, (i for i, cancel in held.items() if cancel), (int(r[0]) for r in running.rows)
+    )
+
+
+def save_checkpoint(fence: Fence, state_json: str) -> Plan[bool]:
+    params = {"id": fence[0], "epoch": fence[1], "checkpoint": state_json}
+    answer = yield MQ.save_checkpoint, params
+    return answer.count > 0

@@ -1,0 +1,164 @@
+"""The seam's transaction-scoped part on MySQL / MariaDB: :class:`MyTx` and
+:class:`MyAsyncTx`, on the caller's open transaction (a SQLAlchemy Session or
+Connection, sync or async), never beginning, committing or rolling back: a task
+enqueued here exists exactly when the caller's transaction commits.
+
+Built so far: the producer's ``enqueue`` and ``enqueue_many`` (``unique`` and
+``once`` included), and the worker's writes inside a handler's transaction
+(``succeed``, ``save_checkpoint``). The rest of
+:class:`~ledgerq.ledger.protocol.TxLedger` (the operator's in-transaction API,
+the batched window's row locks, results and dependencies) raises
+:class:`~ledgerq.core.errors.NotBuiltOnMySQLError` before it runs anything.
+
+Isolation is the caller's: these statements run in whatever level the caller's
+transaction has (MySQL's default is REPEATABLE READ). What they read to decide
+is read with a lock (the upsert that meets a duplicate, ``once_task_id``'s
+``FOR UPDATE``, ``lock_finishing``), which reads the latest committed row
+whatever the transaction's snapshot, so the level changes how long a producer
+waits, never what it decides. The upsert of a ``unique`` task that meets a live
+duplicate locks that task's row until the producer's transaction ends (InnoDB
+locks the record a duplicate-key check found): a worker finishing that task
+waits for the producer's commit. PostgreSQL's ``ON CONFLICT DO NOTHING`` takes
+no such lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Unpack
+
+from ledgerq.core.errors import NotBuiltOnMySQLError
+from ledgerq.ledger.actions import Action, Report
+from ledgerq.ledger.filters import TaskFilter
+from ledgerq.ledger.keys import KeyRelease
+from ledgerq.ledger.model import Fence, Outcome
+from ledgerq.ledger.mysql import plans
+from ledgerq.ledger.options import AuditOptions
+from ledgerq.ledger.protocol import Locked
+from ledgerq.ledger.specs import TaskSpec, chunks
+from ledgerq.ledger.task_result import TaskResult
+
+
+def _not_built(what: str) -> NoReturn:
+    raise NotBuiltOnMySQLError(f"{what}: not built on the MySQL ledger yet")
+
+
+def _succeeded(fences: Sequence[Fence], results: Sequence[str | None] | None) -> list[Outcome]:
+    values = results if results is not None else [None] * len(fences)
+    return [Outcome.succeeded(f, r) for f, r in zip(fences, values, strict=True)]
+
+
+class MyTx:
+    """:class:`~ledgerq.ledger.protocol.TxLedger` on the caller's sync transaction;
+    ``caller`` names the API function in a refusal of a wrong executor."""
+
+    def __init__(self, executor: object, caller: str = "ledgerq") -> None:
+        self._run = plans.runner(executor, caller)
+
+    def enqueue(self, spec: TaskSpec) -> int:
+        return plans.drive(plans.enqueue_single(spec), self._run)
+
+    def enqueue_many(self, specs: Iterable[TaskSpec]) -> list[int]:
+        ids: list[int] = []
+        for chunk in chunks(specs):
+            ids.extend(plans.drive(plans.enqueue_many(chunk), self._run))
+        return ids
+
+    def succeed(
+        self, fences: Sequence[Fence], results: Sequence[str | None] | None = None
+    ) -> set[int]:
+        finished = plans.drive(plans.finish(_succeeded(fences, results)), self._run)
+        return {f.id for f in finished if f.status == "succeeded"}
+
+    def save_checkpoint(self, fence: Fence, state_json: str) -> bool:
+        return plans.drive(plans.save_checkpoint(fence, state_json), self._run)
+
+    def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
+        _not_built("list_tasks in a transaction")
+
+    def act(self, action: Action, selection: TaskFilter, **options: Unpack[AuditOptions]) -> Report:
+        _not_built("an operator's action in a transaction")
+
+    def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
+        _not_built("release_key")
+
+    def lock_running(self, fences: Sequence[Fence]) -> Locked:
+        _not_built("the batched window (lock_running)")
+
+    def dependency_results(self, task_id: int) -> dict[int, Any]:
+        _not_built("ctx.dependencies")
+
+    def ended_results(self, ids: Sequence[int]) -> list[TaskResult]:
+        _not_built("result()")
+
+    def child_results(self, parent_id: int, after: int = 0, limit: int = 100) -> list[TaskResult]:
+        _not_built("ctx.children")
+
+    def announce_waiting(self, registry: str, until_s: float) -> None:
+        _not_built("result()")
+
+    def withdraw_waiting(self, registry: str) -> None:
+        _not_built("result()")
+
+
+class MyAsyncTx:
+    """:class:`~ledgerq.ledger.protocol.AsyncTxLedger` on the caller's async transaction."""
+
+    def __init__(self, executor: object, caller: str = "ledgerq") -> None:
+        self._run = plans.async_runner(executor, caller)
+
+    async def enqueue(self, spec: TaskSpec) -> int:
+        return await plans.adrive(plans.enqueue_single(spec), self._run)
+
+    async def enqueue_many(self, specs: Iterable[TaskSpec]) -> list[int]:
+        ids: list[int] = []
+        for chunk in chunks(specs):
+            ids.extend(await plans.adrive(plans.enqueue_many(chunk), self._run))
+        return ids
+
+    async def succeed(
+        self, fences: Sequence[Fence], results: Sequence[str | None] | None = None
+    ) -> set[int]:
+        finished = await plans.adrive(plans.finish(_succeeded(fences, results)), self._run)
+        return {f.id for f in finished if f.status == "succeeded"}
+
+    async def save_checkpoint(self, fence: Fence, state_json: str) -> bool:
+        return await plans.adrive(plans.save_checkpoint(fence, state_json), self._run)
+
+    async def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
+        _not_built("list_tasks in a transaction")
+
+    async def act(
+        self, action: Action, selection: TaskFilter, **options: Unpack[AuditOptions]
+    ) -> Report:
+        _not_built("an operator's action in a transaction")
+
+    async def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
+        _not_built("release_key")
+
+    async def lock_running(self, fences: Sequence[Fence]) -> Locked:
+        _not_built("the batched window (lock_running)")
+
+    async def dependency_results(self, task_id: int) -> dict[int, Any]:
+        _not_built("ctx.dependencies")
+
+    async def ended_results(self, ids: Sequence[int]) -> list[TaskResult]:
+        _not_built("result()")
+
+    async def child_results(
+        self, parent_id: int, after: int = 0, limit: int = 100
+    ) -> list[TaskResult]:
+        _not_built("ctx.children")
+
+    async def announce_waiting(self, registry: str, until_s: float) -> None:
+        _not_built("result()")
+
+    async def withdraw_waiting(self, registry: str) -> None:
+        _not_built("result()")
+
+
+if TYPE_CHECKING:  # mypy checks both against the transaction-scoped protocols
+    from ledgerq.ledger.protocol import AsyncTxLedger, TxLedger
+
+    _sync: type[TxLedger] = MyTx
+    _async: type[AsyncTxLedger] = MyAsyncTx
