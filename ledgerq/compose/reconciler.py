@@ -35,9 +35,6 @@ from ledgerq.compose.ledgers import one_shard, postgresql_only, topology, warn_i
 from ledgerq.compose.monitoring import stop_event
 from ledgerq.core.config import Settings
 from ledgerq.hooks import Hooks
-from ledgerq.ledger.mysql import MyLedger
-from ledgerq.ledger.mysql import engines as my_engines
-from ledgerq.ledger.mysql.migrate import check_schema as my_check_schema
 from ledgerq.ledger.outages import Outage, ends_loop, pause
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import RECONCILER_PLANNER, async_engine, session_engine
@@ -164,6 +161,10 @@ async def _serve_mysql_rescue(
 ) -> None:
     """``ledgerq reconcile`` on MySQL / MariaDB: the rescue alone, the one duty built
     there (:class:`RescueReconciler`); no broker connection (nothing is published)."""
+    from ledgerq.ledger.mysql import MyLedger  # only for a MySQL URL: no MySQL driver otherwise
+    from ledgerq.ledger.mysql import engines as my_engines
+    from ledgerq.ledger.mysql.migrate import check_schema as my_check_schema
+
     my_check_schema(settings)
     ledger = MyLedger(my_engines.async_engine(settings, "ledgerq-reconciler", pool_size=2))
     try:

@@ -7,7 +7,9 @@ holds the storage seam's protocols (:mod:`ledgerq.ledger.protocol`) and the
 broker seam's (:mod:`ledgerq.broker.base`). A tool that needs an engine, the
 schema migrated or a ledger on an engine it opened asks here, and the URL picks
 the implementation here: PostgreSQL (:mod:`ledgerq.ledger.pg`) or MySQL /
-MariaDB (:mod:`ledgerq.ledger.mysql`, ``Settings.on_mysql``).
+MariaDB (:mod:`ledgerq.ledger.mysql`, ``Settings.on_mysql``). The MySQL
+modules are imported inside the branches that need them, so a PostgreSQL
+process never loads the MySQL drivers (tests/unit/test_mysql_settings.py).
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ from typing import TYPE_CHECKING
 from ledgerq.broker.aio import connect as amqp_connect
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import NotBuiltOnMySQLError
-from ledgerq.ledger.mysql import engines as my_engines
-from ledgerq.ledger.mysql import migrate as my_migrate
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg import engines as pg_engines
 from ledgerq.ledger.pg import migrate as pg_migrate
@@ -45,6 +45,8 @@ def ledger_on(engine: AsyncEngine) -> PgLedger:
 def sync_engine(settings: Settings, application_name: str, pool_size: int = 5) -> Engine:
     """A sync engine on the ledger, set up as ledgerq's own connections are."""
     if settings.on_mysql:
+        from ledgerq.ledger.mysql import engines as my_engines  # a MySQL URL only
+
         return my_engines.sync_engine(settings, application_name, pool_size)
     return pg_engines.sync_engine(settings, application_name, pool_size)
 
@@ -58,6 +60,8 @@ def async_engine(
 ) -> AsyncEngine:
     """An async engine on the ledger (``planner``: PostgreSQL's planner settings)."""
     if settings.on_mysql:
+        from ledgerq.ledger.mysql import engines as my_engines  # a MySQL URL only
+
         return my_engines.async_engine(settings, application_name, pool_size)
     return pg_engines.async_engine(settings, application_name, pool_size, planner=planner)
 
@@ -66,6 +70,8 @@ def check_revision(revision: str, settings: Settings | None = None) -> None:
     """Raise ValueError unless ``revision`` names a migration of the ledger's history
     (the MySQL one for a MySQL URL)."""
     if settings is not None and settings.on_mysql:
+        from ledgerq.ledger.mysql import migrate as my_migrate  # a MySQL URL only
+
         my_migrate.check_revision(revision)
     else:
         pg_migrate.check_revision(revision)
@@ -74,6 +80,8 @@ def check_revision(revision: str, settings: Settings | None = None) -> None:
 def upgrade(settings: Settings, revision: str = "head") -> None:
     """``ledgerq migrate``: create the database if missing, migrate it to ``revision``."""
     if settings.on_mysql:
+        from ledgerq.ledger.mysql import migrate as my_migrate  # a MySQL URL only
+
         my_migrate.upgrade(settings, revision)
     else:
         pg_migrate.upgrade(settings, revision)
@@ -81,6 +89,8 @@ def upgrade(settings: Settings, revision: str = "head") -> None:
 
 def current_revision(settings: Settings) -> str | None:
     if settings.on_mysql:
+        from ledgerq.ledger.mysql import migrate as my_migrate  # a MySQL URL only
+
         return my_migrate.current_revision(settings)
     return pg_migrate.current_revision(settings)
 
@@ -89,6 +99,8 @@ def check_schema(settings: Settings) -> str:
     """Every command's start check: the server reachable (and, on MySQL, recent
     enough), the schema at this ledgerq's head."""
     if settings.on_mysql:
+        from ledgerq.ledger.mysql import migrate as my_migrate  # a MySQL URL only
+
         return my_migrate.check_schema(settings)
     return pg_migrate.check_schema(settings)
 

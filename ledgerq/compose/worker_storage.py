@@ -19,8 +19,6 @@ from ledgerq.compose.ledgers import schema_watched
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.core.config import Settings
 from ledgerq.ledger.model import KindDefaults
-from ledgerq.ledger.mysql import MyLedger
-from ledgerq.ledger.mysql import engines as my_engines
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import DIRECT_PLANNER, WORKER_PLANNER
 from ledgerq.ledger.pg.engines import async_engine as pg_async_engine
@@ -119,6 +117,9 @@ def mysql_storage(
 ) -> WorkerStorage:
     """The same parts on MySQL / MariaDB (one database): no LISTEN there, so a direct
     worker polls (DirectConfig.poll_s) and wakes up early only on its own batches."""
+    from ledgerq.ledger.mysql import MyLedger  # only for a MySQL URL: no MySQL driver otherwise
+    from ledgerq.ledger.mysql import engines as my_engines
+
     ledger = MyLedger(my_engines.async_engine(settings, "ledgerq-worker", pool_size=4))
     watched = schema_watched(ledger, watch)
     claimer = MyLedger(my_engines.async_engine(settings, "ledgerq-worker-direct", pool_size=1))

@@ -4,6 +4,9 @@ and the refusal of a server too old (a typed error, exit 78)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from ledgerq.cli.group import EX_CONFIG, exit_code
@@ -73,3 +76,20 @@ def test_every_connection_is_set_to_utc_and_strict_with_mariadbs_guards_in_a_com
     command = init_command(Settings(database_url=URL, statement_timeout_ms=30_000))
     assert command.startswith("SET time_zone = '+00:00', sql_mode = 'STRICT_TRANS_TABLES")
     assert "/*M!100300 , max_statement_time = 30, idle_transaction_timeout = 120 */" in command
+
+
+def test_a_postgresql_process_never_loads_the_mysql_drivers() -> None:
+    """The composition root imports the MySQL ledger only for a MySQL URL: the
+    CLI, the worker's, the relay's and the reconciler's composition load no
+    MySQL module (docs/performance.md, the seventh session's merges)."""
+    code = (
+        "import sys\n"
+        "import ledgerq, ledgerq.cli, ledgerq.compose.storage, ledgerq.compose.worker\n"
+        "import ledgerq.compose.relay, ledgerq.compose.reconciler\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pymysql', 'aiomysql')"
+        " or m.startswith('ledgerq.ledger.mysql')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]", done.stdout
