@@ -34,8 +34,8 @@ def test_upgrade_downgrade_upgrade(base_settings: Settings) -> None:
 
 def test_revisions_form_one_numbered_chain() -> None:
     """Each migration revises the one before it: no branches to merge later."""
-    from ledgerq.ledger.pg.migrate import _scripts
+    from ledgerq.ledger.pg.migrate import HISTORY
 
-    chain = [s.revision for s in reversed(list(_scripts().walk_revisions()))]
+    chain = [s.revision for s in reversed(list(HISTORY.scripts().walk_revisions()))]
     assert chain == [f"{n:04d}" for n in range(1, len(chain) + 1)]
     assert head_revision() == chain[-1]

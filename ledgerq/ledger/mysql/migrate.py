@@ -12,14 +12,8 @@ ledgerq's MySQL head, the hot and history tables present; anything else is a
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
-
 import pymysql
 from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy.engine import make_url
 
 from ledgerq.core.config import Settings
@@ -28,43 +22,26 @@ from ledgerq.core.masking import mask_url
 from ledgerq.ledger.migrations import VERSION_TABLE
 from ledgerq.ledger.mysql.base import GRANTS, INSUFFICIENT_PRIVILEGE, error_number
 from ledgerq.ledger.mysql.engines import SERVICE, check_server, connect_waiting, server_url
+from ledgerq.ledger.revisions import History
 
 #: Tables every ledgerq command relies on, besides the version table.
 LEDGER_TABLES = ("ledgerq_tasks", "ledgerq_history")
 MIGRATE = "run `ledgerq migrate`"
 
 
-def alembic_config(database_url: str) -> Config:
-    config = Config()
-    location = resources.files("ledgerq.ledger.mysql") / "migrations"
-    config.set_main_option("script_location", str(location))
-    config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
-    return config
-
-
-@cache
-def _scripts() -> ScriptDirectory:
-    return ScriptDirectory.from_config(alembic_config("mysql+pymysql://"))
+HISTORY = History("ledgerq.ledger.mysql", "mysql+pymysql://", "MySQL ")
+#: Alembic's configuration on a database URL.
+alembic_config = HISTORY.config
 
 
 def head_revision() -> str:
     """The revision this ledgerq's MySQL migrations end at."""
-    head = _scripts().get_current_head()
-    assert head is not None, "ledgerq ships at least one MySQL migration"
-    return head
+    return HISTORY.head()
 
 
 def check_revision(revision: str) -> None:
     """Raise ValueError unless ``revision`` names one of the MySQL migrations (or head)."""
-    try:
-        found = _scripts().get_revisions(revision)
-    except CommandError:
-        found = ()
-    if not found:
-        known = ", ".join(sorted(s.revision for s in _scripts().walk_revisions()))
-        raise ValueError(
-            f"no ledgerq MySQL migration is called {revision!r} (known: {known}, head)"
-        )
+    HISTORY.check(revision)
 
 
 def ensure_database(settings: Settings) -> bool:
@@ -125,7 +102,7 @@ def check_schema(settings: Settings) -> str:
     if current is None:
         raise SchemaError(f"the ledger schema is missing in {where} (never migrated): {MIGRATE}")
     if current != head:
-        known = {script.revision for script in _scripts().walk_revisions()}
+        known = HISTORY.known()
         if current in known:
             raise SchemaError(
                 f"the ledger schema in {where} is at revision {current}, this ledgerq needs "

@@ -15,14 +15,8 @@ statement, as :class:`~ledgerq.core.errors.SchemaMissingError`
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
-
 import psycopg
 from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
@@ -33,30 +27,21 @@ from ledgerq.ledger.migrations import VERSION_TABLE
 from ledgerq.ledger.pg.base import GRANTS, first_line
 from ledgerq.ledger.pg.engines import connect_waiting
 from ledgerq.ledger.pg.shards import SHARD_TABLE, Identity, assign, check_identity, identity_of
+from ledgerq.ledger.revisions import History
 
 #: Tables every ledgerq command relies on, besides the version table.
 LEDGER_TABLES = ("ledgerq_tasks", "ledgerq_history")
 MIGRATE = "run `ledgerq migrate`"
 
 
-def alembic_config(database_url: str) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(resources.files("ledgerq.ledger") / "migrations"))
-    # Alembic's config uses ConfigParser interpolation, so '%' must be doubled.
-    config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
-    return config
-
-
-@cache
-def _scripts() -> ScriptDirectory:
-    return ScriptDirectory.from_config(alembic_config("postgresql+psycopg://"))
+HISTORY = History("ledgerq.ledger", "postgresql+psycopg://", "")
+#: Alembic's configuration on a database URL.
+alembic_config = HISTORY.config
 
 
 def head_revision() -> str:
     """The revision this ledgerq's migrations end at."""
-    head = _scripts().get_current_head()
-    assert head is not None, "ledgerq ships at least one migration"
-    return head
+    return HISTORY.head()
 
 
 def migration_url(settings: Settings) -> str:
@@ -94,14 +79,8 @@ def ensure_database(settings: Settings) -> bool:
 
 
 def check_revision(revision: str) -> None:
-    """Raise ValueError unless ``revision`` names one of ledgerq's migrations (or head)."""
-    try:
-        found = _scripts().get_revisions(revision)
-    except CommandError:
-        found = ()
-    if not found:
-        known = ", ".join(sorted(s.revision for s in _scripts().walk_revisions()))
-        raise ValueError(f"no ledgerq migration is called {revision!r} (known: {known}, head)")
+    """Raise ValueError unless ``revision`` names one of the migrations (or head)."""
+    HISTORY.check(revision)
 
 
 def upgrade(settings: Settings, revision: str = "head") -> None:
@@ -162,7 +141,7 @@ def _check_one(settings: Settings, index: int, count: int) -> str:
     if current is None:
         raise SchemaError(f"the ledger schema is missing in {where} (never migrated): {MIGRATE}")
     if current != head:
-        known = {script.revision for script in _scripts().walk_revisions()}
+        known = HISTORY.known()
         if current in known:
             raise SchemaError(
                 f"the ledger schema in {where} is at revision {current}, this ledgerq needs "
