@@ -122,9 +122,11 @@ def _processes_mode(processes: int | None, hang_limit_s: float) -> float:
 @click.option(
     "--direct-poll",
     "direct_poll_s",
-    default=DirectConfig.poll_s,
-    show_default=True,
-    help="With --direct: seconds between looks at the ledger when no enqueue wakes it.",
+    type=float,
+    default=None,
+    help="With --direct: seconds between looks at the ledger when no enqueue wakes it "
+    f"[default: {DirectConfig.poll_s:g} on PostgreSQL, where LISTEN wakes the worker; "
+    f"{DirectConfig.mysql_poll_s:g} on MySQL / MariaDB, where polling is the only wake-up].",
 )
 @click.option(
     "--broker-fallback",
@@ -161,7 +163,7 @@ def worker(
     batch_commit: bool,
     direct: bool,
     direct_batch: int,
-    direct_poll_s: float,
+    direct_poll_s: float | None,
     broker_fallback_s: float,
     processes: int | None,
 ) -> None:
@@ -206,7 +208,13 @@ def worker(
         ]
         direct_config = (
             DirectConfig(
-                batch=direct_batch, poll_s=direct_poll_s, aging_s=settings.priority_aging_s
+                batch=direct_batch,
+                poll_s=(
+                    DirectConfig.default_poll_s(mysql=settings.on_mysql)
+                    if direct_poll_s is None
+                    else direct_poll_s
+                ),
+                aging_s=settings.priority_aging_s,
             )
             if direct
             else None

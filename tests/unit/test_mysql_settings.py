@@ -93,3 +93,11 @@ def test_a_postgresql_process_never_loads_the_mysql_drivers() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_direct_worker_polls_every_tenth_of_a_second_on_mysql_and_every_second_on_pg() -> None:
+    # MySQL has no LISTEN: the poll is the only wake-up, and sets the idle latency
+    from ledgerq.consumers.direct import DirectConfig
+
+    assert DirectConfig.default_poll_s(mysql=True) == 0.1
+    assert DirectConfig.default_poll_s(mysql=False) == DirectConfig().poll_s == 1.0
