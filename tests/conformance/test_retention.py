@@ -1,5 +1,5 @@
 """Retention: the database's clock, history's day partitions and the purge of
-finished tasks, on every single-database implementation."""
+finished tasks, on every single-database implementation and on MySQL / MariaDB."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from datetime import UTC, date, datetime, timedelta
 
 from ledgerq.ledger.model import HistoryDay, Outcome
 from ledgerq.ledger.protocol import LedgerWithHarness
-from tests.conformance.conftest import ONE_DATABASE
+from tests.conformance.conftest import MARIADB, ONE_DATABASE
 from tests.conformance.support import LEASE_S, WORKER, Enqueue
 
-IMPLEMENTATIONS = ONE_DATABASE
+IMPLEMENTATIONS = (*ONE_DATABASE, MARIADB)
 
 #: A day no other test partitions (dropped before and after).
 FAR_DAY = date(2099, 1, 1)
