@@ -89,12 +89,23 @@ def _partition_names(settings: Settings) -> list[str]:
 
 @pytest.fixture
 async def ledger(mariadb_settings: Settings) -> AsyncIterator[MyLedger]:
-    """The MariaDB ledger emptied, with no day partition left by an earlier test."""
+    """The MariaDB ledger emptied, with no day partition left by an earlier test and
+    each status's p_<status>_old in place (a test may turn it into a day's)."""
     opened = MyLedger(async_engine(mariadb_settings, "ledgerq-test-retention", pool_size=1))
     try:
         await opened.truncate()
         for day in await opened.history_days():
             await opened.drop_history_day(day.status, day.day)
+        today = (await opened.database_now()).astimezone(UTC).date()
+        names = _partition_names(mariadb_settings)
+        for status in ("cancelled", "dead", "succeeded"):
+            if f"p_{status}_old" not in names:
+                _query(
+                    mariadb_settings,
+                    f"ALTER TABLE ledgerq_history REORGANIZE PARTITION p_{status}_new INTO ("
+                    f"PARTITION p_{status}_old VALUES LESS THAN ('{status}', '{today}'), "
+                    f"PARTITION p_{status}_new VALUES LESS THAN ('{status}', MAXVALUE))",
+                )
         yield opened
     finally:
         await opened.dispose()
@@ -214,3 +225,27 @@ async def test_purge_on_mariadb_removes_only_what_it_should_and_a_dry_run_nothin
     text = run_ledgerq(settings, "purge", "--older-than", "1d", "--status", "succeeded", "--yes")
     assert text.returncode == 0, text.stderr
     assert "removed 6 finished tasks (succeeded 6): 2 day partitions dropped" in text.stdout
+
+
+async def test_days_before_the_migration_are_split_off_the_old_partition(
+    ledger: MyLedger, settings: Settings
+) -> None:
+    # The test database was migrated today: p_<status>_old ends at today's start.
+    days = [await noon(ledger, n) for n in (3, 2, 1)]
+    for status in ("dead", "cancelled"):
+        for when in days:
+            bury(settings, status, when, 2)
+    bury(settings, "dead", await noon(ledger, 9), 1)
+    for when in days:  # oldest first: the last one is all that is left of p_dead_old
+        assert await ledger.add_history_day("dead", when.date()) in (2, 3)
+    assert await ledger.add_history_day("cancelled", days[-1].date()) == 2
+    assert where(settings) == {
+        f"p_dead_{days[0]:%Y%m%d}": 3,  # with the older one, below it
+        f"p_dead_{days[1]:%Y%m%d}": 2,
+        f"p_dead_{days[2]:%Y%m%d}": 2,
+        "p_cancelled_old": 4,
+        f"p_cancelled_{days[2]:%Y%m%d}": 2,
+    }
+    assert "p_dead_old" not in _partition_names(settings)
+    for when in days:
+        assert await ledger.add_history_day("dead", when.date()) is None

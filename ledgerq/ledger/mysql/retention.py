@@ -74,6 +74,8 @@ class RetentionQueries:
     default_lock_wait: TextClause
     split_last: TextClause
     split_bounded: TextClause
+    split_old: TextClause
+    rename_old: TextClause
     count_partition: TextClause
     drop_partition: TextClause
     purge_history_batch: TextClause
@@ -142,19 +144,21 @@ class MyRetention(MyBase):
         name = day_partition(status, day)
         async with self._changing() as conn:
             partitions = [p for p in await self._partitions(conn) if p.status == status]
-            holder = next((p for p in partitions if p.bound is None or p.bound > day), None)
-            if holder is None or holder.name == name:
+            at = next(
+                (k for k, p in enumerate(partitions) if p.bound is None or p.bound > day), None
+            )
+            if at is None or partitions[at].name == name:
                 return None  # not partitioned, or the day exists
-            day_end = day + timedelta(days=1)
-            params: dict[str, object] = {"status": status, "day_end": day_end}
+            holder, day_end = partitions[at], day + timedelta(days=1)
+            params: dict[str, object] = {"status": status, "day": day, "day_end": day_end}
             if holder.bound is None:
                 statement = RQ.split_last
             elif holder.bound > day_end:
                 statement, params["bound"] = RQ.split_bounded, holder.bound
+            elif at > 0 and (partitions[at - 1].bound or day) >= day:
+                statement = RQ.rename_old  # p_<status>_old holds this day alone
             else:
-                # Only p_<status>_old ends at this day's end (a day before the
-                # migration's): its days are not split off.
-                return None
+                statement = RQ.split_old  # p_<status>_old ends with this day
             await conn.execute(_naming(statement, holder.name, name), params)
             return int((await conn.execute(_naming(RQ.count_partition, name))).scalar_one())
 

@@ -51,6 +51,19 @@ ALTER TABLE ledgerq_history REORGANIZE PARTITION {partition} INTO (
     PARTITION {day} VALUES LESS THAN (:status, :day_end),
     PARTITION {partition} VALUES LESS THAN (:status, :bound))
 
+-- name: split_old
+-- A new day partition out of p_<status>_old when that one ends with the day (the
+-- day before the migration's): the old one keeps what is below the day.
+ALTER TABLE ledgerq_history REORGANIZE PARTITION {partition} INTO (
+    PARTITION {partition} VALUES LESS THAN (:status, :day),
+    PARTITION {day} VALUES LESS THAN (:status, :day_end))
+
+-- name: rename_old
+-- ... and when p_<status>_old holds that day alone (every day below it has a
+-- partition): it becomes the day's partition.
+ALTER TABLE ledgerq_history REORGANIZE PARTITION {partition} INTO (
+    PARTITION {day} VALUES LESS THAN (:status, :day_end))
+
 -- name: count_partition
 -- The rows one partition holds.
 SELECT COUNT(*) AS n FROM ledgerq_history PARTITION ({partition})
