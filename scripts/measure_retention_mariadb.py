@@ -18,6 +18,11 @@ Parts (``--part``, default all):
   batches of 5,000 (``purge_history_batch``); then, with history's partitioning
   removed (the server-without-partitioning fallback), deleted in batches again.
   Seconds, runs and median.
+- ``finish``: the hot path's statement alone: ``--tasks`` tasks enqueued and
+  claimed, then finished ``succeeded`` 100 per ``finish`` (the worker's batch),
+  into history partitioned as retention keeps it (139 days) and, in the same
+  round, into history with its partitioning removed; median milliseconds per
+  statement of each round, ``--repeat`` rounds.
 - ``lookups``: ``whereabouts`` of 10 ids with ``--rows`` finished tasks, history
   split into as many day partitions as the default retention keeps (8
   succeeded, 91 dead, 31 cancelled, plus the old and new ones), then with the
@@ -40,11 +45,15 @@ from typing import Any
 
 import pymysql
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
+from ledgerq import TaskSpec, enqueue_many
 from ledgerq.core.config import Settings
+from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.mysql import MyLedger
-from ledgerq.ledger.mysql.engines import async_engine
+from ledgerq.ledger.mysql.engines import async_engine, sync_engine
 from ledgerq.ledger.mysql.migrate import upgrade
+from ledgerq.ledger.routing import Subscription
 
 KEPT_DAYS = {"succeeded": 8, "dead": 91, "cancelled": 31}
 BATCH = 5000
@@ -149,11 +158,7 @@ async def lookups(
     settings: Settings, ledger: MyLedger, rows: int, calls: int = 500
 ) -> dict[str, Any]:
     await ledger.truncate()
-    today = (await ledger.database_now()).astimezone(UTC).date()
-    for status, days in KEPT_DAYS.items():
-        for ahead in range(-days + 1, 4):
-            await ledger.add_history_day(status, today + timedelta(days=ahead))
-    partitions = len(await ledger.history_days())
+    partitions = await retention_days(ledger)
     await ledger.seed_history(rows)
     ids = [-n for n in range(1, rows, max(1, rows // 10))][:10]
     partitioned = await whereabouts_ms(ledger, ids, calls)
@@ -168,15 +173,68 @@ async def lookups(
     }
 
 
+async def retention_days(ledger: MyLedger) -> int:
+    """The day partitions the default retention keeps, and the three days ahead."""
+    today = (await ledger.database_now()).astimezone(UTC).date()
+    for status, days in KEPT_DAYS.items():
+        for ahead in range(-days + 1, 4):
+            await ledger.add_history_day(status, today + timedelta(days=ahead))
+    return len(await ledger.history_days())
+
+
+async def finish_ms(settings: Settings, ledger: MyLedger, tasks: int) -> float:
+    """Median milliseconds of one ``finish`` of 100 claimed tasks."""
+    await ledger.truncate()
+    engine = sync_engine(settings, "ledgerq-measure-producer", pool_size=1)
+    try:
+        with Session(engine) as session, session.begin():
+            ids = enqueue_many(session, [TaskSpec("measure.finish") for _ in range(tasks)])
+    finally:
+        engine.dispose()
+    await ledger.subscribe("measure", [Subscription("default", None, capacity=tasks)], 600.0)
+    timings = []
+    for start in range(0, tasks, 100):
+        chunk = ids[start : start + 100]
+        won = await ledger.claim([(i, 0) for i in chunk], "measure", 600.0)
+        assert len(won) == len(chunk), (len(won), len(chunk))
+        started = time.perf_counter()
+        await ledger.finish([Outcome.succeeded(t.fence) for t in won])
+        timings.append(time.perf_counter() - started)
+    return statistics.median(timings) * 1000
+
+
+async def finish(settings: Settings, tasks: int, repeat: int) -> dict[str, Any]:
+    partitioned, unpartitioned, days = [], [], 0
+    for _ in range(repeat):
+        recreate(settings)
+        ledger = MyLedger(async_engine(settings, "ledgerq-measure", pool_size=1))
+        try:
+            days = await retention_days(ledger)
+            partitioned.append(await finish_ms(settings, ledger, tasks))
+            unpartition(settings)
+            unpartitioned.append(await finish_ms(settings, ledger, tasks))
+        finally:
+            await ledger.dispose()
+    return {
+        "tasks": tasks,
+        "day_partitions": days,
+        "finish_100_ms_partitioned": summary(partitioned),
+        "finish_100_ms_unpartitioned": summary(unpartitioned),
+    }
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--part", choices=("purge", "lookups", "all"), default="all")
+    parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--part", choices=("purge", "finish", "lookups", "all"), default="all")
     args = parser.parse_args()
     settings = Settings(database_url=args.database_url)
     result: dict[str, Any] = {}
+    if args.part in ("finish", "all"):
+        result["finish"] = await finish(settings, args.tasks, args.repeat)
     for part in ("purge", "lookups"):
         if args.part not in (part, "all"):
             continue
