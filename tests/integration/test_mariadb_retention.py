@@ -27,6 +27,7 @@ from ledgerq.compose.storage import async_engine, sync_engine
 from ledgerq.core.config import Settings
 from ledgerq.ledger.mysql import MyLedger
 from ledgerq.ledger.mysql.engines import utc
+from ledgerq.ledger.mysql.migrations.versions import m0004_retention
 from tests.support import ledgerq as run_ledgerq
 
 #: History ids of the buried rows (far from the hot table's AUTO_INCREMENT ones).
@@ -249,3 +250,32 @@ async def test_days_before_the_migration_are_split_off_the_old_partition(
     assert "p_dead_old" not in _partition_names(settings)
     for when in days:
         assert await ledger.add_history_day("dead", when.date()) is None
+
+
+async def test_on_history_without_partitioning_retention_deletes_in_batches(
+    ledger: MyLedger, settings: Settings
+) -> None:
+    # A server without partitioning: the migration left history one table.
+    today = (await ledger.database_now()).astimezone(UTC).date()
+    _query(settings, "ALTER TABLE ledgerq_history REMOVE PARTITIONING")
+    try:
+        assert await ledger.history_days() == []
+        assert await ledger.add_history_day("dead", today) is None
+        assert await ledger.drop_history_day("dead", today) is None
+        bury(settings, "dead", await noon(ledger, 10), 3)
+        bury(settings, "succeeded", await noon(ledger, 10), 4)
+        bury(settings, "succeeded", await noon(ledger, 2), 2)
+
+        done = run_ledgerq(settings, "purge", "--older-than", "5d", "--yes", "--json")
+        assert done.returncode == 0, done.stderr
+        counts = json.loads(done.stdout)
+        assert (counts["removed"], counts["dropped"], counts["deleted_rows"]) == (7, 0, 7)
+        remaining = _query(settings, "SELECT status, COUNT(*) FROM ledgerq_history GROUP BY status")
+        assert dict(remaining) == {"succeeded": 2}
+    finally:
+        _query(
+            settings,
+            "ALTER TABLE ledgerq_history PARTITION BY RANGE COLUMNS (status, finished_at) ("
+            + m0004_retention._partitions(today)
+            + ")",
+        )

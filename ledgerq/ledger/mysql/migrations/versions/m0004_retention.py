@@ -74,15 +74,36 @@ def _partitions(today: date) -> str:
     return ",\n    ".join(parts)
 
 
+def _count(query: str) -> int:
+    return int(op.get_bind().execute(text(query)).scalar() or 0)
+
+
+def _partitioned() -> bool:
+    return bool(
+        _count(
+            "SELECT COUNT(*) FROM information_schema.partitions WHERE table_schema = DATABASE() "
+            "AND table_name = 'ledgerq_history' AND partition_name IS NOT NULL"
+        )
+    )
+
+
 def upgrade() -> None:
+    # Each step is skipped when an interrupted run already made it (DDL commits
+    # on its own): running the migration again finishes it.
     op.execute(
         "UPDATE ledgerq_history SET finished_at = COALESCE(started_at, published_at, created_at) "
         "WHERE finished_at IS NULL"
     )
+    if _partitioned():
+        return
     if not _partitioning_available():
+        indexed = _count(
+            "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() "
+            "AND table_name = 'ledgerq_history' AND index_name = 'ledgerq_history_status_finished'"
+        )
         op.execute(
-            "ALTER TABLE ledgerq_history MODIFY finished_at DATETIME(6) NOT NULL, "
-            "ADD KEY ledgerq_history_status_finished (status, finished_at)"
+            "ALTER TABLE ledgerq_history MODIFY finished_at DATETIME(6) NOT NULL"
+            + ("" if indexed else ", ADD KEY ledgerq_history_status_finished (status, finished_at)")
         )
         return
     today = op.get_bind().execute(text("SELECT UTC_DATE()")).scalar()
@@ -101,14 +122,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    bind = op.get_bind()
-    partitioned = bind.execute(
-        text(
-            "SELECT COUNT(*) FROM information_schema.partitions WHERE table_schema = DATABASE() "
-            "AND table_name = 'ledgerq_history' AND partition_name IS NOT NULL"
-        )
-    ).scalar()
-    if partitioned:
+    if _partitioned():
         op.execute("ALTER TABLE ledgerq_history REMOVE PARTITIONING")
         op.execute(
             "ALTER TABLE ledgerq_history DROP PRIMARY KEY, ADD PRIMARY KEY (id), "
