@@ -10,6 +10,7 @@ the command line.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from sqlalchemy.orm import Session
 import ledgerq
 from ledgerq.compose.storage import async_engine, sync_engine
 from ledgerq.core.config import Settings
+from ledgerq.core.errors import TransientStorageError
 from ledgerq.ledger.mysql import MyLedger
 from ledgerq.ledger.mysql.engines import utc
 from ledgerq.ledger.mysql.migrations.versions import m0004_retention
@@ -279,3 +281,47 @@ async def test_on_history_without_partitioning_retention_deletes_in_batches(
             + m0004_retention._partitions(today)
             + ")",
         )
+
+
+async def test_two_passes_at_once_create_a_day_once(
+    ledger: MyLedger, mariadb_settings: Settings
+) -> None:
+    rival = MyLedger(async_engine(mariadb_settings, "ledgerq-test-rival", pool_size=1))
+    day = (await ledger.database_now()).astimezone(UTC).date() + timedelta(days=20)
+    try:
+        for status in ("succeeded", "dead"):
+            created = await asyncio.gather(
+                ledger.add_history_day(status, day), rival.add_history_day(status, day)
+            )
+            assert sorted(created, key=lambda n: n is None) == [0, None]
+            dropped = await asyncio.gather(
+                ledger.drop_history_day(status, day), rival.drop_history_day(status, day)
+            )
+            assert sorted(dropped, key=lambda n: n is None) == [0, None]
+    finally:
+        await rival.dispose()
+
+
+async def test_a_drop_gives_up_after_2_s_behind_a_transaction_reading_history(
+    ledger: MyLedger, settings: Settings
+) -> None:
+    day = (await ledger.database_now()).astimezone(UTC).date() + timedelta(days=20)
+    assert await ledger.add_history_day("dead", day) == 0
+    url = make_url(settings.database_url)
+    reader = pymysql.connect(
+        host=url.host or "127.0.0.1", port=url.port or 3306, user=url.username or "root",
+        password=url.password or "", database=url.database,
+    )  # fmt: skip
+    try:
+        with reader.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("SELECT COUNT(*) FROM ledgerq_history")  # holds its metadata lock
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(TransientStorageError, match=r"(?i)lock wait timeout"):
+            await ledger.drop_history_day("dead", day)
+        assert 1.5 < asyncio.get_running_loop().time() - started < 10
+        assert ("dead", day) in {(d.status, d.day) for d in await ledger.history_days()}
+        reader.rollback()
+        assert await ledger.drop_history_day("dead", day) == 0
+    finally:
+        reader.close()
