@@ -26,8 +26,8 @@ these differences from PostgreSQL:
 - Partition changes are serialised by a named lock (``ledgerq.retention``), so
   two passes at once never split the same partition: the second finds the day
   created (None) or dropped (None). The count of a dropped day is read just
-  before the drop; a task reaches history with the database's ``now()``, never
-  into an expired day, so nothing lands in between.
+  before the drop; a task reaches history stamped with the database's clock,
+  never into an expired day, so nothing lands in between.
 - On a server without partitioning (the migration then left history as one
   table) there are no days: :meth:`history_days` is empty, :meth:`add_history_day`
   and :meth:`drop_history_day` return None, and retention deletes in batches.
@@ -45,8 +45,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import TextClause, text
+from sqlalchemy import Row, TextClause, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -59,7 +60,11 @@ from ledgerq.ledger.sql import load
 #: The terminal statuses, the only ones a partition is named after.
 STATUSES = ("cancelled", "dead", "succeeded")
 _DAY = re.compile(r"^p_(cancelled|dead|succeeded)_([0-9]{8})$")
-_BOUND = re.compile(r"^'(\w+)',\s*(?:'([0-9]{4}-[0-9]{2}-[0-9]{2})[^']*'|(MAXVALUE))$")
+#: A bound as the catalog shows it: ``'dead','2026-11-29'`` (MySQL may add a time
+#: and charset introducers such as ``_utf8mb4'dead'``) or ``'dead',MAXVALUE``.
+_BOUND = re.compile(
+    r"^(?:_\w+)?'(\w+)',\s*(?:(?:_\w+)?'([0-9]{4}-[0-9]{2}-[0-9]{2})[^']*'|(MAXVALUE))$"
+)
 
 
 @dataclass(frozen=True)
@@ -130,11 +135,12 @@ class MyRetention(MyBase):
         return now
 
     async def _partitions(self, conn: AsyncConnection | None = None) -> list[Partition]:
+        """History's partitions in bound order (on ``conn``, or a connection of its own)."""
         if conn is None:
-            rows: Sequence[object] = await self._rows(RQ.history_partitions, {})
+            rows: Sequence[Row[Any]] = await self._rows(RQ.history_partitions, {})
         else:
             rows = (await conn.execute(RQ.history_partitions)).all()
-        return [_partition(str(r.name), str(r.bound)) for r in rows]  # type: ignore[attr-defined]
+        return [_partition(str(r.name), str(r.bound)) for r in rows]
 
     async def history_days(self) -> list[HistoryDay]:
         days = [HistoryDay(p.status, p.day) for p in await self._partitions() if p.day is not None]

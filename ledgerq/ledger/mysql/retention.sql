@@ -76,6 +76,9 @@ ALTER TABLE ledgerq_history DROP PARTITION {partition}
 -- name: purge_history_batch
 -- Deletes at most :limit rows of one status finished before :before (pruned to
 -- the status's partitions up to :before's day, read by the finished_at index).
+-- No ORDER BY: which expired rows go first does not matter, and sorting them
+-- would read them all (a binary log in STATEMENT format calls a LIMIT without
+-- ORDER BY unsafe: MIXED, MariaDB's default, logs it as rows; MySQL logs rows).
 DELETE FROM ledgerq_history
 WHERE status = :status AND finished_at < :before
 LIMIT :limit
