@@ -93,3 +93,14 @@ async def test_dependency_edges_prune_to_a_count(ledger: LedgerWithHarness) -> N
     # On MySQL / MariaDB there are none (dependencies are refused there): 0.
     later = await ledger.database_now() + timedelta(hours=1)
     assert await ledger.prune_dependencies(later, 10) == 0
+
+
+async def test_a_varied_history_seeded_in_chunks_is_counted_by_status(
+    ledger: LedgerWithHarness,
+) -> None:
+    await ledger.seed_varied_history(100, chunk=40)  # 90% succeeded, 7% dead, 3% cancelled
+    later = await ledger.database_now() + timedelta(hours=1)
+    everything = {"succeeded": later, "dead": later, "cancelled": later}
+    assert await ledger.count_purgeable(everything) == {"succeeded": 90, "dead": 7, "cancelled": 3}
+    await ledger.seed_varied_history(10)  # after the first: ids never meet
+    assert sum((await ledger.count_purgeable(everything)).values()) == 110
