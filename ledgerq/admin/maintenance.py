@@ -78,7 +78,8 @@ async def apurge(
 ) -> PurgeResult:
     """Remove finished tasks older than their retention or ``older_than`` (a
     ``timedelta`` or ``"30d"``); ``dry_run`` only counts. See the module."""
-    from ledgerq.compose import open_ledger, retention_config
+    from ledgerq.compose import retention_config
+    from ledgerq.compose.retention import open_retention_ledger
     from ledgerq.relay.retention import Retention
 
     if isinstance(older_than, str):
@@ -87,7 +88,7 @@ async def apurge(
         age = None if older_than is None else _age(older_than, "older_than", older_than)
     chosen = finished_statuses(statuses)
     settings = settings_of(target)
-    async with open_ledger(settings, APPLICATION_NAME, pool_size=1) as ledger:
+    async with open_retention_ledger(settings, APPLICATION_NAME, pool_size=1) as ledger:
         retention = Retention(ledger, retention_config(settings))
         cutoffs = await retention.cutoffs(age, chosen)
         matched = await ledger.count_purgeable(cutoffs) if cutoffs else {}

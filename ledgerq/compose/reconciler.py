@@ -4,9 +4,9 @@ connection for its advisory lock, a blocking publisher with confirms, retention
 from the settings, the dashboard's rollup: the maintenance loop and its
 services, :mod:`ledgerq.relay.maintenance`); :func:`serve_reconciler` is
 ``ledgerq reconcile``: one pass over every shard, or one every N seconds until
-SIGTERM. On MySQL / MariaDB only the rescue is built: :func:`serve_reconciler`
-runs it alone (:class:`~ledgerq.relay.reconciler.RescueReconciler`), with no
-broker connection.
+SIGTERM. On MySQL / MariaDB only the rescue and retention are built:
+:func:`serve_reconciler` runs them alone
+(:class:`~ledgerq.relay.reconciler.RescueReconciler`), with no broker connection.
 
 The loop (``--every N``) lives through a lost database as the relay does, by the
 rule every loop shares (:mod:`ledgerq.ledger.outages`): a failed pass (a
@@ -169,7 +169,10 @@ async def _serve_mysql_rescue(
     ledger = MyLedger(my_engines.async_engine(settings, "ledgerq-reconciler", pool_size=2))
     try:
         reconciler = RescueReconciler(
-            ledger, Rescuer(ledger, config.rescue()), Hooks(alert=alert_hook(settings))
+            ledger,
+            Rescuer(ledger, config.rescue()),
+            Hooks(alert=alert_hook(settings)),
+            Retention(ledger, retention_config(settings)),
         )
         if every is None:
             report(await reconciler.run_once())

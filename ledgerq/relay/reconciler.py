@@ -273,11 +273,13 @@ class RescueReconciler:
     so far (docs/guarantees.md, "On MySQL and MariaDB"). One pass under the same
     lock as :class:`Reconciler`'s, step 1 alone (dead workers' rows, then expired
     leases), then the alerts of the tasks it ended dead, outside the lock. With no
-    relay there is nothing published to take back or publish again."""
+    relay there is nothing published to take back or publish again. Retention,
+    when given, runs after the lock as :class:`Reconciler`'s step 6."""
 
     ledger: RescueLock
     rescuer: Rescuer
     hooks: Hooks = NO_HOOKS
+    retention: Retention | None = None
 
     async def run_once(self) -> ReconcileCounts:
         started = time.perf_counter()
@@ -294,7 +296,7 @@ class RescueReconciler:
                 for row in dead:
                     sender.submit(row)
                 await sender.close(ALERTS_WAIT_S)
-        return ReconcileCounts(
+        counts = ReconcileCounts(
             expired=rescue.expired,
             orphaned=rescue.orphaned,
             dead=rescue.dead,
@@ -302,3 +304,7 @@ class RescueReconciler:
             pages=rescue.pages,
             elapsed_s=time.perf_counter() - started,
         )
+        counts.retention = await _upkeep(
+            "retention", None if self.retention is None else self.retention.run_once
+        )
+        return counts

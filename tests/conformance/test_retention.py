@@ -1,5 +1,5 @@
 """Retention: the database's clock, history's day partitions and the purge of
-finished tasks, on every single-database implementation."""
+finished tasks, on every single-database implementation and on MySQL / MariaDB."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from datetime import UTC, date, datetime, timedelta
 
 from ledgerq.ledger.model import HistoryDay, Outcome
 from ledgerq.ledger.protocol import LedgerWithHarness
-from tests.conformance.conftest import ONE_DATABASE
+from tests.conformance.conftest import MARIADB, ONE_DATABASE
 from tests.conformance.support import LEASE_S, WORKER, Enqueue
 
-IMPLEMENTATIONS = ONE_DATABASE
+IMPLEMENTATIONS = (*ONE_DATABASE, MARIADB)
 
 #: A day no other test partitions (dropped before and after).
 FAR_DAY = date(2099, 1, 1)
@@ -57,3 +57,50 @@ async def test_purge_deletes_finished_tasks_before_the_cutoff_and_nothing_live(
 
     assert await ledger.whereabouts([done, dead, live]) == {dead: "dead", live: "pending"}
     assert await ledger.count_purgeable({"succeeded": later}) == {"succeeded": 0}
+
+
+async def test_a_day_created_takes_its_rows_and_dropping_it_removes_them_alone(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    today = (await ledger.database_now()).astimezone(UTC).date()
+    await ledger.drop_history_day("succeeded", today)
+    try:
+        await ledger.seed_history(30)  # finished now: waiting outside a day of its own
+        [dead] = enqueue("conf.r")
+        [won] = await ledger.claim([(dead, 0)], WORKER, LEASE_S)
+        await ledger.finish([Outcome.failed(won.fence, "x", final=True)])
+
+        assert await ledger.add_history_day("succeeded", today) == 30
+        assert await ledger.drop_history_day("succeeded", today) == 30
+        later = await ledger.database_now() + timedelta(hours=1)
+        assert await ledger.count_purgeable({"succeeded": later, "dead": later}) == {
+            "succeeded": 0,
+            "dead": 1,
+        }
+        assert await ledger.whereabouts([dead]) == {dead: "dead"}
+    finally:
+        await ledger.add_history_day("succeeded", today)
+
+
+async def test_a_purge_batch_deletes_at_most_its_limit(ledger: LedgerWithHarness) -> None:
+    await ledger.seed_history(25)
+    later = await ledger.database_now() + timedelta(hours=1)
+    batches = [await ledger.purge_history_batch("succeeded", later, 10) for _ in range(4)]
+    assert batches == [10, 10, 5, 0]
+
+
+async def test_dependency_edges_prune_to_a_count(ledger: LedgerWithHarness) -> None:
+    # On MySQL / MariaDB there are none (dependencies are refused there): 0.
+    later = await ledger.database_now() + timedelta(hours=1)
+    assert await ledger.prune_dependencies(later, 10) == 0
+
+
+async def test_a_varied_history_seeded_in_chunks_is_counted_by_status(
+    ledger: LedgerWithHarness,
+) -> None:
+    await ledger.seed_varied_history(100, chunk=40)  # 90% succeeded, 7% dead, 3% cancelled
+    later = await ledger.database_now() + timedelta(hours=1)
+    everything = {"succeeded": later, "dead": later, "cancelled": later}
+    assert await ledger.count_purgeable(everything) == {"succeeded": 90, "dead": 7, "cancelled": 3}
+    await ledger.seed_varied_history(10)  # after the first: ids never meet
+    assert sum((await ledger.count_purgeable(everything)).values()) == 110

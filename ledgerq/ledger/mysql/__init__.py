@@ -7,7 +7,8 @@ What is built so far is what a producer and a ``--direct`` worker need
 (docs/guarantees.md, "On MySQL and MariaDB"): enqueue in the caller's
 transaction, the worker's claims, finish, heartbeat and checkpoints, its
 subscriptions and liveness, the reconciler's rescue of dead workers' and
-expired leases' tasks, and the testing protocol's truncate and backdate.
+expired leases' tasks, retention (:mod:`.retention`), and the testing
+protocol's truncate and backdate.
 :class:`MyLedger` does not implement the whole
 :class:`~ledgerq.ledger.protocol.Ledger` yet: the composition root hands it
 only to what it serves.
@@ -19,21 +20,23 @@ from typing import TYPE_CHECKING
 
 from ledgerq.ledger.mysql.harness import MyHarness
 from ledgerq.ledger.mysql.rescue import MyRescue
+from ledgerq.ledger.mysql.retention import MyRetention
 from ledgerq.ledger.mysql.services import MyServices
 
 if TYPE_CHECKING:
-    from ledgerq.ledger.protocol import DirectLedger, RoutingLedger
+    from ledgerq.ledger.protocol import DirectLedger, RetentionLedger, RoutingLedger
 
 
-class MyLedger(MyServices, MyRescue, MyHarness):
-    """The worker's part of the seam on MySQL / MariaDB, and the reconciler's rescue,
-    over one aiomysql engine."""
+class MyLedger(MyServices, MyRescue, MyRetention, MyHarness):
+    """The worker's part of the seam on MySQL / MariaDB, the reconciler's rescue and
+    retention, over one aiomysql engine."""
 
 
 if TYPE_CHECKING:
     # mypy checks MyLedger against the parts of the seam it implements
     _direct: type[DirectLedger] = MyLedger
     _routing: type[RoutingLedger] = MyLedger
+    _retention: type[RetentionLedger] = MyLedger
 
 
 __all__ = ["MyLedger"]

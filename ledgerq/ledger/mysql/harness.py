@@ -1,14 +1,35 @@
 """The testing protocol on MySQL / MariaDB, as far as it is built: emptying the
-ledger and moving time (``truncate``, ``backdate``). Seeding and measuring a
-drain (the benchmark's) are not built yet."""
+ledger and moving time (``truncate``, ``backdate``), and filling history with
+synthetic finished tasks (``seed_history``, ``seed_varied_history``: negative
+ids, ``harness.sql``). Measuring a drain (the benchmark's) is not built yet."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import TextClause
 
 from ledgerq.ledger.mysql.base import MyBase, micros, translated
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.protocol import TimeColumn
+from ledgerq.ledger.sql import load
+
+#: Rows one seeding statement adds at most (harness.sql numbers them with five digits).
+SEED_CHUNK = 100_000
+
+
+@dataclass(frozen=True)
+class HarnessQueries:
+    """``ledger/mysql/harness.sql``."""
+
+    seed_history: TextClause
+    seed_varied_history: TextClause
+    lowest_synthetic_id: TextClause
+    analyze_history: TextClause
+
+
+HQ: HarnessQueries = load(HarnessQueries, "ledgerq.ledger.mysql", "harness.sql")
 
 
 class MyHarness(MyBase):
@@ -29,3 +50,22 @@ class MyHarness(MyBase):
             async with self.engine.begin() as conn:
                 for statement in statements:
                     await conn.execute(statement)
+
+    async def seed_history(self, rows: int) -> None:
+        """Add ``rows`` synthetic tasks that succeeded now (ids -1 .. -rows, as on
+        PostgreSQL), a chunk per statement, then analyze the table."""
+        await self._seed(HQ.seed_history, 1, rows, SEED_CHUNK)
+
+    async def seed_varied_history(self, rows: int, chunk: int = 200_000) -> None:
+        """Add ``rows`` synthetic finished tasks of mixed status, kind and queue
+        (negative ids, after any already seeded), then analyze the table."""
+        first = 1 + int((await self._rows(HQ.lowest_synthetic_id, {}))[0].n)
+        await self._seed(HQ.seed_varied_history, first, rows, min(chunk, SEED_CHUNK))
+
+    async def _seed(self, statement: TextClause, first: int, rows: int, chunk: int) -> None:
+        with translated():
+            for start in range(first, first + rows, chunk):
+                async with self.engine.begin() as conn:
+                    n = min(chunk, first + rows - start)
+                    await conn.execute(statement, {"first": start, "n": n})
+        await self._rows(HQ.analyze_history, {})
