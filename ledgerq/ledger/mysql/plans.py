@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, TextClause
@@ -75,12 +76,27 @@ async def adrive(plan: Plan[R], run: AsyncRunner) -> R:
         return done
 
 
-SYNC_ACCEPTED = "a SQLAlchemy Session, scoped_session or Connection on the MySQL ledger"
-ASYNC_ACCEPTED = "a SQLAlchemy AsyncSession, async_scoped_session or AsyncConnection"
+SYNC_ACCEPTED = (
+    "a SQLAlchemy Session, scoped_session or Connection on the MySQL ledger, a PyMySQL "
+    "or mysqlclient (MySQLdb) connection, or Django's connection on its MySQL backend"
+)
+ASYNC_ACCEPTED = (
+    "a SQLAlchemy AsyncSession, async_scoped_session or AsyncConnection, or an aiomysql connection"
+)
+
+
+def _refused(caller: str, executor: object, accepted: str, hint: str = "") -> TypeError:
+    kind = type(executor)
+    return TypeError(
+        f"{caller}() takes {accepted} in an open transaction; got "
+        f"{kind.__module__}.{kind.__qualname__}{hint}"
+    )
 
 
 def runner(executor: object, caller: str) -> Runner:
-    """How ``caller`` runs a statement on the caller's sync ``executor``."""
+    """How ``caller`` runs a statement on the caller's sync ``executor``: a SQLAlchemy
+    one, or a raw DB-API connection (:mod:`ledgerq.ledger.mysql.raw`, imported only
+    then), Django's included."""
     if isinstance(executor, scoped_session):
         executor = executor()
     if isinstance(executor, Session | Connection):
@@ -90,16 +106,21 @@ def runner(executor: object, caller: str) -> Runner:
             return _answer(bound.execute(statement, params))
 
         return run
-    kind = type(executor)
-    raise TypeError(
-        f"{caller}() takes {SYNC_ACCEPTED} in an open transaction; got "
-        f"{kind.__module__}.{kind.__qualname__} (a raw DB-API connection is not built on "
-        "MySQL yet: pass the SQLAlchemy Session)"
-    )
+    if isinstance(executor, AsyncSession | AsyncConnection | async_scoped_session):
+        raise _refused(caller, executor, SYNC_ACCEPTED, f": use a{caller}() for it")
+    from ledgerq.ledger.mysql import raw
+
+    connection = raw.django_connection(executor, caller)
+    if raw.is_connection(connection):
+        return partial(raw.answer, connection)
+    if raw.is_async_connection(connection):
+        raise _refused(caller, executor, SYNC_ACCEPTED, f": use a{caller}() for it")
+    raise _refused(caller, executor, SYNC_ACCEPTED)
 
 
 def async_runner(executor: object, caller: str) -> AsyncRunner:
-    """How ``caller`` runs a statement on the caller's async ``executor``."""
+    """How ``caller`` runs a statement on the caller's async ``executor``: a SQLAlchemy
+    one, or an aiomysql connection."""
     if isinstance(executor, async_scoped_session):
         executor = executor()
     if isinstance(executor, AsyncSession | AsyncConnection):
@@ -109,11 +130,22 @@ def async_runner(executor: object, caller: str) -> AsyncRunner:
             return _answer(await bound.execute(statement, params))
 
         return run
-    kind = type(executor)
-    raise TypeError(
-        f"{caller}() takes {ASYNC_ACCEPTED} in an open transaction; got "
-        f"{kind.__module__}.{kind.__qualname__}"
-    )
+    sync_name = caller.removeprefix("a")
+    if isinstance(executor, Session | Connection | scoped_session):
+        raise _refused(caller, executor, ASYNC_ACCEPTED, f": use {sync_name}() for it")
+    from ledgerq.ledger.mysql import raw
+
+    if raw.is_async_connection(executor):
+        return partial(raw.aanswer, executor)
+    if raw.is_django(executor):
+        hint = (
+            ": Django's database connections are sync: call enqueue() (from async code, "
+            "through asgiref's sync_to_async)"
+        )
+        raise _refused(caller, executor, ASYNC_ACCEPTED, hint)
+    if raw.is_connection(executor):
+        raise _refused(caller, executor, ASYNC_ACCEPTED, f": use {sync_name}() for it")
+    raise _refused(caller, executor, ASYNC_ACCEPTED)
 
 
 # -- the producer's insert ------------------------------------------------------------
