@@ -276,3 +276,20 @@ async def test_enqueue_many_answers_each_rows_id_in_input_order(
         shown = await ledger.show(task_id)
         assert (shown["payload"], shown["priority"]) == (spec.payload, spec.priority)
     assert [(await ledger.show(i))["payload"]["i"] for i in mixed] == ["a", "b", "c"]
+
+
+@ON_MARIADB
+async def test_enqueue_many_over_several_statements_takes_shards_from_the_new_ids(
+    ledger: LedgerWithHarness, transaction: Transaction, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LEDGERQ_SHARDS", "4")
+    # More tasks than one statement takes (MariaDB: 1,000 a batch), every 7th on shard 2.
+    specs = [TaskSpec("conf.many", {"i": i}, shard=2 if i % 7 == 0 else None) for i in range(2100)]
+    with transaction() as tx:
+        ids = tx.enqueue_many(specs)
+
+    assert len(set(ids)) == len(specs)
+    for task_id, spec in zip(ids, specs, strict=True):
+        shown = await ledger.show(task_id)
+        assert shown["payload"] == spec.payload
+        assert shown["shard"] == (2 if spec.shard is not None else task_id % 4), shown

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session, scoped_session
 
 from ledgerq.core.errors import LedgerqError, NotBuiltOnMySQLError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
+from ledgerq.ledger.mysql import batch
 from ledgerq.ledger.mysql.base import micros
 from ledgerq.ledger.mysql.engines import utc
 from ledgerq.ledger.mysql.queries import MQ
@@ -210,16 +211,49 @@ def enqueue_one(params: dict[str, Any]) -> Plan[tuple[int, bool]]:
 
 
 def enqueue_many(specs: Sequence[TaskSpec]) -> Plan[list[int]]:
-    """Insert ``specs`` in order: the new ids, in input order (duplicates left out).
-    One insert per task: an id per row from the driver, whatever the server's
-    ``innodb_autoinc_lock_mode`` (a multi-row insert's ids are consecutive only in
-    some of them); every spec is validated before the first insert."""
+    """Insert ``specs`` in order: the new ids, in input order (duplicates left out);
+    every spec is validated before the first insert.
+
+    On MariaDB the tasks without a de-duplication key go in batches of one
+    statement each (:mod:`ledgerq.ledger.mysql.batch`: ``INSERT ... SELECT FROM
+    JSON_TABLE ... RETURNING id``, then one update of the shards to take from the
+    ids); a ``unique`` or ``once`` task between them takes the single insert, in
+    its place in the order. MySQL has no ``INSERT ... RETURNING``, and a
+    multi-row insert's ids are consecutive there only in some
+    ``innodb_autoinc_lock_mode`` (not the default, 2, "interleaved"): one insert
+    per task, an id per row from the driver. The server is asked once per call,
+    and only when a batch of two or more tasks is to be inserted."""
     rows = [insert_params(spec) for spec in specs]
-    ids = []
-    for params in rows:
-        task_id, inserted = yield from enqueue_one(params)
-        if inserted:
-            ids.append(task_id)
+    ids: list[int] = []
+    returning: bool | None = None
+    for batched, run in batch.runs(rows):
+        if batched and len(run) > 1:
+            if returning is None:
+                asked = yield batch.MB.server_returns_inserts, {}
+                returning = bool(asked.rows and asked.rows[0][0])
+            if returning:
+                ids.extend((yield from _insert_batch(run)))
+                continue
+        for params in run:
+            task_id, inserted = yield from enqueue_one(params)
+            if inserted:
+                ids.append(task_id)
+    return ids
+
+
+def _insert_batch(run: Sequence[dict[str, Any]]) -> Plan[list[int]]:
+    """One batch in one statement: its ids in input order (the ids a statement
+    generates increase in its rows' order, so sorted they are the input's)."""
+    inserted = yield batch.MB.insert_task_rows, {"rows": batch.rows_json(run)}
+    ids = sorted(int(r[0]) for r in inserted.rows)
+    if len(ids) != len(run):
+        raise LedgerqError(f"a batch of {len(run)} tasks returned {len(ids)} ids")
+    unsharded: dict[int, list[int]] = {}
+    for task_id, params in zip(ids, run, strict=True):
+        if params["shard"] is None:
+            unsharded.setdefault(int(params["shards"]), []).append(task_id)
+    for shards, shard_ids in unsharded.items():
+        yield batch.MB.shard_task_rows, {"ids": shard_ids, "shards": shards}
     return ids
 
 
