@@ -6,6 +6,7 @@ in one database: every single-database implementation."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from typing import Any
 
 import aiomysql  # type: ignore[import-untyped]  # (no type hints)
@@ -252,6 +253,19 @@ async def test_enqueue_many_answers_each_rows_id_in_input_order(
     ledger: LedgerWithHarness, transaction: Transaction, raw_connection: Any
 ) -> None:
     specs = [TaskSpec("conf.many", {"i": i}, priority=i % 10) for i in range(250)]
+    # Text that JSON escapes, and every optional field, survive the batch as they are.
+    odd = {"i": 'é\n"\\ 😀 \u2028 %s %(x)s', "nested": [1.5, None, True, {"k": "v"}]}
+    specs[3] = TaskSpec(
+        "conf.many",
+        odd,
+        priority=3,
+        tags=["t-1", "ü"],
+        retry=[1, 2],
+        max_attempts=4,
+        timeout=2.5,
+        business_key="bk-3",
+        delay=3600,
+    )
     with transaction() as tx:
         ids = tx.enqueue_many(specs)
     raw_ids = enqueue_many(raw_connection, specs[:7])
@@ -276,6 +290,11 @@ async def test_enqueue_many_answers_each_rows_id_in_input_order(
         shown = await ledger.show(task_id)
         assert (shown["payload"], shown["priority"]) == (spec.payload, spec.priority)
     assert [(await ledger.show(i))["payload"]["i"] for i in mixed] == ["a", "b", "c"]
+    shown = await ledger.show(ids[3])
+    assert shown["payload"] == odd and shown["business_key"] == "bk-3", shown
+    assert (shown["tags"], shown["max_attempts"], shown["timeout_s"]) == (["t-1", "ü"], 4, 2.5)
+    delay = datetime.fromisoformat(shown["run_at"]) - datetime.fromisoformat(shown["created_at"])
+    assert 3590 < delay.total_seconds() < 3610, shown
 
 
 @ON_MARIADB

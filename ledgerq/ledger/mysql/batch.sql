@@ -20,6 +20,10 @@ SELECT VERSION() LIKE '%MariaDB%' AS returns_inserts
 -- duplicate here, so there is no ON DUPLICATE KEY clause and no row lock on
 -- another task. shard: the given one, else 0; with several shards and none
 -- given the caller sets it from the new ids afterwards (shard_task_rows).
+-- Text is read as LONGTEXT (JSON_TABLE truncates a value too long for its
+-- column with a warning only): a value too long for the table's column fails
+-- the insert as it fails the single insert (in a strict sql_mode, the servers'
+-- default), and is cut as there otherwise.
 -- transitions: -> pending
 INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
@@ -30,10 +34,10 @@ SELECT r.kind, r.queue, r.payload, r.business_key, NULL, r.priority, COALESCE(r.
        UTC_TIMESTAMP(6)
 FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
          ord           FOR ORDINALITY,
-         kind          VARCHAR(200) PATH '$.kind',
-         queue         VARCHAR(200) PATH '$.queue',
+         kind          LONGTEXT     PATH '$.kind',
+         queue         LONGTEXT     PATH '$.queue',
          payload       LONGTEXT     PATH '$.payload',
-         business_key  VARCHAR(512) PATH '$.business_key',
+         business_key  LONGTEXT     PATH '$.business_key',
          priority      SMALLINT     PATH '$.priority',
          shard         SMALLINT     PATH '$.shard',
          run_at        DATETIME(6)  PATH '$.run_at',
