@@ -40,7 +40,7 @@ PY
 # workers, ledger shards, routing, the direct path, shard pools, the window's
 # streams, Django's manage.py, the CLI's end-to-end cases, a browser against a
 # live worker, the CLI's worker processes, rate limits over two relays, the
-# MariaDB ledger's workers and races) form a
+# MariaDB ledger's workers and races, Django on MariaDB) form a
 # third group beside the rest, with a database of its own: they too spend most
 # of their time waiting on their processes. The list is
 # balanced by the durations pytest reports (--durations) so that the main group
@@ -53,7 +53,8 @@ slow=(tests/integration/test_bench.py tests/integration/test_fanout.py
       tests/integration/test_misconfiguration.py
       tests/integration/test_unserved_views.py tests/integration/test_cli.py
       tests/integration/test_rate_limits.py tests/integration/test_mariadb.py
-      tests/integration/test_mariadb_races.py tests/integration/test_mariadb_retention.py)
+      tests/integration/test_mariadb_races.py tests/integration/test_mariadb_retention.py
+      tests/integration/test_django_mariadb.py)
 # PostgreSQL connections free for the suite: the three groups side by side peak
 # at about 76 (sampled from pg_stat_activity over a whole run), so with fewer
 # than PARALLEL_SLOTS free (another client holds many, or max_connections was

@@ -1,7 +1,9 @@
 """What every long-running service is watched and stopped by: its metrics and
-health endpoints (:func:`monitoring`), its readiness (PostgreSQL reachable and
-migrated, RabbitMQ connected, and the service's own word), and the stop event
-that SIGTERM and SIGINT set.
+health endpoints (:func:`monitoring`), its readiness (the ledger's database
+reachable and migrated, RabbitMQ connected, and the service's own word), and the
+stop event that SIGTERM and SIGINT set. A readiness message names the ledger's
+server as its URL does (:func:`server_name`): "PostgreSQL: ...", "MySQL: ..." or
+"MariaDB: ...".
 
 The checks themselves, and how often they run, are :mod:`ledgerq.health`'s;
 this module only says what "ready" means for a relay and for a worker."""
@@ -25,6 +27,14 @@ from ledgerq.runtime import on_stop_signal
 log = logging.getLogger("ledgerq")
 
 
+def server_name(database_url: str) -> str:
+    """The ledger's server as ``database_url`` names it (its dialect, the part before
+    ``+driver://``; the first URL of a split ledger's list): "MariaDB" for
+    ``mariadb+pymysql://``, "MySQL" for ``mysql+pymysql://``, else "PostgreSQL"."""
+    dialect = database_url.split("://", 1)[0].split("+", 1)[0].strip().lower()
+    return {"mariadb": "MariaDB", "mysql": "MySQL"}.get(dialect, "PostgreSQL")
+
+
 class Pingable(Protocol):
     """What readiness asks of the ledger (InspectionLedger.ping)."""
 
@@ -32,7 +42,10 @@ class Pingable(Protocol):
 
 
 async def _readiness(
-    ledger: Pingable, connection: AmqpConnection | None, service: Callable[[], str | None]
+    ledger: Pingable,
+    connection: AmqpConnection | None,
+    service: Callable[[], str | None],
+    server: str,
 ) -> str | None:
     """Why a relay or worker is not ready (None: it is): see :mod:`ledgerq.health`.
     A direct worker (``connection`` None) needs only the ledger."""
@@ -40,9 +53,9 @@ async def _readiness(
         return "RabbitMQ: not connected (reconnecting)"
     try:
         if not await ledger.ping():
-            return "PostgreSQL: the ledger's tables are missing (run `ledgerq migrate`)"
+            return f"{server}: the ledger's tables are missing (run `ledgerq migrate`)"
     except Exception as exc:
-        return f"PostgreSQL: {first_line(exc)}"
+        return f"{server}: {first_line(exc)}"
     return service()
 
 
@@ -51,9 +64,14 @@ def watch_readiness(
     ledger: Pingable,
     connection: AmqpConnection | None,
     service: Callable[[], str | None],
+    *,
+    database_url: str,
 ) -> None:
+    """Watch the readiness of a service on the ledger at ``database_url`` (which names
+    the server in the messages)."""
     if health is not None:
-        health.watch(partial(_readiness, ledger, connection, service))
+        server = server_name(database_url)
+        health.watch(partial(_readiness, ledger, connection, service, server))
 
 
 def stop_event(*also: Callable[[], None]) -> asyncio.Event:

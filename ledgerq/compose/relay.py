@@ -90,6 +90,7 @@ async def open_relay(
             ledger,
             connection,
             lambda: "the last publish batch failed" if relay.failing else None,
+            database_url=database.database_url,
         )
         yield relay
     finally:

@@ -207,6 +207,7 @@ async def open_worker(
             storage.ledger,
             connection,
             lambda: None if worker.consuming else "not consuming",
+            database_url=settings.database_url,
         )
         async with scheduling(settings, storage.ledger, registry, watch):
             yield worker

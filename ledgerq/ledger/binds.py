@@ -1,8 +1,12 @@
 """Which implementation of the seam's transaction-scoped part serves a caller's
 transaction: PostgreSQL's (:mod:`ledgerq.ledger.pg.tx`) or MySQL's
 (:mod:`ledgerq.ledger.mysql.tx`), told by the dialect the caller's SQLAlchemy
-Session or Connection is bound to. Anything else (a raw psycopg connection,
-Django's) is PostgreSQL's, which accepts or refuses it.
+Session or Connection is bound to, or by the driver of a raw DB-API connection: a
+PyMySQL, mysqlclient (``MySQLdb``) or aiomysql connection, or Django's connection
+on its MySQL backend (``vendor == "mysql"``, MariaDB's too), is MySQL's, told by
+the module of its class (no driver, nor Django, is imported here). Anything else
+(a raw psycopg connection, Django's on PostgreSQL) is PostgreSQL's, which
+accepts or refuses it.
 
 The producer's ``enqueue``, the worker's writes in a handler's transaction
 (:mod:`ledgerq.ledger.within`) and the operator's in-transaction API
@@ -23,6 +27,8 @@ if TYPE_CHECKING:
     from ledgerq.ledger.protocol import AsyncTxLedger, TxLedger
 
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
+#: The modules of the raw MySQL drivers' connections (PyMySQL, mysqlclient, aiomysql).
+MYSQL_DRIVER_MODULES = ("pymysql.", "MySQLdb.", "aiomysql.")
 
 
 def dialect_name(executor: object) -> str | None:
@@ -42,7 +48,15 @@ def dialect_name(executor: object) -> str | None:
 
 
 def on_mysql(executor: object) -> bool:
-    return dialect_name(executor) in MYSQL_DIALECTS
+    """Whether ``executor`` is on a MySQL / MariaDB database: a SQLAlchemy executor of
+    a MySQL dialect, a raw MySQL driver's connection, or Django's on its MySQL
+    backend."""
+    if dialect_name(executor) in MYSQL_DIALECTS:
+        return True
+    module = type(executor).__module__
+    if module.startswith(MYSQL_DRIVER_MODULES):
+        return True
+    return module.startswith("django.") and getattr(executor, "vendor", None) == "mysql"
 
 
 def tx_for(executor: object, caller: str) -> TxLedger:

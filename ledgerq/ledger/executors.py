@@ -12,6 +12,12 @@ Accepted, and nothing else:
 - by ``aenqueue`` and ``aenqueue_many``: a SQLAlchemy ``AsyncSession`` (or an
   ``async_scoped_session``) or ``AsyncConnection``, or a ``psycopg.AsyncConnection``.
 
+On the MySQL ledger (a MySQL-dialect Session or Connection, or a MySQL driver's
+connection: :mod:`ledgerq.ledger.binds` tells), :mod:`ledgerq.ledger.mysql.plans`
+takes the executor instead: the SQLAlchemy ones, a PyMySQL or mysqlclient
+(``MySQLdb``) connection or Django's connection on its MySQL backend
+(:mod:`ledgerq.ledger.mysql.raw`), and an aiomysql connection for ``aenqueue``.
+
 Each becomes a *runner*: one statement and its parameters in, the rows out as
 tuples. A runner never begins, commits or rolls back, so the task joins the
 caller's transaction whatever the stack. Anything else is a ``TypeError`` that
@@ -28,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from sqlalchemy import Connection, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
@@ -38,7 +44,23 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection as PsycopgAsyncConnection
     from psycopg import Connection as PsycopgConnection
 
-Executor: TypeAlias = "Session | scoped_session[Any] | Connection | PsycopgConnection[Any]"
+
+class DBAPIConnection(Protocol):
+    """A PEP 249 connection, as the MySQL ledger takes one raw (PyMySQL's,
+    mysqlclient's: :mod:`ledgerq.ledger.mysql.raw`); typed by shape, so no driver is
+    imported here."""
+
+    @property
+    def cursor(self) -> Callable[..., Any]: ...
+
+    def commit(self) -> None: ...  # (an async connection's returns a coroutine)
+
+    def rollback(self) -> None: ...
+
+
+Executor: TypeAlias = (
+    "Session | scoped_session[Any] | Connection | PsycopgConnection[Any] | DBAPIConnection"
+)
 AsyncExecutor: TypeAlias = (
     "AsyncSession | async_scoped_session[Any] | AsyncConnection | PsycopgAsyncConnection[Any]"
 )

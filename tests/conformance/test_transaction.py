@@ -5,13 +5,29 @@ in one database: every single-database implementation."""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
+from typing import Any
 
-from ledgerq import Action, TaskFilter, TaskSpec
+import aiomysql  # type: ignore[import-untyped]  # (no type hints)
+import psycopg
+import pymysql
+import pytest
+from sqlalchemy.engine import make_url
+
+from ledgerq import Action, TaskFilter, TaskSpec, aenqueue, aenqueue_many, enqueue, enqueue_many
+from ledgerq.core.config import Settings
 from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.model import Outcome
+from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.protocol import LedgerWithHarness
-from tests.conformance.conftest import ON_MARIADB, ONE_DATABASE, AsyncTransaction, Transaction
+from tests.conformance.conftest import (
+    MARIADB,
+    ON_MARIADB,
+    ONE_DATABASE,
+    AsyncTransaction,
+    Transaction,
+)
 from tests.conformance.support import LEASE_S, WORKER, claim_one
 
 IMPLEMENTATIONS = ONE_DATABASE
@@ -140,3 +156,159 @@ async def test_enqueue_returns_the_id_holding_a_unique_key_and_inserts_nothing(
 
     assert first == again == later and other != first
     assert (await ledger.stats())["total"] == 2
+
+
+# -- raw DB-API connections (the Django case) and enqueue_many's ids --------------------
+
+
+@pytest.fixture
+def raw_connection(implementation: str, databases: list[Settings]) -> Iterator[Any]:
+    """A raw DB-API connection on the implementation's database, not in autocommit (an
+    implicit transaction): psycopg 3 on PostgreSQL, PyMySQL on MariaDB."""
+    url = databases[0].database_url
+    if implementation == MARIADB:
+        parts = make_url(url)
+        conn: Any = pymysql.connect(
+            host=parts.host or "127.0.0.1",
+            port=parts.port or 3306,
+            user=parts.username or "root",
+            password=parts.password or "",
+            database=parts.database,
+        )
+    else:
+        conn = psycopg.connect(libpq_url(url))
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+async def araw_connection(implementation: str, databases: list[Settings]) -> AsyncIterator[Any]:
+    """:func:`raw_connection`, async: psycopg 3's on PostgreSQL, aiomysql's on MariaDB."""
+    url = databases[0].database_url
+    if implementation == MARIADB:
+        parts = make_url(url)
+        conn: Any = await aiomysql.connect(
+            host=parts.host or "127.0.0.1",
+            port=parts.port or 3306,
+            user=parts.username or "root",
+            password=parts.password or "",
+            db=parts.database,
+        )
+    else:
+        conn = await psycopg.AsyncConnection.connect(libpq_url(url))
+    try:
+        yield conn
+    finally:
+        if implementation == MARIADB:
+            conn.close()
+        else:
+            await conn.close()
+
+
+@ON_MARIADB
+async def test_enqueue_on_a_raw_dbapi_connection_commits_with_it_or_not_at_all(
+    ledger: LedgerWithHarness, raw_connection: Any, araw_connection: Any
+) -> None:
+    dropped = enqueue_many(raw_connection, [TaskSpec("conf.raw"), TaskSpec("conf.raw")])
+    dropped.append(enqueue(raw_connection, "conf.raw", {"n": 0}))
+    raw_connection.rollback()
+    kept = enqueue_many(raw_connection, [TaskSpec("conf.raw", {"n": 1})])
+    kept.append(enqueue(raw_connection, "conf.raw", {"n": 2}, business_key="b", unique=True))
+    again = enqueue(raw_connection, "conf.raw", {"n": 3}, business_key="b", unique=True)
+    raw_connection.commit()
+    akept = await aenqueue_many(araw_connection, [TaskSpec("conf.raw", {"n": 4})])
+    await araw_connection.commit()
+    adropped = await aenqueue(araw_connection, "conf.raw", {"n": 5})
+    await araw_connection.rollback()
+
+    assert again == kept[1]  # the live duplicate's id, nothing inserted
+    assert len({*dropped, *kept, *akept, adropped}) == 7
+    assert await ledger.whereabouts([*dropped, *kept, *akept, adropped]) == {
+        kept[0]: "pending",
+        kept[1]: "pending",
+        akept[0]: "pending",
+    }
+    assert [(await ledger.show(i))["payload"] for i in (*kept, *akept)] == [
+        {"n": 1},
+        {"n": 2},
+        {"n": 4},
+    ]
+
+
+@ON_MARIADB
+async def test_a_raw_connection_of_the_wrong_kind_is_refused_before_any_statement(
+    ledger: LedgerWithHarness, raw_connection: Any, araw_connection: Any
+) -> None:
+    with pytest.raises(TypeError, match=r"use aenqueue\(\) for it"):
+        enqueue(araw_connection, "conf.raw")
+    with pytest.raises(TypeError, match=r"use enqueue\(\) for it"):
+        await aenqueue(raw_connection, "conf.raw")
+    assert (await ledger.stats())["total"] == 0
+
+
+@ON_MARIADB
+async def test_enqueue_many_answers_each_rows_id_in_input_order(
+    ledger: LedgerWithHarness, transaction: Transaction, raw_connection: Any
+) -> None:
+    specs = [TaskSpec("conf.many", {"i": i}, priority=i % 10) for i in range(250)]
+    # Text that JSON escapes, and every optional field, survive the batch as they are.
+    odd = {"i": 'é\n"\\ 😀 \u2028 %s %(x)s', "nested": [1.5, None, True, {"k": "v"}]}
+    specs[3] = TaskSpec(
+        "conf.many",
+        odd,
+        priority=3,
+        tags=["t-1", "ü"],
+        retry=[1, 2],
+        max_attempts=4,
+        timeout=2.5,
+        business_key="bk-3",
+        delay=3600,
+    )
+    with transaction() as tx:
+        ids = tx.enqueue_many(specs)
+    raw_ids = enqueue_many(raw_connection, specs[:7])
+    raw_connection.commit()
+    # Duplicates of a unique key (one in the batch, one already live) are left out.
+    with transaction() as tx:
+        [held] = tx.enqueue_many(
+            [TaskSpec("conf.many", {"i": "held"}, business_key="k", unique=True)]
+        )
+        mixed = tx.enqueue_many(
+            [
+                TaskSpec("conf.many", {"i": "a"}),
+                TaskSpec("conf.many", {"i": "dup"}, business_key="k", unique=True),
+                TaskSpec("conf.many", {"i": "b"}, business_key="k2", unique=True),
+                TaskSpec("conf.many", {"i": "dup2"}, business_key="k2", unique=True),
+                TaskSpec("conf.many", {"i": "c"}),
+            ]
+        )
+
+    assert len(set(ids)) == 250 and len(set(raw_ids)) == 7 and held not in mixed
+    for task_id, spec in zip([*ids, *raw_ids], [*specs, *specs[:7]], strict=True):
+        shown = await ledger.show(task_id)
+        assert (shown["payload"], shown["priority"]) == (spec.payload, spec.priority)
+    assert [(await ledger.show(i))["payload"]["i"] for i in mixed] == ["a", "b", "c"]
+    shown = await ledger.show(ids[3])
+    assert shown["payload"] == odd and shown["business_key"] == "bk-3", shown
+    assert (shown["tags"], shown["max_attempts"], shown["timeout_s"]) == (["t-1", "ü"], 4, 2.5)
+    delay = datetime.fromisoformat(shown["run_at"]) - datetime.fromisoformat(shown["created_at"])
+    assert 3590 < delay.total_seconds() < 3610, shown
+
+
+@ON_MARIADB
+async def test_enqueue_many_over_several_statements_takes_shards_from_the_new_ids(
+    ledger: LedgerWithHarness, transaction: Transaction, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LEDGERQ_SHARDS", "4")
+    # More tasks than one statement takes (MariaDB: 1,000 a batch), every 7th on shard 2.
+    specs = [TaskSpec("conf.many", {"i": i}, shard=2 if i % 7 == 0 else None) for i in range(2100)]
+    with transaction() as tx:
+        ids = tx.enqueue_many(specs)
+
+    assert len(set(ids)) == len(specs)
+    for task_id, spec in zip(ids, specs, strict=True):
+        shown = await ledger.show(task_id)
+        assert shown["payload"] == spec.payload
+        assert shown["shard"] == (2 if spec.shard is not None else task_id % 4), shown

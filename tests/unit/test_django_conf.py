@@ -22,6 +22,8 @@ SCRIPT = textwrap.dedent(
     """
     import asyncio, json
     import django
+    import pymysql
+    pymysql.install_as_MySQLdb()  # Django's MySQL backend on PyMySQL (no mysqlclient here)
     from django.conf import settings
 
     settings.configure(
@@ -34,6 +36,10 @@ SCRIPT = textwrap.dedent(
             "socket": {"ENGINE": "django.db.backends.postgresql", "NAME": "shop",
                        "HOST": "/var/run/postgresql"},
             "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+            "my": {"ENGINE": "django.db.backends.mysql", "NAME": "shop", "USER": "app",
+                   "PASSWORD": "s3cr:t", "HOST": "db.internal", "PORT": "3307"},
+            "mysock": {"ENGINE": "django.db.backends.mysql", "NAME": "shop",
+                       "HOST": "/run/mysqld/mysqld.sock"},
         },
         LEDGERQ={"DATABASE": "socket", "AMQP_PREFIX": "shop", "connect_wait_s": 2.5,
                  "ALERT_EMAIL_TO": ["a@example.com", "b@example.com"], "METRICS_PORT": None},
@@ -57,9 +63,12 @@ SCRIPT = textwrap.dedent(
         "environ": environ(),
         "settings_prefix": ledgerq_settings().amqp_prefix,
         "lite": error(lambda: database_url("lite")),
+        "my": database_url("my"),
+        "mysock": database_url("mysock"),
         "missing": error(lambda: database_url("nope")),
         "enqueue_lite": error(lambda: enqueue(connections["lite"], "k")),
         "aenqueue": error(lambda: asyncio.run(aenqueue(connection, "k"))),
+        "aenqueue_my": error(lambda: asyncio.run(aenqueue(connections["my"], "k"))),
     }
     settings.LEDGERQ = {"AMQP_URLS": "amqp://x"}
     out["unknown"] = error(environ)
@@ -91,6 +100,9 @@ def test_the_ledger_url_is_built_from_the_django_database(report: dict[str, Any]
     )
     # settings.LEDGERQ['DATABASE'] names the alias; a path as HOST is the socket directory.
     assert report["socket"] == "postgresql+psycopg:///shop?host=%2Fvar%2Frun%2Fpostgresql"
+    # Django's MySQL backend: the MySQL ledger on PyMySQL (MySQL or MariaDB, told at connect).
+    assert report["my"] == "mysql+pymysql://app:s3cr%3At@db.internal:3307/shop"
+    assert report["mysock"] == "mysql+pymysql:///shop?unix_socket=%2Frun%2Fmysqld%2Fmysqld.sock"
 
 
 def test_settings_ledgerq_becomes_the_ledgerq_variables(report: dict[str, Any]) -> None:
@@ -110,6 +122,9 @@ def test_what_is_refused_is_named(report: dict[str, Any]) -> None:
         "ledgerq's ledger is PostgreSQL"
     )
     assert "'nope', which settings.DATABASES does not define" in report["missing"]
+    # Django's MySQL connection is sync, on the MySQL ledger as on PostgreSQL's.
+    assert report["aenqueue_my"].startswith("TypeError: aenqueue() takes a SQLAlchemy Async")
+    assert "Django's database connections are sync" in report["aenqueue_my"]
     assert (
         "settings.LEDGERQ['AMQP_URLS'] is not a ledgerq setting (known: DATABASE,"
         in (report["unknown"])

@@ -14,7 +14,8 @@ without their prefix, docs/reference.md#environment-variables), plus:
 A value given in ``settings.LEDGERQ`` wins over the environment variable of the
 same setting (the settings module is where a Django project decides; read the
 environment there if a value should come from it); a command-line option wins
-over both. An unknown key, a database that is not PostgreSQL on psycopg 3, and
+over both. An unknown key, a database that is neither PostgreSQL on psycopg 3 nor
+MySQL / MariaDB (Django's MySQL backend, docs/howto.md "Django on MySQL"), and
 a bad value are ``ImproperlyConfigured`` or :class:`~ledgerq.core.errors.ConfigError`
 naming the key, found by ``manage.py check`` as well.
 """
@@ -78,8 +79,9 @@ def configured() -> Mapping[str, Any]:
 
 
 def database_url(alias: str | None = None) -> str:
-    """The ledger's SQLAlchemy URL (``postgresql+psycopg://user:password@host:port/name``)
-    from the ``DATABASES`` entry ``alias`` (``settings.LEDGERQ['DATABASE']``, else
+    """The ledger's SQLAlchemy URL (``postgresql+psycopg://user:password@host:port/name``;
+    on Django's MySQL backend ``mysql+pymysql://...``: :func:`_mysql_url`) from the
+    ``DATABASES`` entry ``alias`` (``settings.LEDGERQ['DATABASE']``, else
     ``"default"``): ``NAME``, ``USER``, ``PASSWORD``, ``HOST`` (a path: the socket
     directory), ``PORT``, and the libpq parameters of ``OPTIONS`` (``sslmode`` etc.).
     While Django's test runner runs, that is its test database."""
@@ -91,10 +93,13 @@ def database_url(alias: str | None = None) -> str:
         )
     wrapper = connections[alias]
     entry = wrapper.settings_dict  # the test database's name while Django's tests run
+    if wrapper.vendor == "mysql":
+        return _mysql_url(entry)
     if wrapper.vendor != "postgresql":
         raise ImproperlyConfigured(
             f"settings.DATABASES[{alias!r}] uses {entry.get('ENGINE')!r}: ledgerq's ledger is "
-            "PostgreSQL (django.db.backends.postgresql)"
+            "PostgreSQL (django.db.backends.postgresql) or MySQL / MariaDB "
+            "(django.db.backends.mysql)"
         )
     _require_psycopg3(alias)
     host = entry.get("HOST") or None
@@ -108,6 +113,30 @@ def database_url(alias: str | None = None) -> str:
     port = entry.get("PORT")
     url = URL.create(
         "postgresql+psycopg",
+        username=entry.get("USER") or None,
+        password=entry.get("PASSWORD") or None,
+        host=host,
+        port=int(port) if port else None,
+        database=entry.get("NAME") or None,
+        query=query,
+    )
+    return url.render_as_string(hide_password=False)
+
+
+def _mysql_url(entry: Mapping[str, Any]) -> str:
+    """The MySQL ledger's URL (``mysql+pymysql://user:password@host:port/name``; the
+    server, MySQL or MariaDB, is told when the ledger connects) from a ``DATABASES``
+    entry on Django's MySQL backend: ``NAME``, ``USER``, ``PASSWORD``, ``HOST`` (a
+    path: the Unix socket), ``PORT``. The ledger's own connections run on PyMySQL
+    whatever driver Django's run on (mysqlclient, or PyMySQL as ``MySQLdb``);
+    ``enqueue(connection, ...)`` runs on Django's (ledger/mysql/raw.py)."""
+    host = entry.get("HOST") or None
+    query = {}
+    if host and host.startswith("/"):
+        query["unix_socket"], host = host, None
+    port = entry.get("PORT")
+    url = URL.create(
+        "mysql+pymysql",
         username=entry.get("USER") or None,
         password=entry.get("PASSWORD") or None,
         host=host,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, TextClause
@@ -25,6 +26,7 @@ from sqlalchemy.orm import Session, scoped_session
 
 from ledgerq.core.errors import LedgerqError, NotBuiltOnMySQLError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
+from ledgerq.ledger.mysql import batch
 from ledgerq.ledger.mysql.base import micros
 from ledgerq.ledger.mysql.engines import utc
 from ledgerq.ledger.mysql.queries import MQ
@@ -75,12 +77,27 @@ async def adrive(plan: Plan[R], run: AsyncRunner) -> R:
         return done
 
 
-SYNC_ACCEPTED = "a SQLAlchemy Session, scoped_session or Connection on the MySQL ledger"
-ASYNC_ACCEPTED = "a SQLAlchemy AsyncSession, async_scoped_session or AsyncConnection"
+SYNC_ACCEPTED = (
+    "a SQLAlchemy Session, scoped_session or Connection on the MySQL ledger, a PyMySQL "
+    "or mysqlclient (MySQLdb) connection, or Django's connection on its MySQL backend"
+)
+ASYNC_ACCEPTED = (
+    "a SQLAlchemy AsyncSession, async_scoped_session or AsyncConnection, or an aiomysql connection"
+)
+
+
+def _refused(caller: str, executor: object, accepted: str, hint: str = "") -> TypeError:
+    kind = type(executor)
+    return TypeError(
+        f"{caller}() takes {accepted} in an open transaction; got "
+        f"{kind.__module__}.{kind.__qualname__}{hint}"
+    )
 
 
 def runner(executor: object, caller: str) -> Runner:
-    """How ``caller`` runs a statement on the caller's sync ``executor``."""
+    """How ``caller`` runs a statement on the caller's sync ``executor``: a SQLAlchemy
+    one, or a raw DB-API connection (:mod:`ledgerq.ledger.mysql.raw`, imported only
+    then), Django's included."""
     if isinstance(executor, scoped_session):
         executor = executor()
     if isinstance(executor, Session | Connection):
@@ -90,16 +107,21 @@ def runner(executor: object, caller: str) -> Runner:
             return _answer(bound.execute(statement, params))
 
         return run
-    kind = type(executor)
-    raise TypeError(
-        f"{caller}() takes {SYNC_ACCEPTED} in an open transaction; got "
-        f"{kind.__module__}.{kind.__qualname__} (a raw DB-API connection is not built on "
-        "MySQL yet: pass the SQLAlchemy Session)"
-    )
+    if isinstance(executor, AsyncSession | AsyncConnection | async_scoped_session):
+        raise _refused(caller, executor, SYNC_ACCEPTED, f": use a{caller}() for it")
+    from ledgerq.ledger.mysql import raw
+
+    connection = raw.django_connection(executor, caller)
+    if raw.is_connection(connection):
+        return partial(raw.answer, connection)
+    if raw.is_async_connection(connection):
+        raise _refused(caller, executor, SYNC_ACCEPTED, f": use a{caller}() for it")
+    raise _refused(caller, executor, SYNC_ACCEPTED)
 
 
 def async_runner(executor: object, caller: str) -> AsyncRunner:
-    """How ``caller`` runs a statement on the caller's async ``executor``."""
+    """How ``caller`` runs a statement on the caller's async ``executor``: a SQLAlchemy
+    one, or an aiomysql connection."""
     if isinstance(executor, async_scoped_session):
         executor = executor()
     if isinstance(executor, AsyncSession | AsyncConnection):
@@ -109,11 +131,22 @@ def async_runner(executor: object, caller: str) -> AsyncRunner:
             return _answer(await bound.execute(statement, params))
 
         return run
-    kind = type(executor)
-    raise TypeError(
-        f"{caller}() takes {ASYNC_ACCEPTED} in an open transaction; got "
-        f"{kind.__module__}.{kind.__qualname__}"
-    )
+    sync_name = caller.removeprefix("a")
+    if isinstance(executor, Session | Connection | scoped_session):
+        raise _refused(caller, executor, ASYNC_ACCEPTED, f": use {sync_name}() for it")
+    from ledgerq.ledger.mysql import raw
+
+    if raw.is_async_connection(executor):
+        return partial(raw.aanswer, executor)
+    if raw.is_django(executor):
+        hint = (
+            ": Django's database connections are sync: call enqueue() (from async code, "
+            "through asgiref's sync_to_async)"
+        )
+        raise _refused(caller, executor, ASYNC_ACCEPTED, hint)
+    if raw.is_connection(executor):
+        raise _refused(caller, executor, ASYNC_ACCEPTED, f": use {sync_name}() for it")
+    raise _refused(caller, executor, ASYNC_ACCEPTED)
 
 
 # -- the producer's insert ------------------------------------------------------------
@@ -178,16 +211,49 @@ def enqueue_one(params: dict[str, Any]) -> Plan[tuple[int, bool]]:
 
 
 def enqueue_many(specs: Sequence[TaskSpec]) -> Plan[list[int]]:
-    """Insert ``specs`` in order: the new ids, in input order (duplicates left out).
-    One insert per task: an id per row from the driver, whatever the server's
-    ``innodb_autoinc_lock_mode`` (a multi-row insert's ids are consecutive only in
-    some of them); every spec is validated before the first insert."""
+    """Insert ``specs`` in order: the new ids, in input order (duplicates left out);
+    every spec is validated before the first insert.
+
+    On MariaDB the tasks without a de-duplication key go in batches of one
+    statement each (:mod:`ledgerq.ledger.mysql.batch`: ``INSERT ... SELECT FROM
+    JSON_TABLE ... RETURNING id``, then one update of the shards to take from the
+    ids); a ``unique`` or ``once`` task between them takes the single insert, in
+    its place in the order. MySQL has no ``INSERT ... RETURNING``, and a
+    multi-row insert's ids are consecutive there only in some
+    ``innodb_autoinc_lock_mode`` (not the default, 2, "interleaved"): one insert
+    per task, an id per row from the driver. The server is asked once per call,
+    and only when a batch of two or more tasks is to be inserted."""
     rows = [insert_params(spec) for spec in specs]
-    ids = []
-    for params in rows:
-        task_id, inserted = yield from enqueue_one(params)
-        if inserted:
-            ids.append(task_id)
+    ids: list[int] = []
+    returning: bool | None = None
+    for batched, run in batch.runs(rows):
+        if batched and len(run) > 1:
+            if returning is None:
+                asked = yield batch.MB.server_returns_inserts, {}
+                returning = bool(asked.rows and asked.rows[0][0])
+            if returning:
+                ids.extend((yield from _insert_batch(run)))
+                continue
+        for params in run:
+            task_id, inserted = yield from enqueue_one(params)
+            if inserted:
+                ids.append(task_id)
+    return ids
+
+
+def _insert_batch(run: Sequence[dict[str, Any]]) -> Plan[list[int]]:
+    """One batch in one statement: its ids in input order (the ids a statement
+    generates increase in its rows' order, so sorted they are the input's)."""
+    inserted = yield batch.MB.insert_task_rows, {"rows": batch.rows_json(run)}
+    ids = sorted(int(r[0]) for r in inserted.rows)
+    if len(ids) != len(run):
+        raise LedgerqError(f"a batch of {len(run)} tasks returned {len(ids)} ids")
+    unsharded: dict[int, list[int]] = {}
+    for task_id, params in zip(ids, run, strict=True):
+        if params["shard"] is None:
+            unsharded.setdefault(int(params["shards"]), []).append(task_id)
+    for shards, shard_ids in unsharded.items():
+        yield batch.MB.shard_task_rows, {"ids": shard_ids, "shards": shards}
     return ids
 
 

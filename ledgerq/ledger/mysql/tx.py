@@ -1,11 +1,14 @@
 """The seam's transaction-scoped part on MySQL / MariaDB: :class:`MyTx` and
 :class:`MyAsyncTx`, on the caller's open transaction (a SQLAlchemy Session or
-Connection, sync or async), never beginning, committing or rolling back: a task
-enqueued here exists exactly when the caller's transaction commits.
+Connection, sync or async, or a raw DB-API connection: PyMySQL's, mysqlclient's,
+aiomysql's or Django's on its MySQL backend, :mod:`ledgerq.ledger.mysql.raw`),
+never beginning, committing or rolling back: a task enqueued here exists exactly
+when the caller's transaction commits.
 
 Built so far: the producer's ``enqueue`` and ``enqueue_many`` (``unique`` and
-``once`` included), and the worker's writes inside a handler's transaction
-(``succeed``, ``save_checkpoint``). The rest of
+``once`` included; ``enqueue_many`` batches on MariaDB: :func:`plans.enqueue_many`),
+and the worker's writes inside a handler's transaction (``succeed``,
+``save_checkpoint``). The rest of
 :class:`~ledgerq.ledger.protocol.TxLedger` (the operator's in-transaction API,
 the batched window's row locks, results and dependencies) raises
 :class:`~ledgerq.core.errors.NotBuiltOnMySQLError` before it runs anything.

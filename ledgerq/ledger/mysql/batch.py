@@ -1,0 +1,119 @@
+"""``batch.sql`` of the MySQL ledger, loaded into :class:`MyBatchQueries` (as
+:mod:`ledgerq.ledger.mysql.queries` loads ``queries.sql``, IN lists expanding), and
+what ``enqueue_many``'s batched insert sends: which tasks go in one statement
+(:func:`batchable`, :func:`runs`) and the batch as the statement's JSON
+(:func:`rows_json`).
+
+Contract: a batch holds only tasks without a de-duplication key (``unique`` and
+``once`` take the single insert, which meets duplicates), keeps the input order,
+and stays under :data:`MAX_ROWS` rows and about :data:`MAX_BYTES` of JSON (one
+statement is one packet: MySQL's ``max_allowed_packet``, 16 MiB by default on
+MariaDB, bounds it). Values travel inside one bound JSON parameter, never spliced
+into the SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import TextClause, bindparam
+
+from ledgerq.ledger.mysql.queries import LIBRARY
+from ledgerq.ledger.sql import load
+
+#: A batch's bounds: rows, and bytes of JSON (payloads included).
+MAX_ROWS = 1000
+MAX_BYTES = 4 * 1024 * 1024
+#: What a batch row carries of insert_task's parameters (the rest is fixed: no
+#: dedupe_key, parent_id or ordering_key in a batch; the MySQL ledger refuses the
+#: last two, ledger/mysql/plans.py).
+_FIELDS = (
+    "kind",
+    "queue",
+    "payload",
+    "business_key",
+    "priority",
+    "shard",
+    "run_at",
+    "delay_us",
+    "max_attempts",
+    "retry",
+    "timeout_s",
+    "trace_context",
+    "tags",
+)
+_IN_LIST = re.compile(r"\bIN\s+:(\w+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class MyBatchQueries:
+    """``ledger/mysql/batch.sql``."""
+
+    server_returns_inserts: TextClause
+    insert_task_rows: TextClause
+    shard_task_rows: TextClause
+
+
+def _expanding(queries: MyBatchQueries) -> MyBatchQueries:
+    """``queries`` with each parameter read as an IN list marked expanding."""
+    marked = {}
+    for f in fields(queries):
+        clause: TextClause = getattr(queries, f.name)
+        lists = sorted(set(_IN_LIST.findall(clause.text)))
+        marked[f.name] = clause.bindparams(*(bindparam(name, expanding=True) for name in lists))
+    return MyBatchQueries(**marked)
+
+
+MB: MyBatchQueries = _expanding(load(MyBatchQueries, "ledgerq.ledger.mysql", "batch.sql", LIBRARY))
+
+
+def batchable(params: Mapping[str, Any]) -> bool:
+    """Whether a task (insert_task's parameters) may go in a batch: no key to meet a
+    duplicate on."""
+    return not params["once"] and params["dedupe_key"] is None
+
+
+def _row(params: Mapping[str, Any]) -> dict[str, Any]:
+    row = {name: params[name] for name in _FIELDS if params[name] is not None}
+    run_at = row.get("run_at")
+    if isinstance(run_at, datetime):  # naive UTC (insert_params): DATETIME(6)'s text
+        row["run_at"] = run_at.strftime("%Y-%m-%d %H:%M:%S.%f")
+    return row
+
+
+def _size(params: Mapping[str, Any]) -> int:
+    """About the bytes a task adds to a batch (its payload dominates)."""
+    texts = (params["payload"], params["retry"], params["trace_context"], params["tags"])
+    return 256 + sum(len(t) for t in texts if t is not None)
+
+
+def runs(rows: Sequence[dict[str, Any]]) -> Iterator[tuple[bool, list[dict[str, Any]]]]:
+    """``rows`` (insert_task's parameters) in order, as runs: (True, a batch of
+    batchable tasks within the bounds) or (False, one task for the single insert)."""
+    batch: list[dict[str, Any]] = []
+    size = 0
+    for params in rows:
+        if not batchable(params):
+            if batch:
+                yield True, batch
+                batch, size = [], 0
+            yield False, [params]
+            continue
+        if batch and (len(batch) >= MAX_ROWS or size + _size(params) > MAX_BYTES):
+            yield True, batch
+            batch, size = [], 0
+        batch.append(params)
+        size += _size(params)
+    if batch:
+        yield True, batch
+
+
+def rows_json(batch: Sequence[Mapping[str, Any]]) -> str:
+    """The batch as insert_task_rows' :rows (UTF-8 kept as is: the server reads the
+    JSON's strings back exactly)."""
+    return json.dumps([_row(p) for p in batch], ensure_ascii=False, separators=(",", ":"))
