@@ -15,8 +15,8 @@ worker need.
   for every finished one (history keeps none).
 - ``ledgerq_tasks_due`` (status, queue, priority, run_at, id): the direct claim's
   candidates, pending rows of a queue by priority, without reading the rest.
-- ``ledgerq_history``: the terminal rows, the same columns. Not partitioned yet
-  (retention by day partitions is a later revision: docs/guarantees.md).
+- ``ledgerq_history``: the terminal rows, the same columns. Partitioned by
+  status and day in m0004 (retention).
 - ``ledgerq_unique_keys``: the permanent keys of ``once=True`` (kind, business
   key) and the task that took each.
 - ``ledgerq_kinds``: the per-kind defaults the workers register and the claim
