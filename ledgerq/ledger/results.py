@@ -15,7 +15,12 @@ connection, Django's connection) or an ``Engine``/``AsyncEngine``, an
 id names its shard (:mod:`ledgerq.ledger.split.ids`) and the router's database
 for it is read.
 
-Waiting: the waiter registers with its database's registry
+On MySQL and MariaDB (a bind of a MySQL dialect, a PyMySQL connection,
+Django's connection on its MySQL backend) there is no NOTIFY: the waiter polls
+its task on a connection of its own, at first every 10 ms and up to every
+``poll_s`` (:mod:`ledgerq.ledger.mysql.results`).
+
+Waiting (PostgreSQL): the waiter registers with its database's registry
 (:mod:`ledgerq.ledger.pg.waiters`: one per database per process, one listening
 connection and one reading connection however many wait), then reads the task
 once. Every statement that ends tasks sends one ``NOTIFY ledgerq_ended`` with
@@ -86,6 +91,43 @@ def conninfo(bind: Any, task_id: int) -> str:
     return found
 
 
+def mysql_url(bind: Any) -> str | None:
+    """The URL (password included) of the MySQL / MariaDB database ``bind`` is on, or
+    None when it is not on one: a SQLAlchemy bind or URL of a MySQL dialect, a
+    PyMySQL connection, or Django's connection on its MySQL backend (on PyMySQL)."""
+    from ledgerq.ledger.binds import MYSQL_DIALECTS
+
+    if isinstance(bind, str | URL):
+        url = make_url(bind)
+        backend = url.get_backend_name()
+        if backend not in MYSQL_DIALECTS:
+            return None
+        # the waiter opens its own connections, sync (PyMySQL) or async (aiomysql)
+        return url.set(drivername=f"{backend}+pymysql").render_as_string(False)
+    engine: Any = bind
+    if isinstance(engine, scoped_session):
+        engine = engine()
+    if isinstance(engine, Session):
+        engine = engine.get_bind()
+    if isinstance(engine, AsyncSession):
+        engine = engine.bind
+    if isinstance(engine, Connection | AsyncConnection | AsyncEngine | Engine):
+        return mysql_url(engine.engine.url)
+    return _raw_mysql_url(bind)
+
+
+def _raw_mysql_url(bind: Any) -> str | None:
+    """:func:`mysql_url` of a raw connection: PyMySQL's, or Django's on PyMySQL."""
+    if type(bind).__module__.startswith("django.") and getattr(bind, "vendor", None) == "mysql":
+        bind.ensure_connection()
+        bind = bind.connection
+    if not type(bind).__module__.startswith("pymysql."):
+        return None
+    from ledgerq.ledger.mysql.results import connection_url
+
+    return connection_url(bind)
+
+
 def _check_timeout(timeout: float | None) -> float | None:
     if timeout is not None and not timeout >= 0:
         raise ValueError(f"result(timeout=...) is seconds, 0 or more, or None; got {timeout!r}")
@@ -101,9 +143,15 @@ def result(
     :class:`~ledgerq.core.errors.TaskNotFoundError` if the task is not in the
     ledger; ``poll_s``: how often the registry reads when no notification comes
     (the first waiter on a database sets it)."""
+    limit = _check_timeout(timeout)
+    on_mysql = mysql_url(bind)
+    if on_mysql is not None:
+        from ledgerq.core.config import Settings
+        from ledgerq.ledger.mysql.results import wait
+
+        return wait(Settings(database_url=on_mysql), task_id, limit, poll_s)
     from ledgerq.ledger.pg.waiters import registry
 
-    limit = _check_timeout(timeout)
     return registry(conninfo(bind, task_id), poll_s).wait(task_id, limit)
 
 
@@ -111,8 +159,14 @@ async def aresult(
     bind: Any, task_id: int, *, timeout: float | None = 30.0, poll_s: float = DEFAULT_POLL_S
 ) -> TaskResult:
     """:func:`result` for async code: the event loop is never blocked."""
+    limit = _check_timeout(timeout)
+    on_mysql = mysql_url(bind)
+    if on_mysql is not None:
+        from ledgerq.core.config import Settings
+        from ledgerq.ledger.mysql.results import await_result
+
+        return await await_result(Settings(database_url=on_mysql), task_id, limit, poll_s)
     from ledgerq.ledger.pg.waiters import registry
 
-    limit = _check_timeout(timeout)
     waiters = registry(conninfo(bind, task_id), poll_s)
     return await waiters.await_result(task_id, limit, asyncio.get_running_loop())

@@ -7,7 +7,8 @@
 - ``my.async_effect`` does the same from an async handler;
 - ``my.crash_once`` marks its start in ``payload["dir"]`` (``started-<attempt>``),
   hangs on its first attempt (the test SIGKILLs its worker there), and on a later
-  one writes its row through ``ctx.session`` as ``my.effect`` does.
+  one writes its row through ``ctx.session`` as ``my.effect`` does;
+- ``my.fail`` raises on its one attempt (it ends ``dead``).
 """
 
 from __future__ import annotations
@@ -42,3 +43,8 @@ def crash_once(payload: Any, ctx: TaskContext) -> None:
     if ctx.attempt == 1:
         time.sleep(120)  # the test kills the worker here
     ctx.session.execute(EFFECT, {"task_id": ctx.id, "attempt": ctx.attempt, "n": payload["n"]})
+
+
+@task("my.fail", max_attempts=1)
+def fail(payload: Any, ctx: TaskContext) -> None:
+    raise ValueError(f"refused {payload['n']}")

@@ -16,7 +16,7 @@ from ledgerq.core.config import Settings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.protocol import LedgerWithHarness
-from tests.conformance.conftest import ONE_DATABASE, AsyncTransaction, Transaction
+from tests.conformance.conftest import ON_MARIADB, ONE_DATABASE, AsyncTransaction, Transaction
 from tests.conformance.support import UNKNOWN_ID, claim_one
 
 IMPLEMENTATIONS = ONE_DATABASE
@@ -36,6 +36,7 @@ def told(conn: psycopg.Connection[Any]) -> list[set[int]]:
     return [{int(i) for i in n.payload.split(",")} for n in conn.notifies(timeout=0)]
 
 
+@ON_MARIADB
 async def test_ended_results_reads_live_and_ended_tasks_in_one_snapshot(
     ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
 ) -> None:

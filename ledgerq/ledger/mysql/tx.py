@@ -35,7 +35,7 @@ from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.model import Fence, Outcome
-from ledgerq.ledger.mysql import plans
+from ledgerq.ledger.mysql import plans, results
 from ledgerq.ledger.options import AuditOptions
 from ledgerq.ledger.protocol import Locked
 from ledgerq.ledger.specs import TaskSpec, chunks
@@ -92,16 +92,16 @@ class MyTx:
         _not_built("ctx.dependencies")
 
     def ended_results(self, ids: Sequence[int]) -> list[TaskResult]:
-        _not_built("result()")
+        return plans.drive(results.ended_results(ids), self._run)
 
     def child_results(self, parent_id: int, after: int = 0, limit: int = 100) -> list[TaskResult]:
         _not_built("ctx.children")
 
     def announce_waiting(self, registry: str, until_s: float) -> None:
-        _not_built("result()")
+        _not_built("result() waiters' registry (a waiter polls on MySQL: mysql/results.py)")
 
     def withdraw_waiting(self, registry: str) -> None:
-        _not_built("result()")
+        _not_built("result() waiters' registry (a waiter polls on MySQL: mysql/results.py)")
 
 
 class MyAsyncTx:
@@ -146,7 +146,7 @@ class MyAsyncTx:
         _not_built("ctx.dependencies")
 
     async def ended_results(self, ids: Sequence[int]) -> list[TaskResult]:
-        _not_built("result()")
+        return await plans.adrive(results.ended_results(ids), self._run)
 
     async def child_results(
         self, parent_id: int, after: int = 0, limit: int = 100
@@ -154,10 +154,10 @@ class MyAsyncTx:
         _not_built("ctx.children")
 
     async def announce_waiting(self, registry: str, until_s: float) -> None:
-        _not_built("result()")
+        _not_built("result() waiters' registry (a waiter polls on MySQL: mysql/results.py)")
 
     async def withdraw_waiting(self, registry: str) -> None:
-        _not_built("result()")
+        _not_built("result() waiters' registry (a waiter polls on MySQL: mysql/results.py)")
 
 
 if TYPE_CHECKING:  # mypy checks both against the transaction-scoped protocols
