@@ -80,7 +80,33 @@ class SchemaTracebacks(logging.Filter):
         return True
 
 
+class LostPooledConnections(logging.Filter):
+    """A pooled connection the database killed or lost while it was checked out is
+    an outage the service reports itself, in one line: SQLAlchemy's pool, returning
+    it, fails to roll it back and logs that at ERROR with a traceback, then
+    discards the connection (the next checkout opens a new one). That record
+    becomes one WARNING line naming the error, without the traceback. Any other
+    failed reset keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("sqlalchemy.pool") or not record.exc_info:
+            return True
+        error = record.exc_info[1]
+        if (
+            error is not None
+            and type(error).__name__ == "OperationalError"
+            and str(record.msg).startswith("Exception during reset")
+        ):
+            record.msg = "a pooled database connection was lost (%s); discarded"
+            record.args = (first_line(error),)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 TRACEBACKS = SchemaTracebacks()
+LOST_CONNECTIONS = LostPooledConnections()
 #: Names the running task on every record logged while its handler runs.
 TASK_FIELDS = TaskFields()
 
@@ -151,7 +177,8 @@ def _configure_logging(verbose: int) -> None:
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
-        for log_filter in (TRACEBACKS, SECRETS, TASK_FIELDS):  # in this order: mask what is left
+        # in this order: mask what is left
+        for log_filter in (TRACEBACKS, LOST_CONNECTIONS, SECRETS, TASK_FIELDS):
             if log_filter not in handler.filters:
                 handler.addFilter(log_filter)
     if verbose < 2:

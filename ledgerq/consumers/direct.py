@@ -60,6 +60,7 @@ from typing import ClassVar
 from ledgerq.consumers.claimer import Slots
 from ledgerq.consumers.handoff import Claimed
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
+from ledgerq.ledger.outages import Outage
 from ledgerq.ledger.protocol import DirectLedger
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S
 
@@ -125,6 +126,8 @@ class DirectClaimer:
         self.lease_s = lease_s
         self.config = config
         self.observer = observer
+        #: Failed claims (a lost database): one log line per outage, not per claim.
+        self.outage = Outage("direct claim", log)
         self.batch = min(config.batch, slots.capacity)
         self.refill = max(1, self.batch // 4)
         self.claimed = 0
@@ -178,10 +181,11 @@ class DirectClaimer:
                 break
             try:
                 asked, won = await self.claim_once()
-            except Exception:
-                log.exception("direct claim failed; retrying in %.1fs", self.config.backoff_s)
+            except Exception as exc:  # an outage: one line for all of it (ledger/outages.py)
+                self.outage.failed(exc)
                 await asyncio.sleep(self.config.backoff_s)
                 continue
+            self.outage.succeeded()
             if won < asked:  # nothing more due for us now
                 await self._idle()
 

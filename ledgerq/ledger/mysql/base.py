@@ -105,9 +105,16 @@ class MyBase:
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     async def _rows(self, statement: TextClause, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
-        """Run one statement in autocommit and return its rows."""
+        """Run one statement in a transaction of its own and return its rows.
+
+        Not on the AUTOCOMMIT connection: switching a pooled connection to
+        autocommit costs a round trip at checkout and another at return, and a
+        connection lost in that switch was left to the garbage collector
+        instead of being returned to the pool (a killed connection under the
+        worker's liveness beat showed it). The statement and its COMMIT are two
+        round trips (PyMySQL begins implicitly)."""
         with translated():
-            async with self._autocommit.connect() as conn:
+            async with self.engine.begin() as conn:
                 result = await conn.execute(statement, params)
                 return result.all() if result.returns_rows else []
 
