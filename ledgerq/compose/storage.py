@@ -29,16 +29,28 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from ledgerq.ledger.mysql import MyLedger
+
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
 
 def ledger_on(engine: AsyncEngine) -> PgLedger:
     """The ledger on an engine the caller opened (and disposes of). PostgreSQL's:
-    the tools that hold one (demo, benchmark, testing helper) are not built on MySQL."""
+    the tools that hold one (demo, benchmark) are not built on MySQL."""
     if engine.dialect.name in MYSQL_DIALECTS:
         raise NotBuiltOnMySQLError(
-            "the demo, the benchmark and ledgerq.testing are not built on the MySQL ledger yet"
+            "the demo and the benchmark are not built on the MySQL ledger yet"
         )
+    return PgLedger(engine)
+
+
+def own_ledger_on(engine: AsyncEngine) -> PgLedger | MyLedger:
+    """The ledger on an engine the caller opened, on either server (the testing
+    helper's: ``ledgerq.testing`` runs on MySQL / MariaDB too)."""
+    if engine.dialect.name in MYSQL_DIALECTS:
+        from ledgerq.ledger.mysql import MyLedger  # a MySQL engine only
+
+        return MyLedger(engine)
     return PgLedger(engine)
 
 

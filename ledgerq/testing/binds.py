@@ -9,9 +9,12 @@ connection, Django's connection) or an ``Engine`` / ``AsyncEngine``.
 worker does, on connections of their own, so they see what is committed. They
 reuse the caller's own engines where they can (so the handlers' ``ctx.session``
 opens where the application's sessions do) and otherwise open engines on the
-bind's URL (password included; the driver is psycopg 3, as ledgerq's own), which
-they dispose of before returning. :func:`~ledgerq.testing.enqueued` reads through
-the bind itself, in the caller's transaction.
+bind's URL (password included; the driver is psycopg 3 on PostgreSQL, PyMySQL
+and aiomysql on MySQL / MariaDB, as ledgerq's own), which they dispose of before
+returning. On MySQL the engines they open run at READ COMMITTED, as ledgerq's
+own connections do (the direct claim reads its candidates, then locks them).
+:func:`~ledgerq.testing.enqueued` reads through the bind itself, in the caller's
+transaction.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import URL, Connection, Engine, create_engine
+from sqlalchemy import URL, Connection, Engine, create_engine, make_url
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -31,38 +34,55 @@ from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.pool import NullPool
 
 from ledgerq.core.urls import psycopg_url
+from ledgerq.ledger.binds import MYSQL_DIALECTS
+from ledgerq.ledger.results import mysql_url
 
 ACCEPTED = (
     "a SQLAlchemy Engine, Connection, Session or scoped_session, their async "
-    "counterparts, a psycopg 3 connection or Django's connection"
+    "counterparts, a psycopg 3 or PyMySQL connection or Django's connection"
 )
+#: The isolation of the engines the helpers open on MySQL (ledgerq's own level).
+MYSQL_ISOLATION = "READ COMMITTED"
 
 
 @dataclass(frozen=True)
 class Target:
-    """The database a bind points at: its URL (psycopg 3 driver), and the caller's
-    engines when the bind has them (None: the helper opens its own on ``url``)."""
+    """The database a bind points at: its URL (the sync driver ledgerq uses there:
+    psycopg 3, or PyMySQL), and the caller's engines when the bind has them (None:
+    the helper opens its own on ``url``)."""
 
     url: URL
     sync_engine: Engine | None = None
     async_engine: AsyncEngine | None = None
 
+    @property
+    def mysql(self) -> bool:
+        return self.url.get_backend_name() in MYSQL_DIALECTS
+
+    def _options(self) -> dict[str, Any]:
+        return {"isolation_level": MYSQL_ISOLATION} if self.mysql else {}
+
     def open_sync(self) -> tuple[Engine, bool]:
         """A sync engine on the database, and whether the caller must dispose of it."""
         if self.sync_engine is not None:
             return self.sync_engine, False
-        return create_engine(self.url, poolclass=NullPool), True
+        return create_engine(self.url, poolclass=NullPool, **self._options()), True
 
     def open_async(self, *, reuse: bool) -> tuple[AsyncEngine, bool]:
-        """An async engine on psycopg 3 (the caller's when ``reuse`` and it runs on
-        psycopg), and whether the caller must dispose of it."""
+        """An async engine on the database (psycopg 3, or aiomysql: the caller's when
+        ``reuse`` and it runs on that driver), and whether the caller must dispose of it."""
+        driver = "aiomysql" if self.mysql else "psycopg"
         mine = self.async_engine
-        if reuse and mine is not None and mine.dialect.driver == "psycopg":
+        if reuse and mine is not None and mine.dialect.driver == driver:
             return mine, False
-        return create_async_engine(self.url, poolclass=NullPool), True
+        url = self.url.set(drivername=f"{self.url.get_backend_name()}+{driver}")
+        return create_async_engine(url, poolclass=NullPool, **self._options()), True
 
 
-def _on_psycopg(url: URL) -> URL:
+def _sync_url(url: URL) -> URL:
+    backend = url.get_backend_name()
+    if backend in MYSQL_DIALECTS:
+        return url.set(drivername=f"{backend}+pymysql")
     return url.set(drivername="postgresql+psycopg")
 
 
@@ -71,7 +91,7 @@ def _unwrap(bind: object) -> object:
         return bind()
     if type(bind).__module__.startswith("django.") and callable(
         getattr(bind, "ensure_connection", None)
-    ):  # Django's connection: its psycopg connection (Django is never imported)
+    ):  # Django's connection: its driver's connection (Django is never imported)
         wrapper: Any = bind
         wrapper.ensure_connection()
         return wrapper.connection
@@ -91,12 +111,15 @@ def resolve(bind: object, caller: str) -> Target:
         bind = bind.engine
     if isinstance(bind, Engine):
         sync = None if bind.dialect.is_async else bind
-        return Target(_on_psycopg(bind.url), sync_engine=sync)
+        return Target(_sync_url(bind.url), sync_engine=sync)
     if isinstance(bind, AsyncEngine):
-        return Target(_on_psycopg(bind.url), async_engine=bind)
+        return Target(_sync_url(bind.url), async_engine=bind)
     if type(bind).__module__.startswith("psycopg") and hasattr(bind, "info"):
         info: Any = getattr(bind, "info")  # psycopg is not imported here
         return Target(psycopg_url(info))
+    on_mysql = mysql_url(bind)  # a PyMySQL connection (Django's on PyMySQL unwrapped above)
+    if on_mysql is not None:
+        return Target(make_url(on_mysql))
     kind = type(bind)
     raise TypeError(f"{caller}() takes {ACCEPTED}; got {kind.__module__}.{kind.__qualname__}")
 

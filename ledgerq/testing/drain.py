@@ -35,27 +35,31 @@ import logging
 import os
 import socket
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from ledgerq.alerting.alerts import log_alert
-from ledgerq.compose.storage import ledger_on
+from ledgerq.compose.storage import own_ledger_on
 from ledgerq.consumers.context import HandlerContext
 from ledgerq.consumers.execute import TaskRunner
 from ledgerq.consumers.handoff import Committed
 from ledgerq.consumers.registry import Registry, default_registry
 from ledgerq.core.errors import LedgerqError
+from ledgerq.ledger.binds import on_mysql
 from ledgerq.ledger.executors import async_runner, runner
 from ledgerq.ledger.model import ClaimedTask, Fence, Outcome
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S
 from ledgerq.testing.binds import Target, in_transaction, resolve
-from ledgerq.testing.queries import TQ
+from ledgerq.testing.queries import HelperQueries, helper_params, helper_queries
 from ledgerq.testing.tasks import run_sync, selection
 
 if TYPE_CHECKING:
+    from ledgerq.ledger.mysql import MyLedger
     from ledgerq.ledger.pg import PgLedger
+
+    OwnLedger = PgLedger | MyLedger
 
 log = logging.getLogger("ledgerq.testing")
 
@@ -135,7 +139,7 @@ class _Keeper:
     """Checkpoints stored at once (fenced, autocommit), as the worker's lease keeping
     stores them; progress reports kept in memory (no heartbeat writes them)."""
 
-    ledger: PgLedger
+    ledger: OwnLedger
     loop: asyncio.AbstractEventLoop | None
     reports: dict[Fence, str] = field(default_factory=dict)
 
@@ -151,12 +155,14 @@ class _Keeper:
 
 @dataclass
 class _Drain:
-    ledger: PgLedger
+    ledger: OwnLedger
     runner: TaskRunner
     registry: Registry
     kinds: frozenset[str] | None
     queues: list[str] | None
     include_future: bool
+    #: The statements of the ledger's server (testing.sql or testing_mysql.sql).
+    mysql: bool = False
     runs: list[Run] = field(default_factory=list)
     limited: bool = False
     expired: int = 0
@@ -180,7 +186,7 @@ class _Drain:
     async def due_queues(self) -> list[str]:
         """The queues with due tasks of claimable kinds; NoHandlerError for due tasks
         of kinds without a handler (when every kind is drained)."""
-        rows = await self.ledger._rows(TQ.due_kinds, {"queues": self.queues})
+        rows = await self._rows("due_kinds", {"queues": self.queues})
         queues, unhandled = set(), Counter[str]()
         for row in rows:
             queue, kind, n = tuple(row)
@@ -200,8 +206,10 @@ class _Drain:
 
     async def run(self, max_tasks: int) -> DrainResult:
         while True:
-            # what the reconciler's expiry service does: expired tasks end, unrun
-            self.expired += len(await self.ledger.expire_due(500))
+            expire = getattr(self.ledger, "expire_due", None)
+            if expire is not None:  # not on MySQL, where expiry is refused at enqueue
+                # what the reconciler's expiry service does: expired tasks end, unrun
+                self.expired += len(await expire(500))
             queues = await self.due_queues()
             if queues and len(self.runs) >= max_tasks:
                 self.limited = True
@@ -220,11 +228,16 @@ class _Drain:
     async def skip_ahead(self) -> bool:
         """Move time to the next drained task's due time; False if none is waiting."""
         params = {"queues": self.queues, "kinds": sorted(self.claimable)}
-        seconds = await self.ledger._scalar(TQ.next_due_in, params)
+        seconds = (await self._rows("next_due_in", params))[0][0]
         if seconds is None:
             return False
-        await self.ledger._rows(TQ.advance, {**params, "seconds": float(seconds) + 0.001})
+        await self._rows("advance", {**params, "seconds": float(seconds) + 0.001})
         return True
+
+    async def _rows(self, name: str, params: dict[str, Any]) -> Sequence[Any]:
+        """Run the helpers' statement ``name`` of the ledger's server."""
+        statement = getattr(helper_queries(self.mysql), name)
+        return await self.ledger._rows(statement, helper_params(params, self.mysql))
 
     async def run_one(self, task: ClaimedTask) -> None:
         result = await self.runner.run(task, lambda: None)
@@ -275,7 +288,7 @@ async def _drain(
     ledger_engine, dispose_ledger = target.open_async(reuse=reuse)
     sync_engine, dispose_sync = target.open_sync()
     handler_engine = target.async_engine if reuse and target.async_engine else ledger_engine
-    ledger = ledger_on(ledger_engine)
+    ledger = own_ledger_on(ledger_engine)
     pool = ThreadPoolExecutor(1, thread_name_prefix="ledgerq-drain")
     keeper = _Keeper(ledger, asyncio.get_running_loop())
     task_runner = TaskRunner(
@@ -286,7 +299,8 @@ async def _drain(
         hung.on_hung = log.error
     try:
         if unseen:
-            seen = {int(r[0]) for r in await ledger._rows(TQ.existing, {"ids": unseen})}
+            existing = helper_queries(target.mysql).existing
+            seen = {int(r[0]) for r in await ledger._rows(existing, {"ids": unseen})}
             if set(unseen) - seen:
                 raise UncommittedTasksError(
                     f"{len(set(unseen) - seen)} tasks were enqueued in the bind's open "
@@ -303,6 +317,7 @@ async def _drain(
             None if options["kinds"] is None else frozenset(options["kinds"]),
             options["queues"],
             options["include_future"],
+            target.mysql,
         )
         return await drainer.run(options["max_tasks"])
     finally:
@@ -364,7 +379,7 @@ def drain(bind: object, **options: Unpack[DrainOptions]) -> DrainResult:
     if in_transaction(bind):
         # An async handle's transaction is read by adrain only.
         with contextlib.suppress(TypeError):
-            unseen = _ids(runner(bind, "drain")(TQ.newest_pending, {}))
+            unseen = _ids(runner(bind, "drain")(_newest(bind), {}))
     return run_sync(_drain(target, registry, params, unseen, reuse=False), "drain")
 
 
@@ -390,5 +405,10 @@ async def _aunseen(bind: object) -> list[int]:
             run = runner(bind, "adrain")
         except TypeError:
             return []
-        return _ids(run(TQ.newest_pending, {}))
-    return _ids(await arun(TQ.newest_pending, {}))
+        return _ids(run(_newest(bind), {}))
+    return _ids(await arun(_newest(bind), {}))
+
+
+def _newest(bind: object) -> Any:
+    queries: HelperQueries = helper_queries(on_mysql(bind))
+    return queries.newest_pending

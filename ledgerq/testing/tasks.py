@@ -12,16 +12,17 @@ import asyncio
 import json
 from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ledgerq.compose.storage import ledger_on
+from ledgerq.compose.storage import own_ledger_on
+from ledgerq.ledger.binds import on_mysql
 from ledgerq.ledger.executors import async_runner, runner
 from ledgerq.testing.binds import resolve
-from ledgerq.testing.queries import TQ
+from ledgerq.testing.queries import helper_params, helper_queries
 
 T = TypeVar("T")
 
@@ -62,6 +63,18 @@ class EnqueuedTask:
     expires_at: datetime | None = None
 
 
+def _aware(value: datetime | None) -> datetime | None:
+    """A MySQL ``DATETIME(6)`` (naive, UTC) as PostgreSQL's aware timestamp."""
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+def _tags(value: Any) -> list[str] | None:
+    """Tags as read: PostgreSQL's text[] (a list), MySQL's JSON (text)."""
+    if value is None:
+        return None
+    return list(json.loads(value) if isinstance(value, str | bytes) else value)
+
+
 def _record(row: Sequence[Any]) -> EnqueuedTask:
     (id_, kind, queue, payload, status, priority, run_at, due, attempts, max_attempts, retry,
      timeout_s, business_key, ordering_key, parent_id, last_error, created_at, tags,
@@ -73,7 +86,7 @@ def _record(row: Sequence[Any]) -> EnqueuedTask:
         json.loads(payload),
         status,
         int(priority),
-        run_at,
+        _aware(run_at) or run_at,
         bool(due),
         int(attempts),
         None if max_attempts is None else int(max_attempts),
@@ -83,9 +96,9 @@ def _record(row: Sequence[Any]) -> EnqueuedTask:
         ordering_key,
         parent_id,
         last_error,
-        created_at,
-        None if tags is None else list(tags),
-        expires_at,
+        _aware(created_at) or created_at,
+        _tags(tags),
+        _aware(expires_at),
     )
 
 
@@ -106,7 +119,8 @@ def enqueued(
     if isinstance(bind, Engine):
         with bind.connect() as conn:
             return enqueued(conn, kind, queue=queue, limit=limit)
-    return [_record(r) for r in runner(bind, "enqueued")(TQ.enqueued, params)]
+    statement = helper_queries(on_mysql(bind)).enqueued
+    return [_record(r) for r in runner(bind, "enqueued")(statement, params)]
 
 
 async def aenqueued(
@@ -118,7 +132,8 @@ async def aenqueued(
     if isinstance(bind, AsyncEngine):
         async with bind.connect() as conn:
             return await aenqueued(conn, kind, queue=queue, limit=limit)
-    rows = await async_runner(bind, "aenqueued")(TQ.enqueued, params)
+    statement = helper_queries(on_mysql(bind)).enqueued
+    rows = await async_runner(bind, "aenqueued")(statement, params)
     return [_record(r) for r in rows]
 
 
@@ -141,6 +156,12 @@ def _advance_params(
     return {"seconds": float(seconds), **selection(queues, kinds)}
 
 
+def _moved(result: Any) -> int:
+    """How many tasks ``advance`` moved: PostgreSQL's RETURNING rows, MySQL's row count
+    (rows matched: SQLAlchemy's MySQL dialects count found rows)."""
+    return len(result.all()) if result.returns_rows else int(result.rowcount)
+
+
 def advance(
     bind: object,
     seconds: float,
@@ -154,10 +175,12 @@ def advance(
     ``seconds`` from now. Returns how many tasks moved. Commits on a connection of
     its own. Never point it at a production database: it rewrites due times."""
     params = _advance_params(seconds, queues, kinds)
-    engine, dispose = resolve(bind, "advance").open_sync()
+    target = resolve(bind, "advance")
+    engine, dispose = target.open_sync()
     try:
         with engine.begin() as conn:
-            return len(conn.execute(TQ.advance, params).all())
+            statement = helper_queries(target.mysql).advance
+            return _moved(conn.execute(statement, helper_params(params, target.mysql)))
     finally:
         if dispose:
             engine.dispose()
@@ -172,10 +195,12 @@ async def aadvance(
 ) -> int:
     """:func:`advance` from async code."""
     params = _advance_params(seconds, queues, kinds)
-    engine, dispose = resolve(bind, "aadvance").open_async(reuse=True)
+    target = resolve(bind, "aadvance")
+    engine, dispose = target.open_async(reuse=True)
     try:
         async with engine.begin() as conn:
-            return len((await conn.execute(TQ.advance, params)).all())
+            statement = helper_queries(target.mysql).advance
+            return _moved(await conn.execute(statement, helper_params(params, target.mysql)))
     finally:
         if dispose:
             await engine.dispose()
@@ -190,7 +215,7 @@ async def areset(bind: object) -> None:
 async def _reset(bind: object, name: str, *, reuse: bool) -> None:
     engine, dispose = resolve(bind, name).open_async(reuse=reuse)
     try:
-        await ledger_on(engine).truncate()
+        await own_ledger_on(engine).truncate()
     finally:
         if dispose:
             await engine.dispose()
