@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import TextClause, bindparam
+from sqlalchemy import TextClause, bindparam, text
 
 from ledgerq.ledger.mysql.queries import LIBRARY
 from ledgerq.ledger.sql import load
@@ -54,7 +54,7 @@ _IN_LIST = re.compile(r"\bIN\s+:(\w+)", re.IGNORECASE)
 class MyBatchQueries:
     """``ledger/mysql/batch.sql``."""
 
-    server_returns_inserts: TextClause
+    server_batch_ids: TextClause
     insert_task_rows: TextClause
     shard_task_rows: TextClause
 
@@ -70,6 +70,22 @@ def _expanding(queries: MyBatchQueries) -> MyBatchQueries:
 
 
 MB: MyBatchQueries = _expanding(load(MyBatchQueries, "ledgerq.ledger.mysql", "batch.sql", LIBRARY))
+#: insert_task_rows with its ids returned (MariaDB), for a server whose lock mode
+#: does not make one statement's ids consecutive.
+INSERT_RETURNING = text(MB.insert_task_rows.text + "\nRETURNING id")
+
+
+@dataclass(frozen=True)
+class IdsBack:
+    """How the server gives a batch's ids back (``server_batch_ids``)."""
+
+    consecutive: bool
+    returning: bool
+    step: int
+
+    @property
+    def batches(self) -> bool:
+        return self.consecutive or self.returning
 
 
 def batchable(params: Mapping[str, Any]) -> bool:

@@ -2,10 +2,17 @@
 -- MyBatchQueries): enqueue_many's common case, one statement for many tasks
 -- where the single insert (queries.sql insert_task) takes one per task.
 
--- name: server_returns_inserts
--- Whether the server answers INSERT ... RETURNING: MariaDB (10.5+; the ledger
--- needs 10.6) does, MySQL does not (enqueue_many inserts one row at a time there).
-SELECT VERSION() LIKE '%MariaDB%' AS returns_inserts
+-- name: server_batch_ids
+-- How the server can give a batch's ids back (enqueue_many asks once per call):
+-- consecutive, when innodb_autoinc_lock_mode is 0 or 1 (MariaDB's default, 1:
+-- an INSERT ... SELECT holds the table's AUTO-INC lock to its end, so its rows
+-- take consecutive ids, :step apart, the first one the driver's lastrowid);
+-- else through INSERT ... RETURNING, which MariaDB (10.5+) answers and MySQL
+-- does not (there, with the interleaved mode 2, MySQL 8's default, one insert
+-- per task).
+SELECT VERSION() LIKE '%MariaDB%' AS returns_inserts,
+       @@innodb_autoinc_lock_mode IN (0, 1) AS consecutive,
+       @@auto_increment_increment AS step
 
 -- name: insert_task_rows
 -- The tasks of :rows, a JSON array of one object per task (insert_task's
@@ -13,9 +20,13 @@ SELECT VERSION() LIKE '%MariaDB%' AS returns_inserts
 -- as their JSON text in a string), inserted by one statement in the array's
 -- order (ORDER BY the ordinality: the rows take their AUTO_INCREMENT ids in that
 -- order, which InnoDB keeps increasing within a statement in every
--- innodb_autoinc_lock_mode, however it interleaves concurrent statements), and
--- their ids returned (MariaDB's RETURNING; the caller sorts them, so it needs
--- no promise on the order RETURNING answers in). Only tasks without a
+-- innodb_autoinc_lock_mode, however it interleaves concurrent statements). The
+-- ids: consecutive from the driver's lastrowid where the lock mode makes them
+-- so (server_batch_ids), else this statement with RETURNING id appended
+-- (batch.py's INSERT_RETURNING; the caller sorts them, so it needs no promise
+-- on the order RETURNING answers in). Not RETURNING always: MariaDB asks a
+-- RETURNING insert for SELECT on every column it inserts, a right the
+-- producer's role otherwise does without (docs/security.md). Only tasks without a
 -- de-duplication key (no unique=True, no once=True): nothing can meet a
 -- duplicate here, so there is no ON DUPLICATE KEY clause and no row lock on
 -- another task. shard: the given one, else 0; with several shards and none
@@ -48,7 +59,6 @@ FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
          trace_context LONGTEXT     PATH '$.trace_context',
          tags          LONGTEXT     PATH '$.tags')) AS r
 ORDER BY r.ord
-RETURNING id
 
 -- name: shard_task_rows
 -- New tasks' shards from their ids (id modulo LEDGERQ_SHARDS): queries.sql

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, scoped_session
 from ledgerq.core.errors import LedgerqError, NotBuiltOnMySQLError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
 from ledgerq.ledger.mysql import batch
-from ledgerq.ledger.mysql.base import micros
+from ledgerq.ledger.mysql.base import error_number, micros
 from ledgerq.ledger.mysql.engines import utc
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.mysql.rows import claimed_tasks
@@ -58,23 +58,49 @@ def _answer(result: Any) -> Answer:
 
 
 def drive(plan: Plan[R], run: Runner) -> R:
+    """Run ``plan``'s statements on ``run``; a statement's error is raised inside the
+    plan (at its ``yield``), which may catch it: a duplicate key, say, which
+    MySQL rolls back alone, leaving the transaction as it was before it."""
     try:
         step = next(plan)
         while True:
-            step = plan.send(run(*step))
+            try:
+                answer = run(*step)
+            except Exception as exc:
+                step = plan.throw(exc)
+            else:
+                step = plan.send(answer)
     except StopIteration as stop:
         done: R = stop.value
         return done
 
 
 async def adrive(plan: Plan[R], run: AsyncRunner) -> R:
+    """:func:`drive` on an async runner."""
     try:
         step = next(plan)
         while True:
-            step = plan.send(await run(*step))
+            try:
+                answer = await run(*step)
+            except Exception as exc:
+                step = plan.throw(exc)
+            else:
+                step = plan.send(answer)
     except StopIteration as stop:
         done: R = stop.value
         return done
+
+
+#: ER_DUP_ENTRY: an insert met a unique key's holder.
+DUPLICATE_KEY = 1062
+#: How often an insert that met a live duplicate is tried again when the holder
+#: ended before it could be read (it can end only once per try).
+_KEY_TRIES = 5
+
+
+def duplicate_key(exc: BaseException) -> bool:
+    """Whether ``exc`` (SQLAlchemy's, or a raw driver's) is MySQL's duplicate key."""
+    return error_number(getattr(exc, "orig", None) or exc) == DUPLICATE_KEY
 
 
 SYNC_ACCEPTED = (
@@ -159,8 +185,6 @@ _NOT_BUILT = {
     "expires_at": "expiry (expires=)",
     "expires_s": "expiry (expires=)",
 }
-#: A duplicate's upsert changes a row: 2 rows reported (an insert reports 1).
-_MET_DUPLICATE = 2
 
 
 def insert_params(spec: TaskSpec) -> dict[str, Any]:
@@ -184,55 +208,92 @@ def insert_params(spec: TaskSpec) -> dict[str, Any]:
 def enqueue_one(params: dict[str, Any]) -> Plan[tuple[int, bool]]:
     """Insert one task (parameters from :func:`insert_params`): its id and True, or,
     when it met a duplicate (``unique``, ``once``), the id of the task holding the
-    key and False (nothing inserted)."""
+    key and False (nothing inserted).
+
+    Plain inserts, the duplicate's error caught (MySQL rolls back the failed
+    statement alone): a producer needs no UPDATE right on what a task is.
+    Races: a producer whose insert meets another's uncommitted key waits on the
+    unique index until that one commits (its insert then fails: it meets the
+    task) or rolls back (its insert goes in). A ``unique`` task that met a live
+    holder reads it with a lock; if the holder ended between the two (history
+    keeps no de-duplication key), the insert is tried again."""
     key = {"kind": params["kind"], "business_key": params["business_key"]}
     if params["once"]:
-        taken = yield MQ.take_once_key, key
-        if taken.count == _MET_DUPLICATE:
-            held = yield MQ.once_task_id, key
-            holder = held.rows[0][0] if held.rows else None
-            if holder is None:
-                raise LedgerqError(
-                    f"the permanent key of {params['kind']!r} {params['business_key']!r} is "
-                    "held by no task"
-                )
-            return int(holder), False
-    inserted = yield MQ.insert_task, params
-    if inserted.last_id is None:
-        raise LedgerqError(f"the insert of {params['kind']!r} returned no id")
-    task_id = inserted.last_id
-    if inserted.count == _MET_DUPLICATE:
-        return task_id, False
-    if params["shard"] is None:
-        yield MQ.shard_task, {"id": task_id, "shards": params["shards"]}
-    if params["once"]:
-        yield MQ.set_once_task, {**key, "task_id": task_id}
-    return task_id, True
+        holder = yield from _take_once_key(key)
+        if holder is not None:
+            return holder, False
+    for _ in range(_KEY_TRIES):
+        try:
+            inserted = yield MQ.insert_task, params
+        except Exception as exc:
+            if params["dedupe_key"] is None or not duplicate_key(exc):
+                raise
+            met = yield from _met_live_duplicate(params)
+            if met is None:
+                continue  # the holder ended meanwhile: its key is free again
+            return met, False
+        if inserted.last_id is None:
+            raise LedgerqError(f"the insert of {params['kind']!r} returned no id")
+        task_id = inserted.last_id
+        if params["shard"] is None:
+            yield MQ.shard_task, {"id": task_id, "shards": params["shards"]}
+        if params["once"]:
+            yield MQ.set_once_task, {**key, "task_id": task_id}
+        return task_id, True
+    raise LedgerqError(
+        f"the key {params['dedupe_key']!r} of {params['kind']!r} was met {_KEY_TRIES} times "
+        "by tasks that ended before they could be read"
+    )
+
+
+def _take_once_key(key: dict[str, Any]) -> Plan[int | None]:
+    """Take the permanent key ``key``: None, or the id of the task already holding it."""
+    try:
+        yield MQ.take_once_key, key
+    except Exception as exc:
+        if not duplicate_key(exc):
+            raise
+        held = yield MQ.once_task_id, key
+        holder = held.rows[0][0] if held.rows else None
+        if holder is None:
+            raise LedgerqError(
+                f"the permanent key of {key['kind']!r} {key['business_key']!r} is held by no task"
+            ) from None
+        return int(holder)
+    return None
+
+
+def _met_live_duplicate(params: dict[str, Any]) -> Plan[int | None]:
+    """The live task an insert's key met (share-locked); None if it ended meanwhile."""
+    held = yield MQ.live_task_by_key, params
+    return int(held.rows[0][0]) if held.rows else None
 
 
 def enqueue_many(specs: Sequence[TaskSpec]) -> Plan[list[int]]:
     """Insert ``specs`` in order: the new ids, in input order (duplicates left out);
     every spec is validated before the first insert.
 
-    On MariaDB the tasks without a de-duplication key go in batches of one
-    statement each (:mod:`ledgerq.ledger.mysql.batch`: ``INSERT ... SELECT FROM
-    JSON_TABLE ... RETURNING id``, then one update of the shards to take from the
-    ids); a ``unique`` or ``once`` task between them takes the single insert, in
-    its place in the order. MySQL has no ``INSERT ... RETURNING``, and a
-    multi-row insert's ids are consecutive there only in some
-    ``innodb_autoinc_lock_mode`` (not the default, 2, "interleaved"): one insert
-    per task, an id per row from the driver. The server is asked once per call,
-    and only when a batch of two or more tasks is to be inserted."""
+    The tasks without a de-duplication key go in batches of one statement each
+    (:mod:`ledgerq.ledger.mysql.batch`: ``INSERT ... SELECT FROM JSON_TABLE``, then
+    one update of the shards to take from the ids) where the server can give
+    the ids back: consecutive from the first under ``innodb_autoinc_lock_mode``
+    0 or 1 (MariaDB's default), or by ``RETURNING id`` on MariaDB otherwise. A
+    ``unique`` or ``once`` task between them takes the single insert, in its
+    place in the order. On MySQL under its default mode 2 ("interleaved"), which
+    has no ``RETURNING``: one insert per task, an id per row from the driver.
+    The server is asked once per call, and only when a batch of two or more
+    tasks is to be inserted."""
     rows = [insert_params(spec) for spec in specs]
     ids: list[int] = []
-    returning: bool | None = None
+    back: batch.IdsBack | None = None
     for batched, run in batch.runs(rows):
         if batched and len(run) > 1:
-            if returning is None:
-                asked = yield batch.MB.server_returns_inserts, {}
-                returning = bool(asked.rows and asked.rows[0][0])
-            if returning:
-                ids.extend((yield from _insert_batch(run)))
+            if back is None:
+                asked = yield batch.MB.server_batch_ids, {}
+                returning, consecutive, step = asked.rows[0]
+                back = batch.IdsBack(bool(consecutive), bool(returning), int(step))
+            if back.batches:
+                ids.extend((yield from _insert_batch(run, back)))
                 continue
         for params in run:
             task_id, inserted = yield from enqueue_one(params)
@@ -241,11 +302,19 @@ def enqueue_many(specs: Sequence[TaskSpec]) -> Plan[list[int]]:
     return ids
 
 
-def _insert_batch(run: Sequence[dict[str, Any]]) -> Plan[list[int]]:
+def _insert_batch(run: Sequence[dict[str, Any]], back: batch.IdsBack) -> Plan[list[int]]:
     """One batch in one statement: its ids in input order (the ids a statement
-    generates increase in its rows' order, so sorted they are the input's)."""
-    inserted = yield batch.MB.insert_task_rows, {"rows": batch.rows_json(run)}
-    ids = sorted(int(r[0]) for r in inserted.rows)
+    generates increase in its rows' order: consecutive, ``back.step`` apart, from
+    the first where the lock mode makes them so, else returned and sorted)."""
+    rows = {"rows": batch.rows_json(run)}
+    if back.consecutive:
+        inserted = yield batch.MB.insert_task_rows, rows
+        if inserted.last_id is None or inserted.count != len(run):
+            raise LedgerqError(f"a batch of {len(run)} tasks inserted {inserted.count}")
+        ids = [inserted.last_id + i * back.step for i in range(len(run))]
+    else:
+        inserted = yield batch.INSERT_RETURNING, rows
+        ids = sorted(int(r[0]) for r in inserted.rows)
     if len(ids) != len(run):
         raise LedgerqError(f"a batch of {len(run)} tasks returned {len(ids)} ids")
     unsharded: dict[int, list[int]] = {}

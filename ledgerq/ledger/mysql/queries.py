@@ -25,6 +25,7 @@ class MyQueries:
     """``ledger/mysql/queries.sql``."""
 
     insert_task: TextClause
+    live_task_by_key: TextClause
     shard_task: TextClause
     take_once_key: TextClause
     once_task_id: TextClause

@@ -9,8 +9,10 @@
 -- - no unnest: a batch is a JSON object keyed by task id (:batch, fragment
 --   field) beside an IN list of its ids (:ids, expanded by SQLAlchemy into one
 --   placeholder per id).
--- - no ON CONFLICT DO NOTHING: ON DUPLICATE KEY UPDATE, which also locks the
---   row it met (see insert_task).
+-- - no ON CONFLICT DO NOTHING: a plain INSERT whose duplicate-key error (1062)
+--   rolls back that statement only, caught by the plan, which then reads the
+--   row it met with a lock (see insert_task). Not ON DUPLICATE KEY UPDATE: on
+--   MariaDB it needs the UPDATE privilege on every inserted column.
 -- Every timestamp is UTC_TIMESTAMP(6), never NOW(): a caller's connection in
 -- another time zone writes the same values. Intervals are bound as whole
 -- microseconds (:delay_us, :lease_us).
@@ -19,15 +21,15 @@
 -- "-- transitions: from -> to" line, as queries.sql's do.
 
 -- name: insert_task
--- The producer's insert, on the caller's connection. With unique=True (a
--- dedupe_key), a live task of the same kind and key makes it an update of
--- that task instead: its id becomes the statement's LAST_INSERT_ID (the
--- driver's lastrowid) and its duplicates count goes up by one, a real change,
--- so the statement reports 2 rows where an insert reports 1 (whether or not
--- the connection counts found rather than changed rows). The upsert locks the
--- task it met until the producer's transaction ends; a producer racing on the
--- same key waits on the unique index until the other one commits (then it
--- meets the task) or rolls back (then it inserts).
+-- The producer's insert, on the caller's connection: a plain INSERT, so a
+-- producer needs the INSERT privilege on these columns and no UPDATE (an
+-- upsert's ON DUPLICATE KEY UPDATE asks MariaDB for UPDATE on every column it
+-- inserts, status included). With unique=True (a dedupe_key), a live task of
+-- the same kind and key makes it fail with a duplicate key (1062), which rolls
+-- back this statement only: the plan catches it and meets the holder
+-- (live_task_by_key). A producer racing on the same key waits on the unique
+-- index until the other one commits (then its insert fails and it meets the
+-- task) or rolls back (then it inserts).
 -- shard: the given one, else 0; with several shards and none given the caller
 -- sets it from the new id afterwards (shard_task).
 -- transitions: -> pending
@@ -38,7 +40,19 @@ VALUES (:kind, :queue, :payload, :business_key, :dedupe_key, :priority, COALESCE
         COALESCE(:run_at, UTC_TIMESTAMP(6) + INTERVAL :delay_us MICROSECOND), 'pending',
         :max_attempts, :retry, :timeout_s, :parent_id, :trace_context, :ordering_key, :tags,
         UTC_TIMESTAMP(6))
-ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), duplicates = duplicates + 1
+
+-- name: live_task_by_key
+-- The live task holding a de-duplication key, after an insert met it. A locking
+-- read: the latest committed row whatever snapshot the caller's REPEATABLE READ
+-- transaction holds, share-locked until the producer's transaction ends (a
+-- worker's finish of it waits for that commit). Shared, not FOR UPDATE: the
+-- failed insert's duplicate check already holds a shared lock on the key, and
+-- so do the other producers that met it at once; asking for an exclusive lock
+-- on top would deadlock them against each other. No row: it finished meanwhile
+-- (history keeps no dedupe_key), and the insert is tried again.
+SELECT id FROM ledgerq_tasks
+WHERE kind = :kind AND dedupe_key = :dedupe_key
+LOCK IN SHARE MODE
 
 -- name: shard_task
 -- A new task's shard from its id (id modulo LEDGERQ_SHARDS), as PostgreSQL's
@@ -46,20 +60,21 @@ ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), duplicates = duplicates + 1
 UPDATE ledgerq_tasks SET shard = id % :shards WHERE id = :id
 
 -- name: take_once_key
--- once=True: the permanent key is taken first, in the producer's transaction
--- (2 rows reported: it was held already, by a task that may have finished or
--- been purged; the holder's id is then once_task_id's).
+-- once=True: the permanent key is taken first, in the producer's transaction.
+-- A plain INSERT: a key held already (by a task that may have finished or been
+-- purged) fails it with a duplicate key (1062, this statement rolled back
+-- only), and the holder's id is then once_task_id's.
 INSERT INTO ledgerq_unique_keys (kind, business_key, task_id, created_at)
 VALUES (:kind, :business_key, NULL, UTC_TIMESTAMP(6))
-ON DUPLICATE KEY UPDATE duplicates = duplicates + 1
 
 -- name: once_task_id
--- The task holding a permanent key. A locking read (the row is locked by
--- take_once_key already): the latest committed value, whatever snapshot the
--- caller's REPEATABLE READ transaction holds.
+-- The task holding a permanent key, after take_once_key met it. A locking read:
+-- the latest committed value, whatever snapshot the caller's REPEATABLE READ
+-- transaction holds; shared, as live_task_by_key's (the producers that met the
+-- key at once all hold a shared lock on it already).
 SELECT task_id FROM ledgerq_unique_keys
 WHERE kind = :kind AND business_key = :business_key
-FOR UPDATE
+LOCK IN SHARE MODE
 
 -- name: set_once_task
 UPDATE ledgerq_unique_keys SET task_id = :task_id

@@ -15,14 +15,13 @@ the batched window's row locks, results and dependencies) raises
 
 Isolation is the caller's: these statements run in whatever level the caller's
 transaction has (MySQL's default is REPEATABLE READ). What they read to decide
-is read with a lock (the upsert that meets a duplicate, ``once_task_id``'s
-``FOR UPDATE``, ``lock_finishing``), which reads the latest committed row
-whatever the transaction's snapshot, so the level changes how long a producer
-waits, never what it decides. The upsert of a ``unique`` task that meets a live
-duplicate locks that task's row until the producer's transaction ends (InnoDB
-locks the record a duplicate-key check found): a worker finishing that task
-waits for the producer's commit. PostgreSQL's ``ON CONFLICT DO NOTHING`` takes
-no such lock.
+is read with a lock (the insert's duplicate-key check, the holder's read
+``LOCK IN SHARE MODE`` after it, ``lock_finishing``), which reads the latest
+committed row whatever the transaction's snapshot, so the level changes how
+long a producer waits, never what it decides. A ``unique`` task that meets a
+live duplicate share-locks that task's row until the producer's transaction
+ends: a worker finishing that task waits for the producer's commit.
+PostgreSQL's ``ON CONFLICT DO NOTHING`` takes no such lock.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ worker need.
   0021) in MySQL's types: ``DATETIME(6)`` in UTC for every timestamp, ``JSON``
   (on MariaDB a LONGTEXT checked with JSON_VALID) for payloads, policies,
   results, the attempt log and tags. ``AUTO_INCREMENT`` ids (MySQL has no
-  sequence a statement can draw from before it inserts). ``duplicates`` counts
-  the enqueues that met the task as their duplicate: the enqueue's upsert
-  writes it, which is how a caller's connection tells "inserted" from "met a
-  duplicate" without ``RETURNING`` (ledger/mysql/tx.py).
+  sequence a statement can draw from before it inserts). ``duplicates`` counted
+  the enqueues that met the task as their duplicate, written by the first
+  enqueue's upsert; the enqueue now catches the duplicate key of a plain
+  insert instead (ledger/mysql/plans.py), and the column is no longer written.
 - The de-duplication key: a plain UNIQUE (kind, dedupe_key). MySQL has no
   partial index, and needs none here: a unique index admits any number of
   NULLs, and ``dedupe_key`` is NULL for every task without ``unique=True`` and
