@@ -55,6 +55,31 @@ async def test_the_drain_measures_count_only_real_finished_tasks(
     assert (await ledger.stats())["total"] == 5  # the synthetic rows stay
 
 
+@ON_MARIADB
+async def test_the_drain_measures_tasks_claimed_straight_from_the_ledger(
+    ledger: ShardLedger, enqueue: Enqueue
+) -> None:
+    ids = enqueue("conf.m", "conf.m", "conf.m")
+    won = await ledger.claim_due(["default"], 10, WORKER, LEASE_S)
+    assert {t.id for t in won} == set(ids)
+    await ledger.finish([Outcome.succeeded(t.fence) for t in won])
+    await ledger.seed_history(5)  # synthetic: never counted
+
+    assert await ledger.count_finished() == 3
+    count, span = await ledger.drain_span()  # from the first start: never published
+    assert count == 3 and span is not None and span >= 0
+    timings = {t.id: t for t in await ledger.timings([*ids, 10**12])}
+    assert set(timings) == set(ids)
+    for t in timings.values():
+        assert t.published is None and t.started is not None and t.finished is not None
+        assert t.created <= t.started <= t.finished
+    assert await ledger.timings([]) == []
+
+    await ledger.clear_finished()
+    assert await ledger.count_finished() == 0
+    assert (await ledger.stats())["total"] == 5  # the synthetic rows stay
+
+
 async def test_seed_varied_history_adds_rows_of_mixed_status_and_truncate_empties(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:

@@ -1,15 +1,17 @@
 """The testing protocol on MySQL / MariaDB, as far as it is built: emptying the
 ledger and moving time (``truncate``, ``backdate``), and filling history with
 synthetic finished tasks (``seed_history``, ``seed_varied_history``: negative
-ids, ``harness.sql``). Measuring a drain (the benchmark's) is not built yet."""
+ids, ``harness.sql``), and measuring a drain (``count_finished``,
+``drain_span``, ``timings``, ``clear_finished``: the benchmark's and the demo's)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from sqlalchemy import TextClause
+from sqlalchemy import TextClause, bindparam
 
+from ledgerq.ledger.model import TaskTiming
 from ledgerq.ledger.mysql.base import MyBase, micros, translated
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.protocol import TimeColumn
@@ -27,9 +29,18 @@ class HarnessQueries:
     seed_varied_history: TextClause
     lowest_synthetic_id: TextClause
     analyze_history: TextClause
+    count_finished: TextClause
+    drain_span: TextClause
+    timings: TextClause
+    clear_finished: TextClause
 
 
-HQ: HarnessQueries = load(HarnessQueries, "ledgerq.ledger.mysql", "harness.sql")
+_LOADED = load(HarnessQueries, "ledgerq.ledger.mysql", "harness.sql")
+HQ = replace(_LOADED, timings=_LOADED.timings.bindparams(bindparam("ids", expanding=True)))
+
+
+def _seconds(value: object) -> float | None:
+    return None if value is None else float(str(value))
 
 
 class MyHarness(MyBase):
@@ -69,3 +80,24 @@ class MyHarness(MyBase):
                     n = min(chunk, first + rows - start)
                     await conn.execute(statement, {"first": start, "n": n})
         await self._rows(HQ.analyze_history, {})
+
+    async def count_finished(self) -> int:
+        return int((await self._rows(HQ.count_finished, {}))[0].n)
+
+    async def drain_span(self) -> tuple[int, float | None]:
+        [row] = await self._rows(HQ.drain_span, {})
+        return int(row.n), None if row.span is None else float(row.span)
+
+    async def timings(self, ids: Iterable[int]) -> list[TaskTiming]:
+        wanted = sorted(set(ids))
+        if not wanted:
+            return []
+        rows = await self._rows(HQ.timings, {"ids": wanted})
+        return [
+            TaskTiming(int(r.id), float(r.created), _seconds(r.published), _seconds(r.started),
+                       _seconds(r.finished))
+            for r in rows
+        ]  # fmt: skip
+
+    async def clear_finished(self) -> None:
+        await self._rows(HQ.clear_finished, {})

@@ -71,3 +71,28 @@ SELECT COALESCE(-MIN(id), 0) AS n FROM ledgerq_history WHERE id <= 0
 -- name: analyze_history
 -- After a seed: the optimizer's statistics of the filled table.
 ANALYZE TABLE ledgerq_history
+
+-- name: count_finished
+-- Real tasks finished (ids <= 0 are synthetic history rows, see seed_history).
+SELECT COUNT(*) AS n FROM ledgerq_history WHERE id > 0
+
+-- name: drain_span
+-- Tasks finished and the seconds from the first publication to the last finish
+-- (from the first start for tasks claimed straight from the ledger: never published).
+SELECT COUNT(*) AS n,
+       TIMESTAMPDIFF(MICROSECOND, MIN(COALESCE(published_at, started_at)), MAX(finished_at))
+           / 1000000.0 AS span
+FROM ledgerq_history WHERE id > 0
+
+-- name: timings
+-- Each task's times as seconds since the epoch (UTC: every timestamp is).
+SELECT id,
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) / 1000000.0 AS created,
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', published_at) / 1000000.0 AS published,
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', started_at) / 1000000.0 AS started,
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', finished_at) / 1000000.0 AS finished
+FROM ledgerq_history WHERE id IN :ids
+
+-- name: clear_finished
+-- Finished rows go; synthetic ones (ids <= 0) stay.
+DELETE FROM ledgerq_history WHERE id > 0
