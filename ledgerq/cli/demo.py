@@ -26,9 +26,9 @@ from sqlalchemy.orm import Session
 
 from ledgerq import enqueue
 from ledgerq.cli.group import pass_settings, progress_bar
-from ledgerq.compose.storage import async_engine, ledger_on, sync_engine, upgrade
+from ledgerq.compose.storage import async_engine, own_ledger_on, sync_engine, upgrade
 from ledgerq.core.config import Settings
-from ledgerq.demo import Q, prepare_shop
+from ledgerq.demo import place_order, prepare_shop, shop_queries
 from ledgerq.processes import Services
 
 
@@ -45,7 +45,7 @@ def _place_orders(
     plan = Plan()
     for n in range(orders):
         with Session(engine) as session, session.begin():
-            order_id = session.execute(Q.insert_order, {"customer": f"customer-{n}"}).scalar_one()
+            order_id = place_order(session, f"customer-{n}")
             enqueue(session, "demo.receipt", {"order": order_id}, business_key=f"order-{order_id}")
             enqueue(session, "demo.noop", {"order": order_id})
             kinds = 2
@@ -64,7 +64,7 @@ def _place_orders(
 
 def _summary(stats: dict[str, Any], engine: Engine, plan: Plan, elapsed: float) -> dict[str, Any]:
     with engine.connect() as conn:
-        rows, distinct = conn.execute(Q.count_receipts).one()
+        rows, distinct = conn.execute(shop_queries(conn).count_receipts).one()
     return {
         "tasks_committed": plan.committed_tasks,
         "orders_rolled_back": plan.rolled_back_orders,
@@ -118,7 +118,7 @@ def demo(
     # The shop is a synchronous application (its orders go through a Session); the
     # ledger's questions are async, asked on this one loop.
     with asyncio.Runner() as loop:
-        ledger = ledger_on(async_engine(settings, "ledgerq-demo", pool_size=1))
+        ledger = own_ledger_on(async_engine(settings, "ledgerq-demo", pool_size=1))
         loop.run(ledger.truncate())
         services = Services(settings, Path(logs))
         services.start("relay", ["relay"])

@@ -1,5 +1,7 @@
 -- The demo shop's own tables (not the ledger's: those are reached through the
--- storage seam). Loaded by ledgerq/demo/__init__.py; see ledger/sql.py for the format.
+-- storage seam), on PostgreSQL; queries_mysql.sql has the same statements for a
+-- MySQL / MariaDB ledger. Loaded by ledgerq/demo/__init__.py; see ledger/sql.py
+-- for the format.
 
 -- name: create_orders
 CREATE TABLE IF NOT EXISTS ledgerq_demo_orders (
@@ -17,7 +19,10 @@ INSERT INTO ledgerq_demo_orders (customer) VALUES (:customer) RETURNING id
 INSERT INTO ledgerq_demo_receipts (task_id, order_id) VALUES (:task_id, :order_id)
 
 -- name: reset
-TRUNCATE ledgerq_demo_orders, ledgerq_demo_receipts
+TRUNCATE ledgerq_demo_orders
+
+-- name: reset_receipts
+TRUNCATE ledgerq_demo_receipts
 
 -- name: count_receipts
 SELECT count(*), count(DISTINCT task_id) FROM ledgerq_demo_receipts
