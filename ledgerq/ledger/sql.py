@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from importlib import resources
 from typing import TypeVar
 
-from sqlalchemy import TextClause, text
+from sqlalchemy import TextClause, bindparam, text
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _FRAGMENT_HEADER = re.compile(
@@ -169,6 +169,26 @@ def load(
         missing, extra = sorted(wanted - set(named)), sorted(set(named) - wanted)
         raise RuntimeError(f"{package}/{filename}: missing {missing}, unexpected {extra}")
     return cls(**{name: text(sql) for name, sql in named.items()})
+
+
+#: A parameter a statement reads as an IN list (``t.id IN :ids``).
+_IN_LIST = re.compile(r"\bIN\s+:(\w+)", re.IGNORECASE)
+
+
+def load_in_lists(
+    cls: type[T], package: str, filename: str, library: Mapping[str, Fragment] | None = None
+) -> T:
+    """:func:`load`, each parameter a statement reads as an IN list (``x IN :ids``)
+    marked expanding: bound as a Python list, sent as one placeholder per item. For
+    servers with no array to bind (MySQL, MariaDB); the statement text stays the
+    file's."""
+    loaded = load(cls, package, filename, library)
+    marked = {}
+    for f in fields(loaded):  # type: ignore[arg-type]
+        clause: TextClause = getattr(loaded, f.name)
+        lists = sorted(set(_IN_LIST.findall(clause.text)))
+        marked[f.name] = clause.bindparams(*(bindparam(name, expanding=True) for name in lists))
+    return cls(**marked)
 
 
 @dataclass(frozen=True)

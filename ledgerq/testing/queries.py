@@ -4,16 +4,13 @@
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import TextClause, bindparam
+from sqlalchemy import TextClause
 
-from ledgerq.ledger.sql import load
+from ledgerq.ledger.sql import load, load_in_lists
 
-#: A parameter a MySQL statement reads as an IN list (bound as a list).
-_IN_LIST = re.compile(r"\bIN\s+:(\w+)", re.IGNORECASE)
 #: The selections a statement takes as "None: every one".
 _SELECTIONS = ("queues", "kinds")
 
@@ -30,17 +27,8 @@ class HelperQueries:
     existing: TextClause
 
 
-def _expanding(queries: HelperQueries) -> HelperQueries:
-    marked = {}
-    for f in fields(queries):
-        clause: TextClause = getattr(queries, f.name)
-        lists = sorted(set(_IN_LIST.findall(clause.text)))
-        marked[f.name] = clause.bindparams(*(bindparam(name, expanding=True) for name in lists))
-    return HelperQueries(**marked)
-
-
 TQ = load(HelperQueries, "ledgerq.testing", "testing.sql")
-MY_TQ = _expanding(load(HelperQueries, "ledgerq.testing", "testing_mysql.sql"))
+MY_TQ = load_in_lists(HelperQueries, "ledgerq.testing", "testing_mysql.sql")
 
 
 def helper_queries(mysql: bool) -> HelperQueries:

@@ -15,16 +15,15 @@ into the SQL.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import TextClause, bindparam, text
+from sqlalchemy import TextClause, text
 
 from ledgerq.ledger.mysql.queries import LIBRARY
-from ledgerq.ledger.sql import load
+from ledgerq.ledger.sql import load_in_lists
 
 #: A batch's bounds: rows, and bytes of JSON (payloads included).
 MAX_ROWS = 1000
@@ -47,7 +46,6 @@ _FIELDS = (
     "trace_context",
     "tags",
 )
-_IN_LIST = re.compile(r"\bIN\s+:(\w+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -59,17 +57,7 @@ class MyBatchQueries:
     shard_task_rows: TextClause
 
 
-def _expanding(queries: MyBatchQueries) -> MyBatchQueries:
-    """``queries`` with each parameter read as an IN list marked expanding."""
-    marked = {}
-    for f in fields(queries):
-        clause: TextClause = getattr(queries, f.name)
-        lists = sorted(set(_IN_LIST.findall(clause.text)))
-        marked[f.name] = clause.bindparams(*(bindparam(name, expanding=True) for name in lists))
-    return MyBatchQueries(**marked)
-
-
-MB: MyBatchQueries = _expanding(load(MyBatchQueries, "ledgerq.ledger.mysql", "batch.sql", LIBRARY))
+MB: MyBatchQueries = load_in_lists(MyBatchQueries, "ledgerq.ledger.mysql", "batch.sql", LIBRARY)
 #: insert_task_rows with its ids returned (MariaDB), for a server whose lock mode
 #: does not make one statement's ids consecutive.
 INSERT_RETURNING = text(MB.insert_task_rows.text + "\nRETURNING id")

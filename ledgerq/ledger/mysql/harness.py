@@ -7,15 +7,15 @@ ids, ``harness.sql``), and measuring a drain (``count_finished``,
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from sqlalchemy import TextClause, bindparam
+from sqlalchemy import TextClause
 
 from ledgerq.ledger.model import TaskTiming
 from ledgerq.ledger.mysql.base import MyBase, micros, translated
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.protocol import TimeColumn
-from ledgerq.ledger.sql import load
+from ledgerq.ledger.sql import load_in_lists
 
 #: Rows one seeding statement adds at most (harness.sql numbers them with five digits).
 SEED_CHUNK = 100_000
@@ -35,8 +35,7 @@ class HarnessQueries:
     clear_finished: TextClause
 
 
-_LOADED = load(HarnessQueries, "ledgerq.ledger.mysql", "harness.sql")
-HQ = replace(_LOADED, timings=_LOADED.timings.bindparams(bindparam("ids", expanding=True)))
+HQ: HarnessQueries = load_in_lists(HarnessQueries, "ledgerq.ledger.mysql", "harness.sql")
 
 
 def _seconds(value: object) -> float | None:

@@ -9,15 +9,11 @@ expanding parameter: bound as a Python list, sent as one placeholder per item
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from sqlalchemy import TextClause, bindparam
+from sqlalchemy import TextClause
 
-from ledgerq.ledger.sql import load, read_library
-
-#: A parameter read as an IN list: bound as a list (``x IN :ids``).
-_IN_LIST = re.compile(r"\bIN\s+:(\w+)", re.IGNORECASE)
+from ledgerq.ledger.sql import load_in_lists, read_library
 
 
 @dataclass(frozen=True)
@@ -75,15 +71,5 @@ class MyQueries:
     truncate_workers: TextClause
 
 
-def _expanding(queries: MyQueries) -> MyQueries:
-    """``queries`` with each parameter read as an IN list marked expanding."""
-    marked = {}
-    for f in fields(queries):
-        clause: TextClause = getattr(queries, f.name)
-        lists = sorted(set(_IN_LIST.findall(clause.text)))
-        marked[f.name] = clause.bindparams(*(bindparam(name, expanding=True) for name in lists))
-    return MyQueries(**marked)
-
-
 LIBRARY = read_library("ledgerq.ledger.mysql", "fragments.sql")
-MQ: MyQueries = _expanding(load(MyQueries, "ledgerq.ledger.mysql", "queries.sql", LIBRARY))
+MQ: MyQueries = load_in_lists(MyQueries, "ledgerq.ledger.mysql", "queries.sql", LIBRARY)

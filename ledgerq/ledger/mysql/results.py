@@ -26,12 +26,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import URL, TextClause, bindparam
+from sqlalchemy import URL, TextClause
 
 from ledgerq.core.config import Settings
 from ledgerq.ledger.mysql.base import aware, decoded, translated
 from ledgerq.ledger.mysql.plans import Plan
-from ledgerq.ledger.sql import load
+from ledgerq.ledger.sql import load_in_lists
 from ledgerq.ledger.task_result import TaskResult, not_found
 
 #: The first poll's wait, and how much longer each next one waits (up to poll_s).
@@ -46,8 +46,7 @@ class ResultQueries:
     ended_results: TextClause
 
 
-RQ = load(ResultQueries, "ledgerq.ledger.mysql", "results.sql")
-_ENDED = RQ.ended_results.bindparams(bindparam("ids", expanding=True))
+RQ = load_in_lists(ResultQueries, "ledgerq.ledger.mysql", "results.sql")
 
 
 def connection_url(conn: Any) -> str:
@@ -83,7 +82,7 @@ def ended_results(ids: Sequence[int]) -> Plan[list[TaskResult]]:
     wanted = sorted(set(ids))
     if not wanted:
         return []
-    answer = yield _ENDED, {"ids": wanted}
+    answer = yield RQ.ended_results, {"ids": wanted}
     return [_task_result(row) for row in answer.rows]
 
 
