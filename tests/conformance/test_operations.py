@@ -9,9 +9,11 @@ from ledgerq import Action, TaskFilter, TaskSpec
 from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.split.ledger import ShardLedger
+from tests.conformance.conftest import ON_MARIADB
 from tests.conformance.support import LEASE_S, WORKER, Enqueue, claim_one
 
 
+@ON_MARIADB
 async def test_list_tasks_matches_live_and_finished_newest_first(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -28,6 +30,7 @@ async def test_list_tasks_matches_live_and_finished_newest_first(
     assert len(await ledger.list_tasks(TaskFilter(limit=2))) == 2
 
 
+@ON_MARIADB
 async def test_find_by_id_or_business_key_with_the_audit_trail(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -45,6 +48,7 @@ async def test_find_by_id_or_business_key_with_the_audit_trail(
         await ledger.find(business_key="no-such-order")
 
 
+@ON_MARIADB
 async def test_act_cancels_what_it_matches_audits_it_and_skips_what_moved_on(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:

@@ -1,7 +1,8 @@
 """The testing protocol on MySQL / MariaDB, as far as it is built: emptying the
-ledger and moving time (``truncate``, ``backdate``), and filling history with
-synthetic finished tasks (``seed_history``, ``seed_varied_history``: negative
-ids, ``harness.sql``). Measuring a drain (the benchmark's) is not built yet."""
+ledger, its audit trail included, and moving time (``truncate``, ``backdate``),
+and filling history with synthetic finished tasks (``seed_history``,
+``seed_varied_history``: negative ids, ``harness.sql``). Measuring a drain (the
+benchmark's) is not built yet."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import TextClause
 
 from ledgerq.ledger.mysql.base import MyBase, micros, translated
+from ledgerq.ledger.mysql.operations_plans import OPQ
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.protocol import TimeColumn
 from ledgerq.ledger.sql import load
@@ -44,6 +46,7 @@ class MyHarness(MyBase):
 
     async def truncate(self, *, keep_subscriptions: bool = False) -> None:
         statements = [MQ.truncate_tasks, MQ.truncate_history, MQ.truncate_keys, MQ.truncate_kinds]
+        statements.append(OPQ.truncate_audit)  # the audit trail (operations.sql)
         if not keep_subscriptions:
             statements += [MQ.truncate_subscriptions, MQ.truncate_workers]
         with translated():
