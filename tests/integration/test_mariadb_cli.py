@@ -1,8 +1,9 @@
 """The operator's commands on a MariaDB ledger (issue 29), as a person runs them: a
 child process on the test's MariaDB database, no terminal on stdin. ``ledgerq
 stats``, ``show``, ``tasks list`` and ``tasks cancel|retry|...`` (confirmation,
-dry run, audit record) run there; what is not built yet (pauses, rate limits,
-``release-key``) exits 78 with one line naming it, and changes nothing.
+dry run, audit record), ``kinds list`` and ``queues list`` run there; what is not
+built yet (pausing, rate limits, ``release-key``) exits 78 with one line naming
+it, and changes nothing.
 """
 
 from __future__ import annotations
@@ -174,17 +175,18 @@ async def test_what_is_not_built_on_mysql_exits_78_in_one_line_and_changes_nothi
     [task_id] = enqueued(producer, [TaskSpec("cli.n")])
 
     kinds = run_json(settings, "kinds", "list")
+    paused = run_json(settings, "queues", "list")
     refusals = {
         args: run_ledgerq(settings, *args)
         for args in (
             ("queues", "pause", "default"),
-            ("queues", "list"),
+            ("kinds", "pause", "cli.n"),
             ("kinds", "limit", "cli.n", "5/s"),
             ("tasks", "release-key", "acct-1", "--yes"),
         )
     }
 
-    assert kinds == []
+    assert kinds == [] and paused == []
     for args, done in refusals.items():
         lines = done.stderr.strip().splitlines()
         assert done.returncode == EX_CONFIG, (args, done.stderr)

@@ -2,7 +2,8 @@
 ledger/mysql/operations_plans.py), against the races between them: a task that
 moves on after the action listed it is skipped, never overwritten, and a task
 another transaction holds makes the action wait for it, then judge its latest
-version."""
+version. And the pauses' storage (ledger/mysql/operations_pauses.py), refused
+until the claims honour it."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ import ledgerq
 from ledgerq import Action, TaskFilter, TaskSpec
 from ledgerq.compose.storage import async_engine, sync_engine
 from ledgerq.core.config import Settings
+from ledgerq.core.errors import NotBuiltOnMySQLError
 from ledgerq.ledger.actions import MOVED_ON
 from ledgerq.ledger.binds import tx_for
-from ledgerq.ledger.mysql import MyLedger
+from ledgerq.ledger.mysql import MyLedger, operations_pauses
 from ledgerq.ledger.mysql.operations import adrive
 from ledgerq.ledger.mysql.operations_plans import OPQ, act
 from ledgerq.ledger.mysql.plans import Answer, async_runner
@@ -116,3 +118,58 @@ async def test_a_task_held_by_another_transaction_is_waited_for_then_judged_anew
     assert (report.matched, report.changed, report.reasons) == (1, 0, {MOVED_ON: 1})
     assert report.asked_to_stop == 0
     assert await ledger.whereabouts([task_id]) == {task_id: "succeeded"}
+
+
+async def test_pauses_are_stored_audited_and_take_back_published_tasks(
+    ledger: MyLedger, engine: Engine, mariadb_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    published, other, running = enqueued(engine, "ops.p", "ops.q", "ops.p")
+    await ledger.claim([(running, 0)], WORKER, 30.0)
+    # (no relay on MySQL yet: the test publishes the row itself)
+    execute(mariadb_settings, "UPDATE ledgerq_tasks SET status = 'published' WHERE id IN (%s, %s)",
+            (published, other))  # fmt: skip
+    with pytest.raises(NotBuiltOnMySQLError, match="pauses"):
+        await ledger.pause("kind", "ops.p", actor="ops")  # refused: no claim honours it yet
+    assert await ledger.pauses() == [] and await ledger.audit() == []
+    monkeypatch.setattr(operations_pauses, "CLAIMS_HONOUR_PAUSES", True)
+
+    paused = await ledger.pause("kind", "ops.p", actor="ops", reason="provider down")
+    again = await ledger.pause("kind", "ops.p", actor="someone else")
+
+    assert (paused.changed, paused.unpublished, again.changed) == (True, 1, False)
+    [row] = await ledger.pauses()
+    assert (row["scope"], row["name"], row["actor"], row["reason"]) == (
+        "kind",
+        "ops.p",
+        "ops",
+        "provider down",
+    )
+    assert [(k["kind"], k["paused"], k["pending"]) for k in await ledger.kinds()] == [
+        ("ops.p", True, 1)
+    ]
+    assert await ledger.whereabouts([published, other, running]) == {
+        published: "pending",
+        other: "published",
+        running: "running",
+    }
+    assert (await ledger.show(published))["epoch"] == 1  # its message claims nothing
+    resumed = await ledger.resume("kind", "ops.p", actor="ops")
+    assert resumed.changed and not (await ledger.resume("kind", "ops.p", actor="ops")).changed
+    assert await ledger.pauses() == [] and await ledger.kinds() == []
+    records = await ledger.audit()
+    assert [(r["action"], r["selection"], r["changed"]) for r in records] == [
+        ("resume", {"kind": "ops.p"}, 0),
+        ("pause", {"kind": "ops.p"}, 1),
+    ]
+    assert [a["action"] for a in (await ledger.find(published))["audit"]] == ["pause"]
+
+
+def execute(settings: Settings, statement: str, args: tuple[object, ...]) -> None:
+    url = make_url(settings.database_url)
+    with (
+        pymysql.connect(host=url.host, port=url.port or 3306, user=url.username or "root",
+                        password=url.password or "", database=url.database,
+                        autocommit=True) as conn,
+        conn.cursor() as cursor,
+    ):  # fmt: skip
+        cursor.execute(statement, args)

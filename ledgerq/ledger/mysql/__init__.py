@@ -8,7 +8,8 @@ What is built so far is what a producer and a ``--direct`` worker need
 transaction, the worker's claims, finish, heartbeat and checkpoints, its
 subscriptions and liveness, the reconciler's rescue of dead workers' and
 expired leases' tasks, retention (:mod:`.retention`), the operator's
-side (:mod:`.operations`: list, find, act, audit) and inspection
+side (:mod:`.operations`: list, find, act, audit; :mod:`.operations_pauses`:
+pauses, stored but refused until the claims honour them) and inspection
 (:mod:`.inspection`: what ``ledgerq stats`` and ``ledgerq kinds list`` read),
 and the testing protocol's truncate and backdate.
 :class:`MyLedger` does not implement the whole
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from ledgerq.ledger.mysql.harness import MyHarness
 from ledgerq.ledger.mysql.inspection import MyInspection
 from ledgerq.ledger.mysql.operations import MyOperations
+from ledgerq.ledger.mysql.operations_pauses import MyPauses
 from ledgerq.ledger.mysql.rescue import MyRescue
 from ledgerq.ledger.mysql.retention import MyRetention
 from ledgerq.ledger.mysql.services import MyServices
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from ledgerq.ledger.split.ledger import OperatorLedger
 
 
-class MyLedger(MyServices, MyRescue, MyRetention, MyOperations, MyInspection, MyHarness):
+class MyLedger(MyServices, MyRescue, MyRetention, MyOperations, MyPauses, MyInspection, MyHarness):
     """The worker's part of the seam on MySQL / MariaDB, the reconciler's rescue,
     retention, and the operator's side, over one aiomysql engine."""
 

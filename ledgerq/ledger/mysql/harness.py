@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import TextClause
 
 from ledgerq.ledger.mysql.base import MyBase, micros, translated
+from ledgerq.ledger.mysql.operations_pauses import PQ
 from ledgerq.ledger.mysql.operations_plans import OPQ
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.protocol import TimeColumn
@@ -46,7 +47,7 @@ class MyHarness(MyBase):
 
     async def truncate(self, *, keep_subscriptions: bool = False) -> None:
         statements = [MQ.truncate_tasks, MQ.truncate_history, MQ.truncate_keys, MQ.truncate_kinds]
-        statements.append(OPQ.truncate_audit)  # the audit trail (operations.sql)
+        statements += [OPQ.truncate_audit, PQ.truncate_pauses]  # the operator's (m0002, m0003)
         if not keep_subscriptions:
             statements += [MQ.truncate_subscriptions, MQ.truncate_workers]
         with translated():

@@ -1,7 +1,7 @@
 """Read-only questions about the MySQL / MariaDB ledger (``inspection.sql``): what
 ``ledgerq stats`` shows besides its counts (the unserved backlog, the workers'
-subscriptions, the broker windows), ``kinds`` for ``ledgerq kinds list``, and the
-testing protocol's ``count_finished``. ``stats``, ``show``, ``ping`` and
+subscriptions, the broker windows), and the testing protocol's
+``count_finished``. ``stats``, ``show``, ``ping`` and
 ``autovacuum_off`` are :class:`~ledgerq.ledger.mysql.services.MyServices`';
 ``count_expired`` is :class:`~ledgerq.ledger.mysql.rescue.MyRescue`'s.
 
@@ -10,22 +10,17 @@ parts of ``stats`` may disagree by what moved between them, as on PostgreSQL.
 Rows come back as PostgreSQL's do: times aware (UTC), JSON arrays decoded,
 booleans as bool, counts as int.
 
-Pauses and rate limits are not built on the MySQL ledger: ``pause``, ``resume``,
-``pauses`` and ``set_limit`` raise :class:`~ledgerq.core.errors.NotBuiltOnMySQLError`
-before they touch anything, and ``kinds`` (every kind with a limit, a pause or
-ordering "block") is empty, since no kind can have one.
+Pauses and ``kinds`` are :mod:`.operations_pauses`'.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from sqlalchemy import TextClause
 
-from ledgerq.core.errors import NotBuiltOnMySQLError
 from ledgerq.ledger.mysql.base import MyBase, aware, decoded
-from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope
 from ledgerq.ledger.sql import load
 
 
@@ -40,12 +35,6 @@ class InspectionQueries:
 
 
 IQ: InspectionQueries = load(InspectionQueries, "ledgerq.ledger.mysql", "inspection.sql")
-PAUSES = "pauses (ledgerq queues|kinds pause) are not built on the MySQL ledger yet"
-LIMITS = "rate limits (ledgerq kinds limit) are not built on the MySQL ledger yet"
-
-
-def _not_built(what: str) -> NoReturn:
-    raise NotBuiltOnMySQLError(what)
 
 
 class MyInspection(MyBase):
@@ -99,22 +88,3 @@ class MyInspection(MyBase):
     async def count_finished(self) -> int:
         rows = await self._rows(IQ.count_finished, {})
         return int(rows[0][0]) if rows else 0
-
-    # -- the operator's scheduling -------------------------------------------------
-    async def kinds(self) -> list[dict[str, Any]]:
-        """Every kind with a limit, a pause or ordering "block": none on MySQL yet."""
-        return []
-
-    async def pause(
-        self, scope: Scope, name: str, *, actor: str, reason: str | None = None
-    ) -> PauseReport:
-        _not_built(PAUSES)
-
-    async def resume(self, scope: Scope, name: str, *, actor: str) -> PauseReport:
-        _not_built(PAUSES)
-
-    async def pauses(self) -> list[dict[str, Any]]:
-        _not_built(PAUSES)
-
-    async def set_limit(self, kind: str, limit: RateLimit | None, *, actor: str) -> None:
-        _not_built(LIMITS)
