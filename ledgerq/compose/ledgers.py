@@ -35,8 +35,8 @@ def postgresql_only(settings: Settings, what: str) -> None:
     if settings.on_mysql:
         raise NotBuiltOnMySQLError(
             f"{what}: not built on the MySQL ledger yet (what is: enqueue in the "
-            "application's transaction, `ledgerq migrate`, `ledgerq worker --direct`; "
-            "docs/guarantees.md, 'On MySQL and MariaDB')"
+            "application's transaction, `ledgerq migrate`, `ledgerq worker --direct`, "
+            "`ledgerq stats`, `show`, `tasks`; docs/guarantees.md, 'On MySQL and MariaDB')"
         )
 
 
@@ -87,8 +87,12 @@ async def open_operator_ledger(
     settings: Settings, application_name: str = "ledgerq", pool_size: int = 1
 ) -> AsyncIterator[OperatorLedger]:
     """What the operator's commands (``tasks``, ``stats``, ``show``, ``pause``, ``kinds``)
-    act on: the ledger, every shard of it when it is split (:class:`ShardedLedger`)."""
-    postgresql_only(settings, "the operator's commands (stats, show, tasks, pause, kinds)")
+    act on: the ledger, every shard of it when it is split (:class:`ShardedLedger`);
+    on a MySQL / MariaDB URL its one database (:func:`_open_mysql_operator_ledger`)."""
+    if settings.on_mysql:
+        async with _open_mysql_operator_ledger(settings, application_name, pool_size) as mine:
+            yield mine
+        return
     check_schema(settings)
     shards = [
         PgLedger(async_engine(database, application_name, pool_size=pool_size))
@@ -99,6 +103,27 @@ async def open_operator_ledger(
         yield ledger
     finally:
         await ledger.dispose()
+
+
+@asynccontextmanager
+async def _open_mysql_operator_ledger(
+    settings: Settings, application_name: str, pool_size: int
+) -> AsyncIterator[OperatorLedger]:
+    """The operator's ledger on MySQL / MariaDB (:mod:`ledgerq.ledger.mysql.operations`,
+    :mod:`~ledgerq.ledger.mysql.inspection`), its schema checked first. What is not
+    built there (pauses, rate limits, ``release-key``) raises
+    :class:`NotBuiltOnMySQLError` when asked, before it touches anything."""
+    from ledgerq.ledger.mysql import MyLedger  # a MySQL URL only
+    from ledgerq.ledger.mysql import engines as my_engines
+    from ledgerq.ledger.mysql.migrate import check_schema as my_check_schema
+
+    database = one_shard(settings, None, "the operator's commands")
+    my_check_schema(database)
+    mine = MyLedger(my_engines.async_engine(database, application_name, pool_size=pool_size))
+    try:
+        yield mine
+    finally:
+        await mine.dispose()
 
 
 class VacuumCheck(Protocol):

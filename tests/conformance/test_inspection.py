@@ -9,6 +9,7 @@ from ledgerq import TaskSpec
 from ledgerq.core.errors import LedgerqError, TaskNotFoundError
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.split.ledger import ShardLedger
+from tests.conformance.conftest import ON_MARIADB
 from tests.conformance.support import (
     Enqueue,
     claim_one,
@@ -17,6 +18,7 @@ from tests.conformance.support import (
 # -- inspection ---------------------------------------------------------------------------
 
 
+@ON_MARIADB
 async def test_stats_count_live_and_history_by_status_and_kind(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -34,6 +36,7 @@ async def test_stats_count_live_and_history_by_status_and_kind(
     assert await ledger.count_finished() == 1
 
 
+@ON_MARIADB
 async def test_show_returns_every_column_and_where_the_task_is(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -53,6 +56,7 @@ async def test_show_returns_every_column_and_where_the_task_is(
     assert isinstance(row["created_at"], str)  # timestamps as ISO text
 
 
+@ON_MARIADB
 async def test_show_of_an_unknown_id_raises_task_not_found(ledger: ShardLedger) -> None:
     with pytest.raises(TaskNotFoundError) as caught:
         await ledger.show(10**12)

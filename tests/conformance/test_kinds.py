@@ -81,6 +81,7 @@ async def test_the_direct_claim_ends_an_expired_task_instead_of_running_it(
     assert (await ledger.show(expired))["expired"] is True
 
 
+@ON_MARIADB
 async def test_tags_are_stored_and_every_tag_of_the_filter_must_match(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:

@@ -11,6 +11,7 @@ from tests.conformance.conftest import ON_MARIADB
 from tests.conformance.support import LEASE_S, SUBSCRIBER, WORKER, Enqueue, publish
 
 
+@ON_MARIADB
 async def test_subscribe_registers_what_a_worker_serves_and_unsubscribe_lets_it_lapse(
     ledger: ShardLedger,
 ) -> None:
@@ -42,6 +43,7 @@ async def test_windows_show_each_live_routes_room(ledger: ShardLedger, enqueue: 
     assert all(w["capacity"] == 5 and w["room"] == 5 - w["published"] for w in default)
 
 
+@ON_MARIADB
 async def test_unserved_lists_due_tasks_nobody_serves(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:

@@ -198,8 +198,12 @@ def _until(ready: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
 
 
 def test_what_is_not_built_on_mysql_yet_is_one_line_and_exit_78(mariadb: Settings) -> None:
-    for args in (("stats",), ("relay",), ("worker", "--app", "tests.apps.mariadb_app")):
-        # (the reconciler is built there: its rescue alone)
+    for args in (
+        ("queues", "pause", "emails"),
+        ("relay",),
+        ("worker", "--app", "tests.apps.mariadb_app"),
+    ):
+        # (the reconciler is built there: its rescue alone; stats and tasks too)
         result = run_ledgerq(mariadb, *args)
         assert result.returncode == EX_CONFIG, (args, result.stderr)
         lines = result.stderr.strip().splitlines()

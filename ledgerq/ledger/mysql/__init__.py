@@ -7,8 +7,11 @@ What is built so far is what a producer and a ``--direct`` worker need
 (docs/guarantees.md, "On MySQL and MariaDB"): enqueue in the caller's
 transaction, the worker's claims, finish, heartbeat and checkpoints, its
 subscriptions and liveness, the reconciler's rescue of dead workers' and
-expired leases' tasks, retention (:mod:`.retention`), and the testing
-protocol's truncate and backdate.
+expired leases' tasks, retention (:mod:`.retention`), the operator's
+side (:mod:`.operations`: list, find, act, audit; :mod:`.operations_pauses`:
+pauses, stored but refused until the claims honour them) and inspection
+(:mod:`.inspection`: what ``ledgerq stats`` and ``ledgerq kinds list`` read),
+and the testing protocol's truncate and backdate.
 :class:`MyLedger` does not implement the whole
 :class:`~ledgerq.ledger.protocol.Ledger` yet: the composition root hands it
 only to what it serves.
@@ -19,17 +22,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ledgerq.ledger.mysql.harness import MyHarness
+from ledgerq.ledger.mysql.inspection import MyInspection
+from ledgerq.ledger.mysql.operations import MyOperations
+from ledgerq.ledger.mysql.operations_pauses import MyPauses
 from ledgerq.ledger.mysql.rescue import MyRescue
 from ledgerq.ledger.mysql.retention import MyRetention
 from ledgerq.ledger.mysql.services import MyServices
 
 if TYPE_CHECKING:
-    from ledgerq.ledger.protocol import DirectLedger, RetentionLedger, RoutingLedger
+    from ledgerq.ledger.protocol import (
+        DirectLedger,
+        InspectionLedger,
+        OperationsLedger,
+        RetentionLedger,
+        RoutingLedger,
+        SchedulingLedger,
+    )
+    from ledgerq.ledger.split.ledger import OperatorLedger
 
 
-class MyLedger(MyServices, MyRescue, MyRetention, MyHarness):
-    """The worker's part of the seam on MySQL / MariaDB, the reconciler's rescue and
-    retention, over one aiomysql engine."""
+class MyLedger(MyServices, MyRescue, MyRetention, MyOperations, MyPauses, MyInspection, MyHarness):
+    """The worker's part of the seam on MySQL / MariaDB, the reconciler's rescue,
+    retention, and the operator's side, over one aiomysql engine."""
 
 
 if TYPE_CHECKING:
@@ -37,6 +51,10 @@ if TYPE_CHECKING:
     _direct: type[DirectLedger] = MyLedger
     _routing: type[RoutingLedger] = MyLedger
     _retention: type[RetentionLedger] = MyLedger
+    _operations: type[OperationsLedger] = MyLedger
+    _inspection: type[InspectionLedger] = MyLedger
+    _scheduling: type[SchedulingLedger] = MyLedger
+    _operator: type[OperatorLedger] = MyLedger
 
 
 __all__ = ["MyLedger"]

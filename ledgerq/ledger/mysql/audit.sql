@@ -21,4 +21,4 @@ WHERE id = :audit_id
 INSERT IGNORE INTO ledgerq_audit_tasks (audit_id, task_id, outcome)
 SELECT :audit_id, r.task_id, r.outcome
 FROM JSON_TABLE(:rows, '$[*]' COLUMNS (task_id BIGINT PATH '$[0]',
-                                      outcome VARCHAR(32) PATH '$[1]')) AS r
+                                      outcome VARCHAR(255) PATH '$[1]')) AS r

@@ -1,8 +1,9 @@
 """The testing protocol on MySQL / MariaDB, as far as it is built: emptying the
-ledger and moving time (``truncate``, ``backdate``), and filling history with
-synthetic finished tasks (``seed_history``, ``seed_varied_history``: negative
-ids, ``harness.sql``), and measuring a drain (``count_finished``,
-``drain_span``, ``timings``, ``clear_finished``: the benchmark's and the demo's)."""
+ledger, its audit trail included, and moving time (``truncate``, ``backdate``),
+filling history with synthetic finished tasks (``seed_history``,
+``seed_varied_history``: negative ids, ``harness.sql``), and measuring a drain
+(``count_finished``, ``drain_span``, ``timings``, ``clear_finished``: the
+benchmark's and the demo's)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from sqlalchemy import TextClause
 
 from ledgerq.ledger.model import TaskTiming
 from ledgerq.ledger.mysql.base import MyBase, micros, translated
+from ledgerq.ledger.mysql.operations_pauses import PQ
+from ledgerq.ledger.mysql.operations_plans import OPQ
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.protocol import TimeColumn
 from ledgerq.ledger.sql import load_in_lists
@@ -54,6 +57,7 @@ class MyHarness(MyBase):
 
     async def truncate(self, *, keep_subscriptions: bool = False) -> None:
         statements = [MQ.truncate_tasks, MQ.truncate_history, MQ.truncate_keys, MQ.truncate_kinds]
+        statements += [OPQ.truncate_audit, PQ.truncate_pauses]  # the operator's (m0002, m0003)
         if not keep_subscriptions:
             statements += [MQ.truncate_subscriptions, MQ.truncate_workers]
         with translated():

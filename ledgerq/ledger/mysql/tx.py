@@ -7,9 +7,11 @@ when the caller's transaction commits.
 
 Built so far: the producer's ``enqueue`` and ``enqueue_many`` (``unique`` and
 ``once`` included; ``enqueue_many`` batches on MariaDB: :func:`plans.enqueue_many`),
-and the worker's writes inside a handler's transaction (``succeed``,
-``save_checkpoint``). The rest of
-:class:`~ledgerq.ledger.protocol.TxLedger` (the operator's in-transaction API,
+the worker's writes inside a handler's transaction (``succeed``,
+``save_checkpoint``), and the operator's in-transaction API (``list_tasks``,
+``act``: :mod:`.operations_plans`, every batch in the caller's transaction,
+which commits them all or none). The rest of
+:class:`~ledgerq.ledger.protocol.TxLedger` (``release_key``,
 the batched window's row locks, results and dependencies) raises
 :class:`~ledgerq.core.errors.NotBuiltOnMySQLError` before it runs anything.
 
@@ -31,10 +33,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
 from ledgerq.core.errors import NotBuiltOnMySQLError
 from ledgerq.ledger.actions import Action, Report
-from ledgerq.ledger.filters import TaskFilter
+from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.model import Fence, Outcome
-from ledgerq.ledger.mysql import plans, results
+from ledgerq.ledger.mysql import operations, operations_plans, plans, results
 from ledgerq.ledger.options import AuditOptions
 from ledgerq.ledger.protocol import Locked
 from ledgerq.ledger.specs import TaskSpec, chunks
@@ -76,13 +78,14 @@ class MyTx:
         return plans.drive(plans.save_checkpoint(fence, state_json), self._run)
 
     def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
-        _not_built("list_tasks in a transaction")
+        limit = selection.limit or DEFAULT_LIMIT
+        return operations.drive(operations_plans.list_tasks(selection, limit), self._run)
 
     def act(self, action: Action, selection: TaskFilter, **options: Unpack[AuditOptions]) -> Report:
-        _not_built("an operator's action in a transaction")
+        return operations.drive(operations_plans.act(action, selection, **options), self._run)
 
     def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
-        _not_built("release_key")
+        operations.release_key_not_built()
 
     def lock_running(self, fences: Sequence[Fence]) -> Locked:
         _not_built("the batched window (lock_running)")
@@ -128,15 +131,17 @@ class MyAsyncTx:
         return await plans.adrive(plans.save_checkpoint(fence, state_json), self._run)
 
     async def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
-        _not_built("list_tasks in a transaction")
+        limit = selection.limit or DEFAULT_LIMIT
+        return await operations.adrive(operations_plans.list_tasks(selection, limit), self._run)
 
     async def act(
         self, action: Action, selection: TaskFilter, **options: Unpack[AuditOptions]
     ) -> Report:
-        _not_built("an operator's action in a transaction")
+        plan = operations_plans.act(action, selection, **options)
+        return await operations.adrive(plan, self._run)
 
     async def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
-        _not_built("release_key")
+        operations.release_key_not_built()
 
     async def lock_running(self, fences: Sequence[Fence]) -> Locked:
         _not_built("the batched window (lock_running)")

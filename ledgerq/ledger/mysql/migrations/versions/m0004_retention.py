@@ -31,7 +31,7 @@ Where the server has no partitioning (a MariaDB built or started without the
 The upgrade copies the table (on a large history, stop the workers for it).
 
 Revision ID: m0004
-Revises: m0002
+Revises: m0003
 Create Date: 2026-11-28
 """
 
@@ -43,7 +43,7 @@ from alembic import op
 from sqlalchemy import text
 
 revision = "m0004"
-down_revision = "m0002"
+down_revision = "m0003"
 branch_labels = None
 depends_on = None
 

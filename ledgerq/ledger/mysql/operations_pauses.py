@@ -1,0 +1,119 @@
+"""The operator's pauses on the MySQL / MariaDB ledger (``operations_pauses.sql``,
+table ``ledgerq_pauses`` of migration m0003): ``pause``, ``resume``, ``pauses``,
+and ``kinds`` (``ledgerq kinds list``), as PostgreSQL's
+:mod:`ledgerq.ledger.pg.scheduling`.
+
+A pause or resume is one short transaction of the ledger's own: the pause row,
+the take-back of the queue's or kind's published tasks (locked with ``SKIP
+LOCKED``, then moved back to pending by id, fenced on their epochs) and the audit
+record (:func:`~ledgerq.ledger.mysql.audit.record_audit`, each task taken back
+``changed``) commit together. Taking a pause in force, or lifting one that is
+not, writes nothing and is not audited. Two operators pausing at once: one
+inserts the row, the other meets the key (``INSERT IGNORE``, after InnoDB made
+it wait for the first to commit or roll back) and reports "unchanged".
+
+**Not honoured yet.** The MySQL claims (``claim_due``; the relay's pick once the
+broker path is built) do not read ``ledgerq_pauses``: until they do,
+:data:`CLAIMS_HONOUR_PAUSES` is False and ``pause`` raises
+:class:`~ledgerq.core.errors.NotBuiltOnMySQLError` before it writes anything,
+rather than report a pause nothing keeps. ``resume``, ``pauses`` and ``kinds``
+answer (nothing is paused). Whoever makes the claim skip paused queues and kinds
+turns it on. Rate limits (``set_limit``) are not built: refused likewise.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import TextClause, bindparam
+
+from ledgerq.core.errors import NotBuiltOnMySQLError
+from ledgerq.ledger.actions import jsonable
+from ledgerq.ledger.mysql.audit import record_audit
+from ledgerq.ledger.mysql.base import MyBase, aware, translated
+from ledgerq.ledger.mysql.queries import LIBRARY
+from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope
+from ledgerq.ledger.sql import load
+
+#: Whether the MySQL ledger's claims skip the tasks of paused queues and kinds. False:
+#: ``pause`` is refused (the pick rule belongs to the claim statements, which do not
+#: read ``ledgerq_pauses`` yet).
+CLAIMS_HONOUR_PAUSES = False
+PAUSES = (
+    "pauses (ledgerq queues|kinds pause): not built on the MySQL ledger yet "
+    "(its claims do not skip a paused queue or kind)"
+)
+LIMITS = "rate limits (ledgerq kinds limit): not built on the MySQL ledger yet"
+
+
+@dataclass(frozen=True)
+class PauseQueries:
+    """``ledger/mysql/operations_pauses.sql``."""
+
+    pause: TextClause
+    lock_paused_published: TextClause
+    unpublish_paused: TextClause
+    resume: TextClause
+    list_pauses: TextClause
+    list_kinds: TextClause
+    truncate_pauses: TextClause
+
+
+_LOADED = load(PauseQueries, "ledgerq.ledger.mysql", "operations_pauses.sql", LIBRARY)
+PQ = PauseQueries(
+    **{
+        **_LOADED.__dict__,
+        "unpublish_paused": _LOADED.unpublish_paused.bindparams(bindparam("ids", expanding=True)),
+    }
+)
+
+
+class MyPauses(MyBase):
+    async def pause(
+        self, scope: Scope, name: str, *, actor: str, reason: str | None = None
+    ) -> PauseReport:
+        scope, name = check_scope(scope, name)
+        if not CLAIMS_HONOUR_PAUSES:
+            raise NotBuiltOnMySQLError(PAUSES)
+        where = {"scope": scope, "name": name}
+        with translated():
+            async with self.engine.begin() as conn:
+                taken = await conn.execute(PQ.pause, {**where, "actor": actor, "reason": reason})
+                if taken.rowcount == 0:
+                    return PauseReport("pause", scope, name, changed=False)
+                locked = (await conn.execute(PQ.lock_paused_published, where)).all()
+                ids = [int(r.id) for r in locked]
+                if ids:
+                    batch = json.dumps({str(r.id): {"epoch": int(r.epoch)} for r in locked})
+                    await conn.execute(PQ.unpublish_paused, {"ids": ids, "batch": batch})
+                audit_id = await record_audit(
+                    conn, "pause", {scope: name}, actor=actor, reason=reason, task_ids=ids
+                )
+        return PauseReport("pause", scope, name, True, len(ids), audit_id)
+
+    async def resume(self, scope: Scope, name: str, *, actor: str) -> PauseReport:
+        scope, name = check_scope(scope, name)
+        with translated():
+            async with self.engine.begin() as conn:
+                lifted = await conn.execute(PQ.resume, {"scope": scope, "name": name})
+                if lifted.rowcount == 0:
+                    return PauseReport("resume", scope, name, changed=False)
+                audit_id = await record_audit(conn, "resume", {scope: name}, actor=actor)
+        return PauseReport("resume", scope, name, True, 0, audit_id)
+
+    async def pauses(self) -> list[dict[str, Any]]:
+        rows = await self._rows(PQ.list_pauses, {})
+        return [
+            {k: jsonable(aware(v)) if k == "paused_at" else v for k, v in r._mapping.items()}
+            for r in rows
+        ]
+
+    async def kinds(self) -> list[dict[str, Any]]:
+        """Every kind with a limit, a pause or ordering "block" (on MySQL: a pause)."""
+        rows = await self._rows(PQ.list_kinds, {})
+        return [{**r._mapping, "paused": bool(r.paused), "pending": int(r.pending)} for r in rows]
+
+    async def set_limit(self, kind: str, limit: RateLimit | None, *, actor: str) -> None:
+        raise NotBuiltOnMySQLError(LIMITS)
