@@ -1,6 +1,7 @@
 """The relay's side: ``publish_batch`` and its ``mark_published``, within the live
 windows of the workers' subscriptions (routing), on every single-database
-implementation."""
+implementation; on MariaDB too (``ON_MARIADB``), but the windows' report (an
+inspection)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ledgerq import TaskSpec
 from ledgerq.ledger.model import DueTask
 from ledgerq.ledger.protocol import LedgerWithHarness
 from ledgerq.ledger.routing import Subscription
-from tests.conformance.conftest import ONE_DATABASE
+from tests.conformance.conftest import ON_MARIADB, ONE_DATABASE
 from tests.conformance.support import (
     SUBSCRIBER,
     Enqueue,
@@ -28,6 +29,7 @@ IMPLEMENTATIONS = ONE_DATABASE
 # -- publish_batch and mark_published --------------------------------------------------
 
 
+@ON_MARIADB
 async def test_publish_batch_returns_only_due_pending_rows(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -45,6 +47,7 @@ async def test_publish_batch_returns_only_due_pending_rows(
     assert rows[0] == DueTask(urgent, "conf.pub", "default", 5, 0)
 
 
+@ON_MARIADB
 async def test_publish_batch_takes_at_most_its_limit(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -54,6 +57,7 @@ async def test_publish_batch_takes_at_most_its_limit(
         assert [r.id for r in batch.rows] == ids[:2]
 
 
+@ON_MARIADB
 async def test_publish_batches_open_at_once_never_share_a_row(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -64,6 +68,7 @@ async def test_publish_batches_open_at_once_never_share_a_row(
         assert [r.id for r in other.rows] == [second]  # SKIP LOCKED: first is held
 
 
+@ON_MARIADB
 async def test_mark_published_moves_pending_rows_to_published(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -79,6 +84,7 @@ async def test_mark_published_moves_pending_rows_to_published(
     assert (await ledger.show(second))["status"] == "pending"  # confirmed rows only
 
 
+@ON_MARIADB
 async def test_mark_published_republishes_a_published_row_and_counts_it(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -97,6 +103,7 @@ async def test_mark_published_republishes_a_published_row_and_counts_it(
     assert when(row["published_at"]) > stale_clock + timedelta(seconds=3000)  # clock restarted
 
 
+@ON_MARIADB
 async def test_mark_published_skips_a_row_whose_fence_moved_on(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -120,6 +127,7 @@ async def test_mark_published_skips_a_row_whose_fence_moved_on(
     )
 
 
+@ON_MARIADB
 async def test_a_publish_batch_whose_block_raises_rolls_back(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -140,6 +148,7 @@ async def test_a_publish_batch_whose_block_raises_rolls_back(
         assert [r.id for r in batch.rows] == ids  # and the locks were released
 
 
+@ON_MARIADB
 async def test_publish_batch_picks_nothing_for_a_queue_no_live_subscriber_serves(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -155,6 +164,7 @@ async def test_publish_batch_picks_nothing_for_a_queue_no_live_subscriber_serves
     assert await ledger.whereabouts([served, unserved]) == {served: "pending", unserved: "pending"}
 
 
+@ON_MARIADB
 async def test_publish_batch_takes_at_most_each_windows_room(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -166,9 +176,23 @@ async def test_publish_batch_takes_at_most_each_windows_room(
         assert batch.rows == []  # room: 3 - 3 published
     await claim_one(ledger, ids[0])  # a claim frees a place in the window
     assert await publish(ledger) == {ids[3]}
+    async with ledger.publish_batch(10) as batch:
+        assert batch.rows == []  # full again
+
+
+async def test_the_windows_report_says_each_windows_room(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    ids = enqueue(*["conf.win"] * 5)
+    await window(ledger, 3, "default")
+
+    assert await publish(ledger) == set(ids[:3])
     assert {w["queue"]: w["room"] for w in await ledger.windows()} == {"default": 0}
+    await claim_one(ledger, ids[0])
+    assert {w["queue"]: w["room"] for w in await ledger.windows()} == {"default": 1}
 
 
+@ON_MARIADB
 async def test_publish_batch_gives_a_routed_subscription_only_its_kinds_on_its_route(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -183,6 +207,7 @@ async def test_publish_batch_gives_a_routed_subscription_only_its_kinds_on_its_r
     assert (await ledger.show(theirs))["status"] == "pending"  # no live route covers it
 
 
+@ON_MARIADB
 async def test_return_unpublished_takes_back_rows_whose_publish_failed(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:

@@ -3,12 +3,13 @@ the engines it runs on (PyMySQL, aiomysql), its own Alembic history and the
 transaction-scoped part the producers use (:mod:`.tx`). The only part of
 ``ledger`` that imports PyMySQL.
 
-What is built so far is what a producer and a ``--direct`` worker need
-(docs/guarantees.md, "On MySQL and MariaDB"): enqueue in the caller's
-transaction, the worker's claims, finish, heartbeat and checkpoints, its
-subscriptions and liveness, the reconciler's rescue of dead workers' and
-expired leases' tasks, retention (:mod:`.retention`), and the testing
-protocol's truncate and backdate.
+What is built so far is what a producer, the broker path and a ``--direct``
+worker need (docs/guarantees.md, "On MySQL and MariaDB"): enqueue in the
+caller's transaction, the relay's batches (:mod:`.relay`), the worker's claims,
+finish, heartbeat and checkpoints, its subscriptions and liveness, the
+reconciler (its rescue of dead workers' and expired leases' tasks,
+:mod:`.rescue`; its broker duties, :mod:`.reconcile`), retention
+(:mod:`.retention`), and the testing protocol's truncate and backdate.
 :class:`MyLedger` does not implement the whole
 :class:`~ledgerq.ledger.protocol.Ledger` yet: the composition root hands it
 only to what it serves.
@@ -19,17 +20,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ledgerq.ledger.mysql.harness import MyHarness
+from ledgerq.ledger.mysql.reconcile import MyReconcile
 from ledgerq.ledger.mysql.rescue import MyRescue
 from ledgerq.ledger.mysql.retention import MyRetention
 from ledgerq.ledger.mysql.services import MyServices
 
 if TYPE_CHECKING:
-    from ledgerq.ledger.protocol import DirectLedger, RetentionLedger, RoutingLedger
+    from ledgerq.ledger.protocol import (
+        DirectLedger,
+        ReconcilerLedger,
+        RelayLedger,
+        RetentionLedger,
+        RoutingLedger,
+    )
 
 
-class MyLedger(MyServices, MyRescue, MyRetention, MyHarness):
-    """The worker's part of the seam on MySQL / MariaDB, the reconciler's rescue and
-    retention, over one aiomysql engine."""
+class MyLedger(MyServices, MyRescue, MyReconcile, MyRetention, MyHarness):
+    """The relay's, the worker's and the reconciler's parts of the seam on MySQL /
+    MariaDB, and retention, over one aiomysql engine."""
 
 
 if TYPE_CHECKING:
@@ -37,6 +45,8 @@ if TYPE_CHECKING:
     _direct: type[DirectLedger] = MyLedger
     _routing: type[RoutingLedger] = MyLedger
     _retention: type[RetentionLedger] = MyLedger
+    _relay: type[RelayLedger] = MyLedger
+    _reconciler: type[ReconcilerLedger] = MyLedger
 
 
 __all__ = ["MyLedger"]

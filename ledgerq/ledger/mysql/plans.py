@@ -15,7 +15,7 @@ locks to its end.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -266,7 +266,7 @@ def enqueue_single(spec: TaskSpec) -> Plan[int]:
 # -- claims ---------------------------------------------------------------------------
 
 
-def _keyed(entries: Mapping[int, Mapping[str, Any]]) -> str:
+def keyed(entries: Mapping[int, Mapping[str, Any]]) -> str:
     """A batch as one JSON object keyed by task id (fragments.sql ``field``), each
     entry without its None fields."""
     return json.dumps(
@@ -294,9 +294,35 @@ def claim_fenced(
     epochs = dict(sorted(fences))
     if not epochs:
         return []
-    batch = _keyed({i: {"epoch": e} for i, e in epochs.items()})
+    batch = keyed({i: {"epoch": e} for i, e in epochs.items()})
     locked = yield MQ.lock_fenced, {"ids": list(epochs), "batch": batch}
     return (yield from _claim([int(r[0]) for r in locked.rows], worker, lease_s, max_payload_bytes))
+
+
+def pick_params(
+    queues: Sequence[str],
+    kinds: Iterable[str] | None,
+    shards: Iterable[int] | None,
+    excluded: Iterable[str],
+    aging_s: float,
+    min_wait_s: float,
+    limit: int,
+) -> dict[str, Any]:
+    """The parameters of the pick rule (fragments.sql ``due_pick``): the due pending
+    tasks of ``queues``, of ``kinds`` and ``shards`` (None: all), not of ``excluded``,
+    due ``min_wait_s`` or longer, aged after ``aging_s`` (0: no aging); ``limit``."""
+    return {
+        "queues": list(queues),
+        "every_kind": kinds is None,
+        "kinds": sorted(kinds or ()),
+        "every_shard": shards is None,
+        "shards": sorted(shards or ()),
+        "none_excluded": not excluded,
+        "excluded": sorted(excluded),
+        "aging_us": micros(aging_s),
+        "min_wait_us": micros(min_wait_s),
+        "limit": limit,
+    }
 
 
 def claim_due(
@@ -308,20 +334,11 @@ def claim_due(
     lease_s: float,
     max_payload_bytes: int,
 ) -> Plan[list[ClaimedTask]]:
-    """The direct claim: read the candidates in the relay's order, lock those still
-    pending (SKIP LOCKED), claim what was locked."""
+    """The direct claim: read the candidates by the relay's rule (:func:`pick_params`),
+    lock those still pending (SKIP LOCKED), claim what was locked."""
     if not queues or limit < 1:
         return []
-    candidates = yield (
-        MQ.due_candidates,
-        {
-            "queues": list(queues),
-            "every_kind": kinds is None,
-            "kinds": list(kinds or ()),
-            "aging_us": micros(aging_s),
-            "limit": limit,
-        },
-    )
+    candidates = yield MQ.due_candidates, pick_params(queues, kinds, None, (), aging_s, 0.0, limit)
     ids = [int(r[0]) for r in candidates.rows]
     if not ids:
         return []
@@ -340,7 +357,7 @@ def finish(outcomes: Sequence[Outcome]) -> Plan[list[Finished]]:
     verdicts = {o.id: o for o in sorted(outcomes, key=lambda o: o.id)}
     if not verdicts:
         return []
-    batch = _keyed({i: {"epoch": o.epoch, "verdict": o.verdict} for i, o in verdicts.items()})
+    batch = keyed({i: {"epoch": o.epoch, "verdict": o.verdict} for i, o in verdicts.items()})
     locked = yield MQ.lock_finishing, {"ids": list(verdicts), "batch": batch}
     ended: dict[int, dict[str, Any]] = {}
     retried: dict[int, dict[str, Any]] = {}
@@ -370,11 +387,11 @@ def finish(outcomes: Sequence[Outcome]) -> Plan[list[Finished]]:
             left = max(int(attempts) - 1, 0) if released else int(attempts)
             finished.append(Finished(int(task_id), kind, left, "pending", outcome.error))
     if ended:
-        ids = {"ids": list(ended), "batch": _keyed(ended), "at": at}
+        ids = {"ids": list(ended), "batch": keyed(ended), "at": at}
         yield MQ.bury, ids
         yield MQ.delete_ended, {"ids": list(ended)}
     if retried:
-        yield MQ.retry_tasks, {"ids": list(retried), "batch": _keyed(retried), "at": at}
+        yield MQ.retry_tasks, {"ids": list(retried), "batch": keyed(retried), "at": at}
     return finished
 
 
@@ -386,7 +403,7 @@ def heartbeat(
     if not epochs:
         return Held()
     reported = progress or {}
-    batch = _keyed({i: {"epoch": e, "progress": reported.get(i)} for i, e in epochs.items()})
+    batch = keyed({i: {"epoch": e, "progress": reported.get(i)} for i, e in epochs.items()})
     ids = list(epochs)
     locked = yield MQ.lock_beating, {"ids": ids, "batch": batch}
     held = {int(r[0]): bool(r[1]) for r in locked.rows}
