@@ -330,3 +330,21 @@ async def test_a_retry_due_after_the_expiry_never_runs(
     shown = await ledger.show(task_id)
     assert (shown["status"], shown["expired"], shown["attempts"]) == ("cancelled", True, 1)
     assert [a["outcome"] for a in shown["attempt_log"]] == ["retry"]
+
+
+@ON_MARIADB
+async def test_a_queue_gone_direct_has_its_published_rows_taken_back_not_republished(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    ids = enqueue("conf.u", "conf.u")
+    assert await publish(ledger) == set(ids)
+    await ledger.backdate(ids, "published_at", 600)  # stalled, were the route still served
+    await ledger.subscribe("conf-direct", [Subscription("default")], 600.0, direct=True)
+    try:
+        async with ledger.stalled_batch(0, 10, 60.0, {}) as batch:
+            assert batch.rows == []  # no relay publishes a queue claimed directly
+        assert sorted(await ledger.unpublish_unserved(10)) == ids
+        assert await ledger.unpublish_unserved(10) == []
+    finally:
+        await ledger.unsubscribe("conf-direct")
+    assert await ledger.whereabouts(ids) == {i: "pending" for i in ids}

@@ -4,7 +4,8 @@ RabbitMQ, real ``ledgerq worker`` processes (no ``--direct``) claim the
 deliveries and run them, and ``ledgerq reconcile`` is the safety net:
 
 - what commits runs exactly once, its handler's write through ``ctx.session``
-  committed with the task's ``succeeded``; what rolls back never runs;
+  committed with the task's ``succeeded``; what rolls back never runs (six
+  producers at once, two relays at once);
 - a worker SIGKILLed mid-task: its task is rescued (its worker presumed dead),
   published again and run once by the other worker;
 - a relay SIGKILLed after committing a batch published and before sending it:
@@ -189,7 +190,8 @@ def _produce(producer: Engine, rounds: int, tag: int) -> tuple[set[int], set[int
 def test_producers_transactions_decide_what_runs_through_rabbitmq_exactly_once(
     mariadb: Settings, producer: Engine, processes: Processes
 ) -> None:
-    relay = processes.spawn("relay")
+    # Two relays at once: they pick from the same windows and never publish a row twice.
+    relays = [processes.spawn("relay") for _ in range(2)]
     workers = [processes.spawn("worker", "--app", APP, "--concurrency", "4") for _ in range(2)]
     outcomes: list[tuple[set[int], set[int]]] = []
 
@@ -206,7 +208,7 @@ def test_producers_transactions_decide_what_runs_through_rabbitmq_exactly_once(
     assert len(committed) == 6 * 20 * 2 and len(dropped) == 6 * 5 * 2
 
     _until(lambda: len(_finished(mariadb)) >= len(committed), "every committed task finished")
-    for process in (relay, *workers):
+    for process in (*relays, *workers):
         assert process.poll() is None, processes.stop(process)
         output = processes.stop(process)
         assert process.returncode == 0, output
