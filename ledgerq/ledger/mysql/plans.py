@@ -266,7 +266,7 @@ def enqueue_single(spec: TaskSpec) -> Plan[int]:
 # -- claims ---------------------------------------------------------------------------
 
 
-def keyed(entries: Mapping[int, Mapping[str, Any]]) -> str:
+def _keyed(entries: Mapping[int, Mapping[str, Any]]) -> str:
     """A batch as one JSON object keyed by task id (fragments.sql ``field``), each
     entry without its None fields."""
     return json.dumps(
@@ -294,7 +294,7 @@ def claim_fenced(
     epochs = dict(sorted(fences))
     if not epochs:
         return []
-    batch = keyed({i: {"epoch": e} for i, e in epochs.items()})
+    batch = _keyed({i: {"epoch": e} for i, e in epochs.items()})
     locked = yield MQ.lock_fenced, {"ids": list(epochs), "batch": batch}
     return (yield from _claim([int(r[0]) for r in locked.rows], worker, lease_s, max_payload_bytes))
 
@@ -357,7 +357,7 @@ def finish(outcomes: Sequence[Outcome]) -> Plan[list[Finished]]:
     verdicts = {o.id: o for o in sorted(outcomes, key=lambda o: o.id)}
     if not verdicts:
         return []
-    batch = keyed({i: {"epoch": o.epoch, "verdict": o.verdict} for i, o in verdicts.items()})
+    batch = _keyed({i: {"epoch": o.epoch, "verdict": o.verdict} for i, o in verdicts.items()})
     locked = yield MQ.lock_finishing, {"ids": list(verdicts), "batch": batch}
     ended: dict[int, dict[str, Any]] = {}
     retried: dict[int, dict[str, Any]] = {}
@@ -387,11 +387,11 @@ def finish(outcomes: Sequence[Outcome]) -> Plan[list[Finished]]:
             left = max(int(attempts) - 1, 0) if released else int(attempts)
             finished.append(Finished(int(task_id), kind, left, "pending", outcome.error))
     if ended:
-        ids = {"ids": list(ended), "batch": keyed(ended), "at": at}
+        ids = {"ids": list(ended), "batch": _keyed(ended), "at": at}
         yield MQ.bury, ids
         yield MQ.delete_ended, {"ids": list(ended)}
     if retried:
-        yield MQ.retry_tasks, {"ids": list(retried), "batch": keyed(retried), "at": at}
+        yield MQ.retry_tasks, {"ids": list(retried), "batch": _keyed(retried), "at": at}
     return finished
 
 
@@ -403,7 +403,7 @@ def heartbeat(
     if not epochs:
         return Held()
     reported = progress or {}
-    batch = keyed({i: {"epoch": e, "progress": reported.get(i)} for i, e in epochs.items()})
+    batch = _keyed({i: {"epoch": e, "progress": reported.get(i)} for i, e in epochs.items()})
     ids = list(epochs)
     locked = yield MQ.lock_beating, {"ids": ids, "batch": batch}
     held = {int(r[0]): bool(r[1]) for r in locked.rows}

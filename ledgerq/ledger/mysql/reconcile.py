@@ -41,7 +41,7 @@ from ledgerq.ledger.mysql import plans
 from ledgerq.ledger.mysql.audit import SYSTEM_ACTOR, record_audit
 from ledgerq.ledger.mysql.base import micros, translated
 from ledgerq.ledger.mysql.queries import LIBRARY
-from ledgerq.ledger.mysql.relay import MyPublishBatch, MyRelay, expanding, pick, take_back
+from ledgerq.ledger.mysql.relay import MyPublishBatch, MyRelay, expanding, held, pick, take_back
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S
 from ledgerq.ledger.sql import load
 
@@ -76,12 +76,12 @@ def stalled(
     candidates = yield CQ.stalled_candidates, params
     if not candidates.rows:
         return []
-    batch = plans.keyed({int(r[0]): {"epoch": int(r[1])} for r in candidates.rows})
-    ids = sorted(int(r[0]) for r in candidates.rows)
-    locked = yield CQ.lock_stalled, {"ids": ids, "batch": batch}
+    epochs = {int(r[0]): int(r[1]) for r in candidates.rows}
+    locked = yield CQ.lock_stalled, {"ids": sorted(epochs)}
     return [
         DueTask(int(i), kind, queue, int(priority), int(epoch), bool(suspect), None, route or None)
         for i, kind, queue, priority, epoch, suspect, route in locked.rows
+        if epochs.get(int(i)) == int(epoch)
     ]
 
 
@@ -91,10 +91,10 @@ def unserved(limit: int) -> plans.Plan[list[tuple[int, str]]]:
     candidates = yield CQ.unserved_candidates, {"limit": limit}
     if not candidates.rows:
         return []
-    batch = plans.keyed({int(r[0]): {"epoch": int(r[1])} for r in candidates.rows})
-    ids = sorted(int(r[0]) for r in candidates.rows)
-    locked = yield CQ.lock_unserved, {"ids": ids, "batch": batch}
-    return (yield from take_back([(int(r[0]), int(r[1])) for r in locked.rows]))
+    epochs = {int(r[0]): int(r[1]) for r in candidates.rows}
+    locked = yield CQ.lock_unserved, {"ids": sorted(epochs)}
+    kept = held(epochs, locked.rows)
+    return (yield from take_back([(i, epochs[i]) for i in sorted(kept)]))
 
 
 class MyReconcile(MyRelay):

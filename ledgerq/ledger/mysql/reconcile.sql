@@ -26,11 +26,12 @@ ORDER BY t.id
 LIMIT :limit
 
 -- name: lock_stalled
--- The stalled candidates still published at the epoch they were read with,
--- locked (a row a worker is claiming right now is left to the next pass).
+-- The stalled candidates still published, locked (a row a worker is claiming
+-- right now is left to the next pass); the caller keeps those still at the
+-- epoch it read.
 SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, COALESCE(t.route, '') AS route
 FROM ledgerq_tasks t
-WHERE t.id IN :ids AND t.epoch = CAST({{field(epoch)}} AS SIGNED) AND t.status = 'published'
+WHERE t.id IN :ids AND t.status = 'published'
 ORDER BY t.id
 FOR UPDATE SKIP LOCKED
 
@@ -45,11 +46,10 @@ ORDER BY t.id
 LIMIT :limit
 
 -- name: lock_unserved
--- The unserved candidates still published at their epoch and still unserved,
--- locked (SKIP LOCKED: a row a worker is claiming is left alone).
+-- The unserved candidates still published and still unserved, locked (SKIP
+-- LOCKED: a row a worker is claiming is left alone), and their epochs.
 SELECT t.id, t.epoch
 FROM ledgerq_tasks t
-WHERE t.id IN :ids AND t.epoch = CAST({{field(epoch)}} AS SIGNED) AND t.status = 'published'
-  AND NOT {{route_served}}
+WHERE t.id IN :ids AND t.status = 'published' AND NOT {{route_served}}
 ORDER BY t.id
 FOR UPDATE SKIP LOCKED

@@ -24,16 +24,18 @@ lock has moved on (status or epoch) and is skipped by the lock's re-check. A
 direct claim holding a row makes the relay skip it, and the other way round.
 
 ``mark_published`` and ``return_unpublished`` are fenced compare-and-sets on
-(id, epoch, status): the rows matching their fences are locked first
+(id, epoch, status): the rows in the expected status are locked first
 (``fence_publishing``, ``fence_published``; MariaDB has no ``UPDATE ...
-RETURNING``), then written by id, fenced again, in the same transaction; the
-ids locked are the ids that moved.
+RETURNING``) and their epochs compared with the fences (:func:`held`), then the
+rows whose fences held are written by id, status re-checked, in the same
+transaction: nobody can move a locked row in between, so the ids kept are the
+ids that moved.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
@@ -107,24 +109,31 @@ def pick(limit: int, aging_s: float, min_wait_s: float = 0.0) -> plans.Plan[list
     chosen = kept(candidates, limit)
     if not chosen:
         return []
-    batch = plans.keyed({c.id: {"epoch": c.epoch} for c in chosen})
-    locked = yield RQ.lock_picked, {"ids": sorted(c.id for c in chosen), "batch": batch}
-    won = {int(r[0]) for r in locked.rows}
+    locked = yield RQ.lock_picked, {"ids": sorted(c.id for c in chosen)}
+    won = held({c.id: c.epoch for c in chosen}, locked.rows)
     return [c.due_task() for c in chosen if c.id in won]
+
+
+def held(epochs: Mapping[int, int], locked: Sequence[Sequence[Any]]) -> set[int]:
+    """Of the rows a statement locked (id, epoch, ...), the ids still at the epoch
+    ``epochs`` holds for them: the fence, checked on the locked (latest) version."""
+    return {int(r[0]) for r in locked if epochs.get(int(r[0])) == int(r[1])}
 
 
 def mark_published(rows: Sequence[DueTask]) -> plans.Plan[set[int]]:
     """pending|published -> published for ``rows`` still at their epochs; the ids moved."""
     if not rows:
         return set()
-    ordered = sorted(rows, key=lambda r: r.id)
-    ids = [r.id for r in ordered]
-    batch = plans.keyed({r.id: {"epoch": r.epoch, "route": r.route or ""} for r in ordered})
-    fenced = yield RQ.fence_publishing, {"ids": ids, "batch": batch}
-    moved = sorted(int(r[0]) for r in fenced.rows)
-    if moved:
-        yield RQ.mark_published, {"ids": moved, "batch": batch}
-    return set(moved)
+    epochs = {r.id: r.epoch for r in rows}
+    fenced = yield RQ.fence_publishing, {"ids": sorted(epochs)}
+    moved = held(epochs, fenced.rows)
+    routes: dict[str, list[int]] = {}
+    for row in rows:
+        if row.id in moved:
+            routes.setdefault(row.route or "", []).append(row.id)
+    for route, ids in sorted(routes.items()):
+        yield RQ.mark_published, {"ids": sorted(ids), "route": route}
+    return moved
 
 
 def take_back(rows: Sequence[tuple[int, int]]) -> plans.Plan[list[tuple[int, str]]]:
@@ -133,11 +142,11 @@ def take_back(rows: Sequence[tuple[int, int]]) -> plans.Plan[list[tuple[int, str
     epochs = dict(sorted(rows))
     if not epochs:
         return []
-    batch = plans.keyed({i: {"epoch": e} for i, e in epochs.items()})
-    fenced = yield RQ.fence_published, {"ids": list(epochs), "batch": batch}
-    moved = [(int(r[0]), str(r[1])) for r in fenced.rows]
+    fenced = yield RQ.fence_published, {"ids": list(epochs)}
+    kept = held(epochs, fenced.rows)
+    moved = [(int(r[0]), str(r[2])) for r in fenced.rows if int(r[0]) in kept]
     if moved:
-        yield RQ.take_back, {"ids": [i for i, _ in moved], "batch": batch}
+        yield RQ.take_back, {"ids": [i for i, _ in moved]}
     return moved
 
 
