@@ -6,7 +6,8 @@ every shard of a split ledger), or a *bind* that names one database: a
 SQLAlchemy ``Engine``/``AsyncEngine``, a ``Connection``/``AsyncConnection`` or
 a ``Session``/``AsyncSession`` bound to one, a psycopg 3 connection (sync or
 async), or a database URL string. A bind
-is read for its URL only (password included; the driver becomes psycopg 3);
+is read for its URL only (password included; the driver becomes psycopg 3, or,
+for a MySQL / MariaDB bind, PyMySQL);
 the function opens its own short-lived connections through the composition
 root (:func:`ledgerq.compose.open_operator_ledger`), exactly as the CLI does,
 and commits its own work: to act inside a transaction you hold, use
@@ -83,9 +84,13 @@ def settings_of(target: Target) -> Settings:
     if isinstance(target, Settings):
         return target
     url = _url(target)
-    if url.get_backend_name() != "postgresql":
-        raise TypeError(f"target: ledgerq's ledger is PostgreSQL, not {url.get_backend_name()}")
-    url = url.set(drivername="postgresql+psycopg")
+    backend = url.get_backend_name()
+    if backend in ("mysql", "mariadb"):  # the MySQL ledger, on its driver (PyMySQL)
+        url = url.set(drivername=f"{backend}+pymysql")
+    elif backend == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    else:
+        raise TypeError(f"target: ledgerq's ledger is PostgreSQL, MySQL or MariaDB, not {backend}")
     return Settings.from_env(database_url=url.render_as_string(hide_password=False))
 
 

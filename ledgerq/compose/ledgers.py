@@ -35,8 +35,9 @@ def postgresql_only(settings: Settings, what: str) -> None:
     if settings.on_mysql:
         raise NotBuiltOnMySQLError(
             f"{what}: not built on the MySQL ledger yet (what is: enqueue in the "
-            "application's transaction, `ledgerq migrate`, `ledgerq worker --direct`, "
-            "`ledgerq stats`, `show`, `tasks`; docs/guarantees.md, 'On MySQL and MariaDB')"
+            "application's transaction, `ledgerq migrate`, `relay`, `worker` (with or "
+            "without --direct), `reconcile`, `purge`, `stats`, `show`, `tasks`; "
+            "docs/guarantees.md, 'On MySQL and MariaDB')"
         )
 
 

@@ -4,9 +4,10 @@ connection for its advisory lock, a blocking publisher with confirms, retention
 from the settings, the dashboard's rollup: the maintenance loop and its
 services, :mod:`ledgerq.relay.maintenance`); :func:`serve_reconciler` is
 ``ledgerq reconcile``: one pass over every shard, or one every N seconds until
-SIGTERM. On MySQL / MariaDB only the rescue and retention are built:
-:func:`serve_reconciler` runs them alone
-(:class:`~ledgerq.relay.reconciler.RescueReconciler`), with no broker connection.
+SIGTERM. On MySQL / MariaDB the same reconciler runs on
+:class:`~ledgerq.ledger.mysql.MyLedger` (one database, MySQL's named lock), with
+no rollup (the dashboard is not built there); its expiry and waiting-task
+steps find nothing, as expiry and dependencies are refused at enqueue there.
 
 The loop (``--every N``) lives through a lost database as the relay does, by the
 rule every loop shares (:mod:`ledgerq.ledger.outages`): a failed pass (a
@@ -26,28 +27,25 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ledgerq.alerting.alerts import AlertHook
 from ledgerq.broker.blocking import ThreadedPublisher
 from ledgerq.compose.alerting import alert_hook
-from ledgerq.compose.ledgers import one_shard, postgresql_only, topology, warn_if_no_autovacuum
+from ledgerq.compose.ledgers import one_shard, topology, warn_if_no_autovacuum
 from ledgerq.compose.monitoring import stop_event
+from ledgerq.compose.storage import check_schema
 from ledgerq.core.config import Settings
 from ledgerq.hooks import Hooks
 from ledgerq.ledger.outages import Outage, ends_loop, pause
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import RECONCILER_PLANNER, async_engine, session_engine
-from ledgerq.ledger.pg.migrate import check_schema
-from ledgerq.relay.reconciler import (
-    ReconcileCounts,
-    Reconciler,
-    ReconcilerConfig,
-    RescueReconciler,
-)
-from ledgerq.relay.rescue import Rescuer
+from ledgerq.relay.reconciler import ReconcileCounts, Reconciler, ReconcilerConfig
 from ledgerq.relay.retention import Retention, RetentionConfig
 from ledgerq.relay.rollup import Rollup
+
+if TYPE_CHECKING:
+    from ledgerq.ledger.mysql import MyLedger
 
 log = logging.getLogger("ledgerq.reconciler")
 
@@ -60,6 +58,21 @@ def retention_config(settings: Settings) -> RetentionConfig:
             "dead": settings.retention_dead_days,
             "cancelled": settings.retention_cancelled_days,
         }
+    )
+
+
+def _reconciler_ledger(database: Settings) -> PgLedger | MyLedger:
+    """The reconciler's ledger on ``database``: on PostgreSQL with its planner settings
+    and a session connection for its advisory lock; on MySQL / MariaDB (its modules
+    imported only for a MySQL URL) the named lock rides on a connection of its own."""
+    if database.on_mysql:
+        from ledgerq.ledger.mysql import MyLedger  # a MySQL URL only
+        from ledgerq.ledger.mysql import engines as my_engines
+
+        return MyLedger(my_engines.async_engine(database, "ledgerq-reconciler", pool_size=3))
+    return PgLedger(
+        async_engine(database, "ledgerq-reconciler", pool_size=2, planner=RECONCILER_PLANNER),
+        sessions=session_engine(database, "ledgerq-reconciler-lock"),
     )
 
 
@@ -76,14 +89,10 @@ async def open_reconciler(
     shard's holds that database's advisory lock."""
     config = config or ReconcilerConfig()
     alert = alert or alert_hook(settings)
-    postgresql_only(settings, "the reconciler")
     database = one_shard(settings, shard, "a reconciler (pass its ledger shard)")
     if not checked:
         check_schema(settings)
-    ledger = PgLedger(
-        async_engine(database, "ledgerq-reconciler", pool_size=2, planner=RECONCILER_PLANNER),
-        sessions=session_engine(database, "ledgerq-reconciler-lock"),
-    )
+    ledger = _reconciler_ledger(database)
     try:
         publisher = await ThreadedPublisher.open(
             settings.amqp_url,
@@ -97,9 +106,9 @@ async def open_reconciler(
         raise
     try:
         retention = Retention(ledger, retention_config(settings))
-        reconciler = Reconciler(
-            ledger, publisher, config, Hooks(alert=alert), retention, Rollup(ledger)
-        )
+        # The dashboard's rollup is PostgreSQL's only (no dashboard on MySQL yet).
+        rollup = Rollup(ledger) if isinstance(ledger, PgLedger) else None
+        reconciler = Reconciler(ledger, publisher, config, Hooks(alert=alert), retention, rollup)
         await warn_if_no_autovacuum(ledger)
         yield reconciler
     finally:
@@ -116,9 +125,6 @@ async def serve_reconciler(
     """``ledgerq reconcile``: one pass, or one every ``every`` seconds until SIGTERM.
     With ledger shards, each pass covers every shard in turn (one report each)."""
     count = settings.ledger_shard_count
-    if settings.on_mysql:
-        await _serve_mysql_rescue(settings, config, every, report)
-        return
     check_schema(settings)
     async with contextlib.AsyncExitStack() as stack:
         reconcilers = [
@@ -151,35 +157,6 @@ async def serve_reconciler(
         for result in ended:
             if isinstance(result, BaseException):
                 raise result
-
-
-async def _serve_mysql_rescue(
-    settings: Settings,
-    config: ReconcilerConfig,
-    every: float | None,
-    report: Callable[[ReconcileCounts], None],
-) -> None:
-    """``ledgerq reconcile`` on MySQL / MariaDB: the rescue alone, the one duty built
-    there (:class:`RescueReconciler`); no broker connection (nothing is published)."""
-    from ledgerq.ledger.mysql import MyLedger  # only for a MySQL URL: no MySQL driver otherwise
-    from ledgerq.ledger.mysql import engines as my_engines
-    from ledgerq.ledger.mysql.migrate import check_schema as my_check_schema
-
-    my_check_schema(settings)
-    ledger = MyLedger(my_engines.async_engine(settings, "ledgerq-reconciler", pool_size=2))
-    try:
-        reconciler = RescueReconciler(
-            ledger,
-            Rescuer(ledger, config.rescue()),
-            Hooks(alert=alert_hook(settings)),
-            Retention(ledger, retention_config(settings)),
-        )
-        if every is None:
-            report(await reconciler.run_once())
-            return
-        await _every(reconciler, every, stop_event(), report, Outage("reconciler pass", log))
-    finally:
-        await ledger.dispose()
 
 
 class Pass(Protocol):

@@ -3,7 +3,8 @@ ledger (its broker connection, its ledger with the relay's planner settings, its
 publisher with confirms); :func:`serve_relay` is ``ledgerq relay``: one relay
 loop per ledger shard in one process, each woken by LISTEN on its database,
 until SIGTERM or until the schema is lost (then :class:`SchemaMissingError`
-after the loops have stopped).
+after the loops have stopped). On MySQL / MariaDB (one database, no LISTEN) the
+relay polls (:class:`Polled`), every :data:`MYSQL_POLL_S` at most.
 
 The stop signals are caught before anything connects: a SIGTERM while
 PostgreSQL or RabbitMQ does not answer yet abandons the start-up and exits 0 at
@@ -18,17 +19,17 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledgerq.broker.aio import AioPublisher, connect
 from ledgerq.compose.ledgers import (
     one_shard,
-    postgresql_only,
     schema_watched,
     topology,
     warn_if_no_autovacuum,
 )
 from ledgerq.compose.monitoring import monitoring, stop_event, watch_readiness
+from ledgerq.compose.storage import check_schema
 from ledgerq.core.config import Settings
 from ledgerq.faults import probe_from_env
 from ledgerq.health import Health
@@ -37,16 +38,55 @@ from ledgerq.hooks.probes import Probe
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import RELAY_PLANNER, async_engine
-from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.pg.notify import Wakeup
 from ledgerq.ledger.protocol import RelayLedger
 from ledgerq.relay.service import Relay, RelayConfig
 from ledgerq.runtime import SchemaWatch, off_loop, unless_stopped
 
+if TYPE_CHECKING:
+    from ledgerq.ledger.mysql import MyLedger
+
 log = logging.getLogger("ledgerq")
 
 #: Seconds a stopping relay gives the batch in hand (``ledgerq relay --grace``).
 GRACE_S = 10.0
+#: On MySQL / MariaDB, the longest a relay waits between batches (no LISTEN there:
+#: an enqueue or a claim that frees window room is found by the next poll).
+MYSQL_POLL_S = 0.1
+
+
+class Polled:
+    """The relay's wake-up where the database cannot notify (MySQL / MariaDB): set
+    only by a stop; :meth:`wait` returns after :data:`MYSQL_POLL_S` at most (or
+    the relay's own poll interval, if shorter), so the relay polls."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def wait(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self.event.wait(), min(timeout, MYSQL_POLL_S))
+        except TimeoutError:
+            return False
+        self.event.clear()
+        return True
+
+
+def _relay_ledger(database: Settings) -> PgLedger | MyLedger:
+    """The relay's ledger on ``database`` (the MySQL modules imported only for a
+    MySQL URL: a PostgreSQL relay never loads them)."""
+    if database.on_mysql:
+        from ledgerq.ledger.mysql import MyLedger  # a MySQL URL only
+        from ledgerq.ledger.mysql import engines as my_engines
+
+        return MyLedger(my_engines.async_engine(database, "ledgerq-relay", pool_size=2))
+    return PgLedger(async_engine(database, "ledgerq-relay", pool_size=2, planner=RELAY_PLANNER))
 
 
 @asynccontextmanager
@@ -64,7 +104,6 @@ async def open_relay(
     """A relay of ledger shard ``shard`` (or of the only database) ready to run; with
     ``health``, its readiness is watched from now on. ``checked``: the caller has
     checked the schema already."""
-    postgresql_only(settings, "the relay")
     database = one_shard(settings, shard, "a relay (pass its ledger shard)")
     if not checked:
         await off_loop(partial(check_schema, settings))
@@ -74,7 +113,7 @@ async def open_relay(
         name="ledgerq-relay" if shard is None else f"ledgerq-relay-{shard}",
         ssl_context=settings.amqp_ssl_context(),
     )
-    ledger = PgLedger(async_engine(database, "ledgerq-relay", pool_size=2, planner=RELAY_PLANNER))
+    ledger = _relay_ledger(database)
     publisher = AioPublisher(connection, topology(settings))
     relay_ledger: RelayLedger = schema_watched(ledger, watch)
     try:
@@ -118,7 +157,6 @@ async def serve_relay(
     abandoned: its transaction rolls back and its rows stay ``pending`` (a message
     confirmed meanwhile is published again later: a duplicate delivery, which the
     claim's fence makes harmless)."""
-    postgresql_only(settings, "the relay")
     count = settings.ledger_shard_count
     served = list(range(count)) if shards is None else list(shards)
     for shard in served:
@@ -128,7 +166,10 @@ async def serve_relay(
         monitoring(metrics_port or settings.metrics_port, "relay") as (observer, health),
         contextlib.AsyncExitStack() as stack,
     ):
-        wakeups = [Wakeup(settings.ledger_shard(shard)) for shard in served]
+        wakeups: list[Wakeup | Polled] = [
+            Polled() if settings.on_mysql else Wakeup(settings.ledger_shard(shard))
+            for shard in served
+        ]
         # The stop signals are caught before anything connects.
         stop = stop_event(*(w.event.set for w in wakeups), *([health.stopping] if health else []))
         watch.on_loss(stop.set)

@@ -29,11 +29,7 @@ from typing import cast
 from ledgerq.alerting.alerts import AlertHook
 from ledgerq.broker.aio import AioConsumption, connect, is_connected
 from ledgerq.compose.alerting import alert_hook
-from ledgerq.compose.ledgers import (
-    postgresql_only,
-    topology,
-    warn_if_no_autovacuum,
-)
+from ledgerq.compose.ledgers import topology, warn_if_no_autovacuum
 from ledgerq.compose.monitoring import monitoring, stop_event, watch_readiness
 from ledgerq.compose.storage import check_schema
 from ledgerq.compose.worker_storage import WorkerHome, mysql_storage, pg_storage
@@ -129,7 +125,10 @@ def claim_source(
             return BrokerSource(feed, consume)
 
         return consumed, False
-    checked, after = DirectConfig(aging_s=settings.priority_aging_s), fallback
+    # No LISTEN on MySQL / MariaDB: the fallback's claims poll there, as --direct's do.
+    poll_s = DirectConfig.default_poll_s(mysql=settings.on_mysql)
+    checked = DirectConfig(aging_s=settings.priority_aging_s, poll_s=poll_s)
+    after = fallback
     return (lambda feed: FallbackSource(feed, consume, claims, woken, checked, up, after)), True
 
 
@@ -150,10 +149,9 @@ async def open_worker(
     """A started worker; on exit it drains (see :meth:`Worker.stop`) and disconnects.
     With ``direct`` it takes no broker connection and claims straight from the
     ledger, woken by LISTEN (consumers/direct.py); without, ``fallback`` (None: never)
-    says when it claims from the ledger while the broker is away (broker-down mode)."""
+    says when it claims from the ledger while the broker is away (broker-down mode).
+    On MySQL / MariaDB both paths run the same way, the direct claims polling."""
     config = config or WorkerConfig()
-    if settings.on_mysql and direct is None:
-        postgresql_only(settings, "the broker path (relay, `ledgerq worker` without --direct)")
     hooks = Hooks(alert or alert_hook(settings), probe or probe_from_env(), observer)
     await off_loop(partial(check_schema, settings))  # the loop hears SIGTERM meanwhile
     connection = (

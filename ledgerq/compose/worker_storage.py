@@ -115,8 +115,10 @@ def pg_storage(
 def mysql_storage(
     settings: Settings, config: WorkerConfig, watch: SchemaWatch | None
 ) -> WorkerStorage:
-    """The same parts on MySQL / MariaDB (one database): no LISTEN there, so a direct
-    worker polls (DirectConfig.poll_s) and wakes up early only on its own batches."""
+    """The same parts on MySQL / MariaDB (one database), for the broker path and the
+    direct one alike: no LISTEN there, so direct claims (``--direct``, and the
+    broker-down fallback) poll (DirectConfig.poll_s) and wake up early only on the
+    worker's own batches."""
     from ledgerq.ledger.mysql import MyLedger  # only for a MySQL URL: no MySQL driver otherwise
     from ledgerq.ledger.mysql import engines as my_engines
 

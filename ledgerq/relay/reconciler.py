@@ -61,9 +61,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from ledgerq.alerting.alerts import AlertSender
 from ledgerq.broker.base import Publisher
@@ -261,50 +260,3 @@ class Reconciler:
         for row in dead:
             sender.submit(row)
         await sender.close(ALERTS_WAIT_S)
-
-
-class RescueLock(Protocol):
-    def exclusive(self) -> AbstractAsyncContextManager[bool]: ...
-
-
-@dataclass
-class RescueReconciler:
-    """The reconciler where only its rescue is built: the MySQL / MariaDB ledger's,
-    so far (docs/guarantees.md, "On MySQL and MariaDB"). One pass under the same
-    lock as :class:`Reconciler`'s, step 1 alone (dead workers' rows, then expired
-    leases), then the alerts of the tasks it ended dead, outside the lock. With no
-    relay there is nothing published to take back or publish again. Retention,
-    when given, runs after the lock as :class:`Reconciler`'s step 6."""
-
-    ledger: RescueLock
-    rescuer: Rescuer
-    hooks: Hooks = NO_HOOKS
-    retention: Retention | None = None
-
-    async def run_once(self) -> ReconcileCounts:
-        started = time.perf_counter()
-        try:
-            async with self.ledger.exclusive() as acquired:
-                if not acquired:
-                    log.info("another reconciler holds the lock; skipping this pass")
-                    return ReconcileCounts(acted=False, elapsed_s=time.perf_counter() - started)
-                rescue = await self.rescuer.run_once()
-        finally:
-            dead = self.rescuer.take_buried()
-            if dead:
-                sender = AlertSender(self.hooks.alert)
-                for row in dead:
-                    sender.submit(row)
-                await sender.close(ALERTS_WAIT_S)
-        counts = ReconcileCounts(
-            expired=rescue.expired,
-            orphaned=rescue.orphaned,
-            dead=rescue.dead,
-            released=rescue.released,
-            pages=rescue.pages,
-            elapsed_s=time.perf_counter() - started,
-        )
-        counts.retention = await _upkeep(
-            "retention", None if self.retention is None else self.retention.run_once
-        )
-        return counts

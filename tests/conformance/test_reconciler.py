@@ -41,6 +41,7 @@ async def test_exclusive_lets_one_holder_at_a_time(
             assert meanwhile is False
 
 
+@ON_MARIADB
 async def test_stalled_batch_picks_published_rows_unclaimed_past_their_window(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -61,6 +62,7 @@ async def test_stalled_batch_picks_published_rows_unclaimed_past_their_window(
         assert batch.rows[0] == DueTask(stalled, "conf.s", "default", 0, 0)
 
 
+@ON_MARIADB
 async def test_stalled_batch_pages_by_id_and_respects_its_limit(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -74,6 +76,7 @@ async def test_stalled_batch_pages_by_id_and_respects_its_limit(
         assert [r.id for r in batch.rows] == ids[2:]
 
 
+@ON_MARIADB
 async def test_the_stall_window_doubles_with_each_publication(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -89,6 +92,7 @@ async def test_the_stall_window_doubles_with_each_publication(
         assert [r.id for r in batch.rows] == [once]
 
 
+@ON_MARIADB
 async def test_overdue_batch_picks_pending_rows_due_longer_than_the_window(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -109,6 +113,7 @@ async def test_overdue_batch_picks_pending_rows_due_longer_than_the_window(
     assert (await ledger.show(overdue))["status"] == "published"
 
 
+@ON_MARIADB
 async def test_overdue_batch_picks_only_what_the_windows_have_room_for(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -168,6 +173,7 @@ async def test_expired_batch_pages_by_id_and_respects_its_limit(
         assert [r.id for r in batch.rows] == ids[2:]
 
 
+@ON_MARIADB
 async def test_a_worker_that_left_several_leases_has_them_released_uncharged_as_suspects(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -259,6 +265,7 @@ async def test_a_dead_workers_rows_are_orphaned_and_its_subscriptions_lapse(
     assert await ledger.whereabouts([held, other]) == {held: "pending", other: "running"}
 
 
+@ON_MARIADB
 async def test_unpublish_unserved_takes_back_what_no_live_subscriber_serves(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -274,6 +281,7 @@ async def test_unpublish_unserved_takes_back_what_no_live_subscriber_serves(
     assert (row["status"], row["epoch"]) == ("pending", 1)
 
 
+@ON_MARIADB
 async def test_kind_durations_are_the_recent_attempts_typical_length(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -322,3 +330,21 @@ async def test_a_retry_due_after_the_expiry_never_runs(
     shown = await ledger.show(task_id)
     assert (shown["status"], shown["expired"], shown["attempts"]) == ("cancelled", True, 1)
     assert [a["outcome"] for a in shown["attempt_log"]] == ["retry"]
+
+
+@ON_MARIADB
+async def test_a_queue_gone_direct_has_its_published_rows_taken_back_not_republished(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    ids = enqueue("conf.u", "conf.u")
+    assert await publish(ledger) == set(ids)
+    await ledger.backdate(ids, "published_at", 600)  # stalled, were the route still served
+    await ledger.subscribe("conf-direct", [Subscription("default")], 600.0, direct=True)
+    try:
+        async with ledger.stalled_batch(0, 10, 60.0, {}) as batch:
+            assert batch.rows == []  # no relay publishes a queue claimed directly
+        assert sorted(await ledger.unpublish_unserved(10)) == ids
+        assert await ledger.unpublish_unserved(10) == []
+    finally:
+        await ledger.unsubscribe("conf-direct")
+    assert await ledger.whereabouts(ids) == {i: "pending" for i in ids}

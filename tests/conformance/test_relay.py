@@ -1,6 +1,7 @@
 """The relay's side: ``publish_batch`` and its ``mark_published``, within the live
 windows of the workers' subscriptions (routing), on every single-database
-implementation."""
+implementation; on MariaDB too (``ON_MARIADB``), but the windows' report (an
+inspection)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from datetime import timedelta
 import pytest
 
 from ledgerq import TaskSpec
-from ledgerq.ledger.model import DueTask
+from ledgerq.ledger.model import DueTask, Outcome
 from ledgerq.ledger.protocol import LedgerWithHarness
 from ledgerq.ledger.routing import Subscription
-from tests.conformance.conftest import ONE_DATABASE
+from tests.conformance.conftest import ON_MARIADB, ONE_DATABASE
 from tests.conformance.support import (
     SUBSCRIBER,
     Enqueue,
@@ -28,6 +29,7 @@ IMPLEMENTATIONS = ONE_DATABASE
 # -- publish_batch and mark_published --------------------------------------------------
 
 
+@ON_MARIADB
 async def test_publish_batch_returns_only_due_pending_rows(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -45,6 +47,7 @@ async def test_publish_batch_returns_only_due_pending_rows(
     assert rows[0] == DueTask(urgent, "conf.pub", "default", 5, 0)
 
 
+@ON_MARIADB
 async def test_publish_batch_takes_at_most_its_limit(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -54,6 +57,7 @@ async def test_publish_batch_takes_at_most_its_limit(
         assert [r.id for r in batch.rows] == ids[:2]
 
 
+@ON_MARIADB
 async def test_publish_batches_open_at_once_never_share_a_row(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -64,6 +68,7 @@ async def test_publish_batches_open_at_once_never_share_a_row(
         assert [r.id for r in other.rows] == [second]  # SKIP LOCKED: first is held
 
 
+@ON_MARIADB
 async def test_mark_published_moves_pending_rows_to_published(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -79,6 +84,7 @@ async def test_mark_published_moves_pending_rows_to_published(
     assert (await ledger.show(second))["status"] == "pending"  # confirmed rows only
 
 
+@ON_MARIADB
 async def test_mark_published_republishes_a_published_row_and_counts_it(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -97,6 +103,7 @@ async def test_mark_published_republishes_a_published_row_and_counts_it(
     assert when(row["published_at"]) > stale_clock + timedelta(seconds=3000)  # clock restarted
 
 
+@ON_MARIADB
 async def test_mark_published_skips_a_row_whose_fence_moved_on(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -120,6 +127,7 @@ async def test_mark_published_skips_a_row_whose_fence_moved_on(
     )
 
 
+@ON_MARIADB
 async def test_a_publish_batch_whose_block_raises_rolls_back(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -140,6 +148,7 @@ async def test_a_publish_batch_whose_block_raises_rolls_back(
         assert [r.id for r in batch.rows] == ids  # and the locks were released
 
 
+@ON_MARIADB
 async def test_publish_batch_picks_nothing_for_a_queue_no_live_subscriber_serves(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -155,6 +164,7 @@ async def test_publish_batch_picks_nothing_for_a_queue_no_live_subscriber_serves
     assert await ledger.whereabouts([served, unserved]) == {served: "pending", unserved: "pending"}
 
 
+@ON_MARIADB
 async def test_publish_batch_takes_at_most_each_windows_room(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -166,9 +176,23 @@ async def test_publish_batch_takes_at_most_each_windows_room(
         assert batch.rows == []  # room: 3 - 3 published
     await claim_one(ledger, ids[0])  # a claim frees a place in the window
     assert await publish(ledger) == {ids[3]}
+    async with ledger.publish_batch(10) as batch:
+        assert batch.rows == []  # full again
+
+
+async def test_the_windows_report_says_each_windows_room(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    ids = enqueue(*["conf.win"] * 5)
+    await window(ledger, 3, "default")
+
+    assert await publish(ledger) == set(ids[:3])
     assert {w["queue"]: w["room"] for w in await ledger.windows()} == {"default": 0}
+    await claim_one(ledger, ids[0])
+    assert {w["queue"]: w["room"] for w in await ledger.windows()} == {"default": 1}
 
 
+@ON_MARIADB
 async def test_publish_batch_gives_a_routed_subscription_only_its_kinds_on_its_route(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -183,6 +207,7 @@ async def test_publish_batch_gives_a_routed_subscription_only_its_kinds_on_its_r
     assert (await ledger.show(theirs))["status"] == "pending"  # no live route covers it
 
 
+@ON_MARIADB
 async def test_return_unpublished_takes_back_rows_whose_publish_failed(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -198,3 +223,84 @@ async def test_return_unpublished_takes_back_rows_whose_publish_failed(
         assert (row["status"], row["epoch"]) == ("pending", 1)
     assert await ledger.return_unpublished(rows) == set()  # fenced: their epoch moved on
     assert await ledger.return_unpublished([]) == set()
+
+
+# -- the pick: aging, direct workers, overlapping windows, shards ----------------------
+
+
+@ON_MARIADB
+async def test_aged_tasks_go_first_at_priority_nine_and_the_direct_claim_agrees(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    old_low, retried, fresh_high, fresh_low = enqueue(
+        TaskSpec("conf.age", priority=0),
+        TaskSpec("conf.age", priority=5),
+        TaskSpec("conf.age", priority=5),
+        TaskSpec("conf.age", priority=0),
+    )
+    task = await claim_one(ledger, retried)  # a retry: behind the first attempts of its priority
+    await ledger.finish([Outcome.failed(task.fence, "flaky", delay=0)])
+    await ledger.backdate([old_low], "run_at", 600)  # due ten minutes: aged at 60 s
+
+    async with ledger.publish_batch(10, aging_s=60.0) as batch:
+        assert [(r.id, r.priority) for r in batch.rows] == [
+            (old_low, 9),
+            (fresh_high, 5),
+            (retried, 5),
+            (fresh_low, 0),
+        ]
+    await ledger.subscribe(SUBSCRIBER, [Subscription("default")], 600.0, direct=True)
+    for limit, first in ((2, {old_low, fresh_high}), (1, {retried}), (1, {fresh_low})):
+        won = await ledger.claim_due(["default"], limit, "conf-direct", 30.0, aging_s=60.0)
+        assert {t.id for t in won} == first  # the relay's order, a limit at a time
+
+
+@ON_MARIADB
+async def test_publish_batch_leaves_to_direct_workers_the_kinds_they_claim(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    theirs, ours = enqueue("conf.direct", "conf.broker")
+    await ledger.subscribe(
+        "conf-direct", [Subscription("default", frozenset({"conf.direct"}))], 600.0, direct=True
+    )
+    try:
+        async with ledger.publish_batch(10) as batch:
+            assert [r.id for r in batch.rows] == [ours]  # its kind goes the direct way
+        await ledger.subscribe("conf-direct", [Subscription("default")], 600.0, direct=True)
+        async with ledger.publish_batch(10) as batch:
+            assert batch.rows == []  # the whole queue is claimed directly
+    finally:
+        await ledger.unsubscribe("conf-direct")
+    assert await ledger.whereabouts([theirs, ours]) == {theirs: "pending", ours: "pending"}
+
+
+@ON_MARIADB
+@pytest.mark.parametrize("narrow_room", [1, 5])
+async def test_a_row_two_windows_cover_goes_once_to_the_one_with_more_room(
+    ledger: LedgerWithHarness, enqueue: Enqueue, narrow_room: int
+) -> None:
+    ids = enqueue("conf.both", "conf.both", "conf.both")
+    narrow = Subscription("default", frozenset({"conf.both"}), capacity=narrow_room)
+    await ledger.subscribe("conf-narrow", [narrow], 600.0)
+    await window(ledger, 3, "default")  # the whole queue: room for 3
+    roomier = narrow.route if narrow_room > 3 else None
+    try:
+        async with ledger.publish_batch(10) as batch:
+            assert [(r.id, r.route) for r in batch.rows] == [(i, roomier) for i in ids]
+            assert await batch.mark_published(batch.rows) == set(ids)
+    finally:
+        await ledger.unsubscribe("conf-narrow")
+    assert (await ledger.show(ids[0]))["route"] == (roomier or "")
+
+
+@ON_MARIADB
+async def test_a_window_of_some_shards_gets_only_their_tasks(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    zero, one = enqueue(TaskSpec("conf.sh", shard=0), TaskSpec("conf.sh", shard=1))
+    sharded = Subscription("default", frozenset({"conf.sh"}), frozenset({1}), capacity=10)
+    await ledger.subscribe(SUBSCRIBER, [sharded], 600.0)
+
+    async with ledger.publish_batch(10) as batch:
+        assert [(r.id, r.route) for r in batch.rows] == [(one, sharded.route)]
+    assert (await ledger.show(zero))["status"] == "pending"

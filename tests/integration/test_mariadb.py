@@ -152,7 +152,7 @@ async def test_what_commits_runs_once_and_what_rolls_back_never_runs(
 
 
 def test_a_worker_killed_mid_task_has_it_rescued_and_run_once_elsewhere(
-    mariadb: Settings, producer: Engine, tmp_path: Path
+    mariadb: Settings, mariadb_settings: Settings, producer: Engine, tmp_path: Path
 ) -> None:
     with Session(producer) as session, session.begin():
         task_id = ledgerq.enqueue(session, "my.crash_once", {"n": 7, "dir": str(tmp_path)})
@@ -169,7 +169,9 @@ def test_a_worker_killed_mid_task_has_it_rescued_and_run_once_elsewhere(
             # `ledgerq reconcile`, one pass at a time, as a cron job runs it: the
             # killed worker is presumed dead once its silence ran out while the
             # second one beats, and its task goes back to pending for the second.
-            passes.append(run_ledgerq(mariadb, "reconcile").stdout)
+            # The reconciler publishes too (stalled, overdue): it takes the broker.
+            amqp = mariadb_settings.amqp_url
+            passes.append(run_ledgerq(mariadb, "reconcile", LEDGERQ_AMQP_URL=amqp).stdout)
             return bool(_query(mariadb, f"SELECT id FROM ledgerq_history WHERE id = {task_id}"))
 
         _until(rescued, "the task rescued and run again", timeout=90)
@@ -198,12 +200,9 @@ def _until(ready: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
 
 
 def test_what_is_not_built_on_mysql_yet_is_one_line_and_exit_78(mariadb: Settings) -> None:
-    for args in (
-        ("queues", "pause", "emails"),
-        ("relay",),
-        ("worker", "--app", "tests.apps.mariadb_app"),
-    ):
-        # (the reconciler is built there: its rescue alone; stats and tasks too)
+    for args in (("queues", "pause", "emails"),):
+        # (the relay, the worker on the broker path and the reconciler are built
+        # there: tests/integration/test_mariadb_broker.py; stats and tasks too)
         result = run_ledgerq(mariadb, *args)
         assert result.returncode == EX_CONFIG, (args, result.stderr)
         lines = result.stderr.strip().splitlines()

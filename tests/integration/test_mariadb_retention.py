@@ -14,7 +14,6 @@ import asyncio
 import itertools
 import json
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
@@ -116,8 +115,9 @@ async def ledger(mariadb_settings: Settings) -> AsyncIterator[MyLedger]:
 
 @pytest.fixture
 def settings(mariadb_settings: Settings) -> Settings:
-    """The MariaDB ledger's settings, with no broker to reach (none is needed)."""
-    return replace(mariadb_settings, amqp_url="amqp://guest:guest@127.0.0.1:1/")
+    """The MariaDB ledger's settings, with the suite's broker: the reconciler connects
+    to it (it publishes stalled and overdue tasks), as on PostgreSQL."""
+    return mariadb_settings
 
 
 async def noon(ledger: MyLedger, days_ago: int) -> datetime:

@@ -82,11 +82,9 @@ class Roles:
         ).render_as_string(hide_password=False)
 
     def settings(self, group: str) -> Settings:
-        return replace(
-            self.base,
-            database_url=self.url(group),
-            amqp_url="amqp://guest:guest@127.0.0.1:1/",  # direct workers: no broker
-        )
+        # the suite's broker: the reconciler connects to it (it publishes), a
+        # --direct worker does not
+        return replace(self.base, database_url=self.url(group))
 
     def as_root(self, script: str) -> None:
         with _root(self.base, self.database) as conn, conn.cursor() as cursor:

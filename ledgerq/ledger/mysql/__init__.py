@@ -3,15 +3,15 @@ the engines it runs on (PyMySQL, aiomysql), its own Alembic history and the
 transaction-scoped part the producers use (:mod:`.tx`). The only part of
 ``ledger`` that imports PyMySQL.
 
-What is built so far is what a producer and a ``--direct`` worker need
-(docs/guarantees.md, "On MySQL and MariaDB"): enqueue in the caller's
-transaction, the worker's claims, finish, heartbeat and checkpoints, its
-subscriptions and liveness, the reconciler's rescue of dead workers' and
-expired leases' tasks, retention (:mod:`.retention`), the operator's
-side (:mod:`.operations`: list, find, act, audit; :mod:`.operations_pauses`:
-pauses, stored but refused until the claims honour them) and inspection
-(:mod:`.inspection`: what ``ledgerq stats`` and ``ledgerq kinds list`` read),
-and the testing protocol's truncate and backdate.
+What is built so far (docs/guarantees.md, "On MySQL and MariaDB"): enqueue in
+the caller's transaction, the relay's batches (:mod:`.relay`), the worker's
+claims, finish, heartbeat and checkpoints, its subscriptions and liveness, the
+reconciler (its rescue of dead workers' and expired leases' tasks,
+:mod:`.rescue`; its broker duties, :mod:`.reconcile`), retention
+(:mod:`.retention`), the operator's side (:mod:`.operations`: list, find, act,
+audit; :mod:`.operations_pauses`: pauses, stored but refused until the claims
+honour them), inspection (:mod:`.inspection`: what ``ledgerq stats`` and
+``ledgerq kinds list`` read), and the testing protocol.
 :class:`MyLedger` does not implement the whole
 :class:`~ledgerq.ledger.protocol.Ledger` yet: the composition root hands it
 only to what it serves.
@@ -25,6 +25,7 @@ from ledgerq.ledger.mysql.harness import MyHarness
 from ledgerq.ledger.mysql.inspection import MyInspection
 from ledgerq.ledger.mysql.operations import MyOperations
 from ledgerq.ledger.mysql.operations_pauses import MyPauses
+from ledgerq.ledger.mysql.reconcile import MyReconcile
 from ledgerq.ledger.mysql.rescue import MyRescue
 from ledgerq.ledger.mysql.retention import MyRetention
 from ledgerq.ledger.mysql.services import MyServices
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
         DirectLedger,
         InspectionLedger,
         OperationsLedger,
+        ReconcilerLedger,
+        RelayLedger,
         RetentionLedger,
         RoutingLedger,
         SchedulingLedger,
@@ -41,9 +44,19 @@ if TYPE_CHECKING:
     from ledgerq.ledger.split.ledger import OperatorLedger
 
 
-class MyLedger(MyServices, MyRescue, MyRetention, MyOperations, MyPauses, MyInspection, MyHarness):
-    """The worker's part of the seam on MySQL / MariaDB, the reconciler's rescue,
-    retention, and the operator's side, over one aiomysql engine."""
+class MyLedger(
+    MyServices,
+    MyRescue,
+    MyReconcile,
+    MyRetention,
+    MyOperations,
+    MyPauses,
+    MyInspection,
+    MyHarness,
+):
+    """The seam on MySQL / MariaDB, as far as it is built (the relay's, the
+    worker's, the reconciler's and the operator's parts, retention and the
+    testing protocol), over one aiomysql engine."""
 
 
 if TYPE_CHECKING:
@@ -55,6 +68,8 @@ if TYPE_CHECKING:
     _inspection: type[InspectionLedger] = MyLedger
     _scheduling: type[SchedulingLedger] = MyLedger
     _operator: type[OperatorLedger] = MyLedger
+    _relay: type[RelayLedger] = MyLedger
+    _reconciler: type[ReconcilerLedger] = MyLedger
 
 
 __all__ = ["MyLedger"]

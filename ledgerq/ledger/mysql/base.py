@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import pymysql
 from sqlalchemy import Row, TextClause
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -74,7 +75,13 @@ def translated() -> Iterator[None]:
         ):
             raise TransientStorageError(reason) from exc
         raise StorageError(reason) from exc
-    except (sa_exc.TimeoutError, OSError) as exc:
+    except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+        # the driver's own, not wrapped by SQLAlchemy: a connection lost while the
+        # pool switched it to autocommit at checkout (an engine_connect event)
+        raise TransientStorageError(first_line(exc)) from exc
+    except (sa_exc.TimeoutError, sa_exc.PendingRollbackError, OSError) as exc:
+        # PendingRollbackError: a connection that died inside its transaction, used
+        # again before the rollback; lost with its connection, as a lost query is
         raise TransientStorageError(first_line(exc)) from exc
 
 

@@ -44,3 +44,84 @@ JSON_ARRAY_APPEND(COALESCE(t.attempt_log, JSON_ARRAY()), '$', JSON_OBJECT(
 d.beat_at + INTERVAL CAST(d.silence_s * 1000000 AS SIGNED) MICROSECOND < UTC_TIMESTAMP(6)
 AND d.beat_at + INTERVAL CAST(d.silence_s * 1000000 AS SIGNED) MICROSECOND
     < (SELECT MAX(o.beat_at) FROM ledgerq_workers o WHERE o.worker <> d.worker)
+
+-- fragment: aged
+-- Whether the row t has waited long enough to go first (priority aging): due
+-- :aging_us or longer (0: aging off), and never less than :min_wait_us (the
+-- reconciler's overdue pick takes only rows due that long: PostgreSQL's
+-- ledgerq_pick, GREATEST(p_aging_s, p_min_wait_s)).
+(:aging_us > 0
+ AND t.run_at <= UTC_TIMESTAMP(6) - INTERVAL GREATEST(:aging_us, :min_wait_us) MICROSECOND)
+
+-- fragment: due_lane(priority, attempts)
+-- One lane of the pick: the due pending rows of one priority, first attempts
+-- (attempts "= 0") or retries ("> 0"), oldest first, at most :limit; the rest
+-- of the pick's conditions as due_pick says. Read along the pick index
+-- (migration m0005: status, queue, priority, attempts, run_at, id): a lane of
+-- first attempts in its order, stopping after :limit rows; a lane of retries
+-- (few, as a rule) sorted. Never the queue's whole backlog.
+(SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts,
+        t.run_at
+ FROM ledgerq_tasks t
+ WHERE t.status = 'pending' AND t.queue IN :queues AND t.priority = {{priority}}
+   AND t.attempts {{attempts}}
+   AND (:every_kind OR t.kind IN :kinds)
+   AND (:every_shard OR t.shard IN :shards)
+   AND (:none_excluded OR t.kind NOT IN :excluded)
+   AND t.run_at <= UTC_TIMESTAMP(6) - INTERVAL :min_wait_us MICROSECOND
+ ORDER BY t.run_at, t.id
+ LIMIT :limit)
+
+-- fragment: due_pick
+-- The one rule that picks due tasks on MySQL (PostgreSQL's ledgerq_pick, less
+-- what MySQL refuses at enqueue or at a worker's start: pauses, rate limits,
+-- ordering keys, sticky retries): for the relay and the reconciler standing in
+-- for it, one live broker route's window at a time (relay.sql pick_window), and
+-- for the direct claim (queries.sql due_candidates). The due pending rows of
+-- :queues whose kind is in :kinds (unless :every_kind), whose shard is in
+-- :shards (unless :every_shard), whose kind is not in :excluded (unless
+-- :none_excluded: the kinds a live --direct worker of the queue claims itself),
+-- due for :min_wait_us or longer; aged rows first, oldest first (reported at
+-- priority 9, aged = 1), then by priority, never-run tasks before retries,
+-- then due time and id; at most :limit. A plain read: the caller locks the rows
+-- it keeps by primary key (FOR UPDATE SKIP LOCKED) and re-checks them there.
+-- The rows come from the twenty lanes (priorities 9 to 0, first attempts and
+-- retries: priorities are 0-9), each its :limit oldest: the :limit first rows
+-- of the order are among them, since every row older than one of them in its
+-- lane comes before it in the order too. Only those are sorted here.
+SELECT t.*, {{aged}} AS aged
+FROM ({{due_lane(9, = 0)}}
+    UNION ALL {{due_lane(9, > 0)}}
+    UNION ALL {{due_lane(8, = 0)}}
+    UNION ALL {{due_lane(8, > 0)}}
+    UNION ALL {{due_lane(7, = 0)}}
+    UNION ALL {{due_lane(7, > 0)}}
+    UNION ALL {{due_lane(6, = 0)}}
+    UNION ALL {{due_lane(6, > 0)}}
+    UNION ALL {{due_lane(5, = 0)}}
+    UNION ALL {{due_lane(5, > 0)}}
+    UNION ALL {{due_lane(4, = 0)}}
+    UNION ALL {{due_lane(4, > 0)}}
+    UNION ALL {{due_lane(3, = 0)}}
+    UNION ALL {{due_lane(3, > 0)}}
+    UNION ALL {{due_lane(2, = 0)}}
+    UNION ALL {{due_lane(2, > 0)}}
+    UNION ALL {{due_lane(1, = 0)}}
+    UNION ALL {{due_lane(1, > 0)}}
+    UNION ALL {{due_lane(0, = 0)}}
+    UNION ALL {{due_lane(0, > 0)}}) t
+ORDER BY {{aged}} DESC, CASE WHEN {{aged}} THEN 10 ELSE t.priority END DESC,
+         (NOT {{aged}} AND t.attempts > 0), t.run_at, t.id
+LIMIT :limit
+
+-- fragment: route_served
+-- Whether a live broker route serves the row t where it was published (its
+-- queue and route, '' for the queue's own): a live subscription that is not
+-- --direct, and no live --direct worker claiming the whole queue itself
+-- (PostgreSQL's view ledgerq_windows).
+(EXISTS (SELECT 1 FROM ledgerq_subscriptions s
+         WHERE s.queue = t.queue AND COALESCE(s.route, '') = COALESCE(t.route, '')
+           AND NOT s.direct AND s.expires_at > UTC_TIMESTAMP(6))
+ AND NOT EXISTS (SELECT 1 FROM ledgerq_subscriptions d
+                 WHERE d.queue = t.queue AND d.direct AND d.kinds IS NULL
+                   AND d.expires_at > UTC_TIMESTAMP(6)))

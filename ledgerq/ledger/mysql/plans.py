@@ -15,7 +15,7 @@ locks to its end.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -368,6 +368,32 @@ def claim_fenced(
     return (yield from _claim([int(r[0]) for r in locked.rows], worker, lease_s, max_payload_bytes))
 
 
+def pick_params(
+    queues: Sequence[str],
+    kinds: Iterable[str] | None,
+    shards: Iterable[int] | None,
+    excluded: Iterable[str],
+    aging_s: float,
+    min_wait_s: float,
+    limit: int,
+) -> dict[str, Any]:
+    """The parameters of the pick rule (fragments.sql ``due_pick``): the due pending
+    tasks of ``queues``, of ``kinds`` and ``shards`` (None: all), not of ``excluded``,
+    due ``min_wait_s`` or longer, aged after ``aging_s`` (0: no aging); ``limit``."""
+    return {
+        "queues": list(queues),
+        "every_kind": kinds is None,
+        "kinds": sorted(kinds or ()),
+        "every_shard": shards is None,
+        "shards": sorted(shards or ()),
+        "none_excluded": not excluded,
+        "excluded": sorted(excluded),
+        "aging_us": micros(aging_s),
+        "min_wait_us": micros(min_wait_s),
+        "limit": limit,
+    }
+
+
 def claim_due(
     queues: Sequence[str],
     kinds: Sequence[str] | None,
@@ -377,20 +403,11 @@ def claim_due(
     lease_s: float,
     max_payload_bytes: int,
 ) -> Plan[list[ClaimedTask]]:
-    """The direct claim: read the candidates in the relay's order, lock those still
-    pending (SKIP LOCKED), claim what was locked."""
+    """The direct claim: read the candidates by the relay's rule (:func:`pick_params`),
+    lock those still pending (SKIP LOCKED), claim what was locked."""
     if not queues or limit < 1:
         return []
-    candidates = yield (
-        MQ.due_candidates,
-        {
-            "queues": list(queues),
-            "every_kind": kinds is None,
-            "kinds": list(kinds or ()),
-            "aging_us": micros(aging_s),
-            "limit": limit,
-        },
-    )
+    candidates = yield MQ.due_candidates, pick_params(queues, kinds, None, (), aging_s, 0.0, limit)
     ids = [int(r[0]) for r in candidates.rows]
     if not ids:
         return []

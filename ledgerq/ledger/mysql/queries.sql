@@ -82,17 +82,9 @@ WHERE kind = :kind AND business_key = :business_key
 
 -- name: due_candidates
 -- The direct claim's first step (claim_due): the due pending tasks of :queues
--- (and :kinds, unless :every_kind), in the relay's order (rows due :aging_us
--- or longer first when aging is on, then priority, first attempts before
--- retries, then due time and id), read without a lock.
-SELECT t.id
-FROM ledgerq_tasks t
-WHERE t.status = 'pending' AND t.queue IN :queues
-  AND (:every_kind OR t.kind IN :kinds)
-  AND t.run_at <= UTC_TIMESTAMP(6)
-ORDER BY (:aging_us > 0 AND t.run_at <= UTC_TIMESTAMP(6) - INTERVAL :aging_us MICROSECOND) DESC,
-         t.priority DESC, t.attempts > 0, t.run_at, t.id
-LIMIT :limit
+-- (and :kinds, unless :every_kind), picked by the relay's rule (fragment
+-- due_pick, every shard, nothing excluded, no wait), read without a lock.
+{{due_pick}}
 
 -- name: lock_due
 -- The direct claim's second step: lock the candidates still pending and due,

@@ -21,6 +21,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from sqlalchemy import TextClause
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ledgerq.ledger.model import ExpiredLease, Finished, Outcome
@@ -43,6 +44,17 @@ class MyExpiredBatch:
         return await plans.adrive(plans.finish(outcomes), run)
 
 
+async def _release(conn: AsyncConnection) -> None:
+    """Release the reconciler's named lock. A session that died meanwhile (its
+    connection killed or lost) released it with itself: the server ends a
+    session's named locks with it. The dead connection is discarded, never
+    handed back to the pool."""
+    try:
+        await conn.execute(MQ.release_reconciler_lock)
+    except (sa_exc.DBAPIError, sa_exc.PendingRollbackError):
+        await conn.invalidate()
+
+
 class MyRescue(MyBase):
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[bool]:
@@ -53,7 +65,7 @@ class MyRescue(MyBase):
                     yield got
                 finally:
                     if got:
-                        await conn.execute(MQ.release_reconciler_lock)
+                        await _release(conn)
 
     async def count_expired(self) -> int:
         rows = await self._rows(MQ.count_expired, {})

@@ -64,6 +64,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_subscriptions TO ledgerq_service
 GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_workers TO ledgerq_service;
 GRANT SELECT, INSERT, UPDATE ON ledgerq_audit TO ledgerq_service;
 GRANT SELECT, INSERT ON ledgerq_audit_tasks TO ledgerq_service;
+GRANT SELECT ON ledgerq_pauses TO ledgerq_service;
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service;
 --
 -- Operator: reads everything ledgerq keeps, changes nothing.
@@ -75,6 +76,7 @@ GRANT SELECT ON ledgerq_subscriptions TO ledgerq_operator;
 GRANT SELECT ON ledgerq_workers TO ledgerq_operator;
 GRANT SELECT ON ledgerq_audit TO ledgerq_operator;
 GRANT SELECT ON ledgerq_audit_tasks TO ledgerq_operator;
+GRANT SELECT ON ledgerq_pauses TO ledgerq_operator;
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_operator;
 --
 -- Admin: the operator's reads (its role granted to it), and the operator's
@@ -85,3 +87,4 @@ GRANT SELECT, INSERT, DELETE ON ledgerq_history TO ledgerq_admin;
 GRANT SELECT, UPDATE, DELETE ON ledgerq_unique_keys TO ledgerq_admin;
 GRANT SELECT, INSERT, UPDATE ON ledgerq_audit TO ledgerq_admin;
 GRANT SELECT, INSERT ON ledgerq_audit_tasks TO ledgerq_admin;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_pauses TO ledgerq_admin;
