@@ -27,9 +27,9 @@ direct claim holding a row makes the relay skip it, and the other way round.
 (id, epoch, status): the rows in the expected status are locked first
 (``fence_publishing``, ``fence_published``; MariaDB has no ``UPDATE ...
 RETURNING``) and their epochs compared with the fences (:func:`held`), then the
-rows whose fences held are written by id, status re-checked, in the same
-transaction: nobody can move a locked row in between, so the ids kept are the
-ids that moved.
+rows whose fences held are written by id, the fence repeated in the write
+(``(id, epoch) IN :fences`` and the status), in the same transaction: nobody
+can move a locked row in between, so the ids kept are the ids that moved.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ def mark_published(rows: Sequence[DueTask]) -> plans.Plan[set[int]]:
         if row.id in moved:
             routes.setdefault(row.route or "", []).append(row.id)
     for route, ids in sorted(routes.items()):
-        yield RQ.mark_published, {"ids": sorted(ids), "route": route}
+        fences = [(i, epochs[i]) for i in sorted(ids)]
+        yield RQ.mark_published, {"ids": sorted(ids), "fences": fences, "route": route}
     return moved
 
 
@@ -129,7 +130,8 @@ def take_back(rows: Sequence[tuple[int, int]]) -> plans.Plan[list[tuple[int, str
     kept = held(epochs, fenced.rows)
     moved = [(int(r[0]), str(r[2])) for r in fenced.rows if int(r[0]) in kept]
     if moved:
-        yield RQ.take_back, {"ids": [i for i, _ in moved]}
+        ids = [i for i, _ in moved]
+        yield RQ.take_back, {"ids": ids, "fences": [(i, epochs[i]) for i in ids]}
     return moved
 
 

@@ -5,7 +5,7 @@
 -- (queries.sql) without RETURNING or unnest: a write locks its rows by primary
 -- key first and reads their epochs (the caller keeps the rows whose epoch is
 -- still the one it holds: the fence), then writes the kept rows by id, status
--- re-checked, in the same transaction: nobody can move a locked row in between.
+-- and epoch re-checked (the fence repeated), in the same transaction.
 -- (Epochs are compared by the caller, not in SQL through a JSON batch: a JSON
 -- document parsed once per row made a 500-row batch cost tens of ms.)
 
@@ -68,12 +68,12 @@ FOR UPDATE
 -- clock (the statement's clock: MySQL's UTC_TIMESTAMP is the statement's, not
 -- the transaction's start), route is where it went (:route, '' for the
 -- queue's own: one statement per route). On the rows fence_publishing locked
--- whose epochs held.
+-- whose epochs held, the fence repeated: (id, epoch) in :fences, status.
 -- transitions: pending -> published, published -> published
 UPDATE ledgerq_tasks t
 SET t.status = 'published', t.published_at = UTC_TIMESTAMP(6), t.publishes = t.publishes + 1,
     t.route = :route
-WHERE t.id IN :ids AND t.status IN ('pending', 'published')
+WHERE t.id IN :ids AND (t.id, t.epoch) IN :fences AND t.status IN ('pending', 'published')
 
 -- name: fence_published
 -- The rows of :ids still published, locked, their epochs and queues:
@@ -88,12 +88,13 @@ FOR UPDATE
 -- Published rows back to pending (the relay's publish failed; or the
 -- reconciler's unpublish_unserved: their route lost its subscribers), their
 -- epoch bumped so a message that reached the broker after all claims nothing.
--- On the rows fence_published locked whose epochs held.
+-- On the rows fence_published locked whose epochs held, the fence repeated:
+-- (id, epoch) in :fences, status.
 -- transitions: published -> pending
 UPDATE ledgerq_tasks t
 SET t.status = 'pending', t.epoch = t.epoch + 1, t.published_at = NULL, t.publishes = 0,
     t.route = NULL
-WHERE t.id IN :ids AND t.status = 'published'
+WHERE t.id IN :ids AND (t.id, t.epoch) IN :fences AND t.status = 'published'
 
 -- name: kind_durations
 -- How long each kind's attempts run, for the relay's envelopes (a long kind's
