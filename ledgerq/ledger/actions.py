@@ -314,6 +314,37 @@ def _cascade(ids: list[int], report: Report) -> Generator[Step | None, Rows, dic
     return outcome
 
 
+def start_report(
+    action: Action,
+    selection: TaskFilter,
+    actor: str,
+    reason: str | None,
+    dry_run: bool,
+    report: Report | None,
+) -> tuple[Report, dict[str, Any] | None]:
+    """Check an action's request (a selection that selects something, an actor) and
+    start its :class:`Report`; with it, the audit record's parameters (None for a
+    dry run, which records nothing). Shared by each server's plan of an action."""
+    if not selection.selects_anything:
+        raise InvalidFilterError(
+            f"{action.name} needs task ids or a filter (--status, --kind, ...); "
+            "it never acts on every task by default"
+        )
+    if not actor:
+        raise InvalidFilterError("an action needs an actor (who is acting)")
+    report = report or Report(action.name)
+    report.dry_run = dry_run
+    if dry_run:
+        return report, None
+    return report, {
+        "actor": actor,
+        "action": action.name,
+        "selection": json.dumps(selection.describe()),
+        "options": json.dumps(action.options()),
+        "reason": reason,
+    }
+
+
 def plan(
     action: Action,
     selection: TaskFilter,
@@ -326,26 +357,9 @@ def plan(
 ) -> Plan:
     """The statements of ``action`` over ``selection``; returns the :class:`Report`
     (``report``, if given: a caller may read it at each :data:`COMMIT` for progress)."""
-    if not selection.selects_anything:
-        raise InvalidFilterError(
-            f"{action.name} needs task ids or a filter (--status, --kind, ...); "
-            "it never acts on every task by default"
-        )
-    if not actor:
-        raise InvalidFilterError("an action needs an actor (who is acting)")
-    report = report or Report(action.name)
-    report.dry_run = dry_run
-    if not dry_run:
-        answer = yield (
-            OQ.insert_audit,
-            {
-                "actor": actor,
-                "action": action.name,
-                "selection": json.dumps(selection.describe()),
-                "options": json.dumps(action.options()),
-                "reason": reason,
-            },
-        )
+    report, audit = start_report(action, selection, actor, reason, dry_run, report)
+    if audit is not None:
+        answer = yield OQ.insert_audit, audit
         report.audit_id = int(answer[0][0])
     seen: set[int] = set()
     before: int | None = None

@@ -35,7 +35,6 @@ from typing import Any
 
 from sqlalchemy import TextClause
 
-from ledgerq.core.errors import InvalidFilterError
 from ledgerq.ledger.actions import (
     BATCH_SIZE,
     CASCADED,
@@ -45,6 +44,7 @@ from ledgerq.ledger.actions import (
     QUEUED,
     Action,
     Report,
+    start_report,
     task_row,
 )
 from ledgerq.ledger.filters import STATUSES, TaskFilter
@@ -249,26 +249,9 @@ def act(
 ) -> BatchedPlan:
     """The statements of ``action`` over ``selection`` (PostgreSQL's
     :func:`ledgerq.ledger.actions.plan`, step for step); returns the :class:`Report`."""
-    if not selection.selects_anything:
-        raise InvalidFilterError(
-            f"{action.name} needs task ids or a filter (--status, --kind, ...); "
-            "it never acts on every task by default"
-        )
-    if not actor:
-        raise InvalidFilterError("an action needs an actor (who is acting)")
-    report = report or Report(action.name)
-    report.dry_run = dry_run
-    if not dry_run:
-        inserted = yield (
-            AQ.insert_audit,
-            {
-                "actor": actor,
-                "action": action.name,
-                "selection": json.dumps(selection.describe()),
-                "options": json.dumps(action.options()),
-                "reason": reason,
-            },
-        )
+    report, audit = start_report(action, selection, actor, reason, dry_run, report)
+    if audit is not None:
+        inserted = yield AQ.insert_audit, audit
         report.audit_id = inserted.last_id
     seen: set[int] = set()
     before: int | None = None
