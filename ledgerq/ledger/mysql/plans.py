@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -27,6 +26,7 @@ from sqlalchemy.orm import Session, scoped_session
 from ledgerq.core.errors import LedgerqError, NotBuiltOnMySQLError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
 from ledgerq.ledger.mysql import batch
+from ledgerq.ledger.mysql.answer import Answer as Answer
 from ledgerq.ledger.mysql.base import error_number, micros
 from ledgerq.ledger.mysql.engines import utc
 from ledgerq.ledger.mysql.queries import MQ
@@ -35,15 +35,6 @@ from ledgerq.ledger.specs import TaskSpec
 
 R = TypeVar("R")
 Step = tuple[TextClause, Mapping[str, Any]]
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What one statement answered: its rows, the rows it reported, the id it inserted."""
-
-    rows: Sequence[Sequence[Any]]
-    count: int
-    last_id: int | None
 
 
 Plan = Generator[Step, Answer, R]

@@ -49,7 +49,7 @@ from sqlalchemy import TextClause
 from sqlalchemy.dialects.mysql.pymysql import MySQLDialect_pymysql
 from sqlalchemy.sql.compiler import Compiled
 
-from ledgerq.ledger.mysql.plans import Answer
+from ledgerq.ledger.mysql.answer import Answer
 
 _DIALECT = MySQLDialect_pymysql()
 _COMPILED: dict[TextClause, Compiled] = {}
