@@ -37,6 +37,7 @@ from ledgerq.core.errors import (
     TransientStorageError,
     first_line,
 )
+from ledgerq.ledger.mysql.engines import autocommit_engine
 
 #: ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR: the statement names what the database lacks.
 UNDEFINED_OBJECT = frozenset({1146, 1054})
@@ -109,7 +110,15 @@ class MyBase:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._autocommit_engine: AsyncEngine | None = None
+
+    @property
+    def _autocommit(self) -> AsyncEngine:
+        """The ledger's autocommit engine (:func:`~.engines.autocommit_engine`), made
+        at first use: only the reconciler's lock and retention's DDL need it."""
+        if self._autocommit_engine is None:
+            self._autocommit_engine = autocommit_engine(self.engine)
+        return self._autocommit_engine
 
     async def _rows(self, statement: TextClause, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
         """Run one statement in a transaction of its own and return its rows.
@@ -127,3 +136,5 @@ class MyBase:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+        if self._autocommit_engine is not None:
+            await self._autocommit_engine.dispose()

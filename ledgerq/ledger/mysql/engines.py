@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -122,7 +123,33 @@ def sync_engine(settings: Settings, application_name: str, pool_size: int = 5) -
 def async_engine(settings: Settings, application_name: str, pool_size: int = 5) -> AsyncEngine:
     """An aiomysql engine on the ledger (the URL's driver swapped: :func:`async_url`)."""
     del application_name
-    return create_async_engine(async_url(settings.database_url), **_options(settings, pool_size))
+    engine = create_async_engine(async_url(settings.database_url), **_options(settings, pool_size))
+    _SETTINGS[engine] = settings
+    return engine
+
+
+#: The settings each engine of :func:`async_engine` was made from, for its
+#: autocommit sibling (:func:`autocommit_engine`).
+_SETTINGS: weakref.WeakKeyDictionary[AsyncEngine, Settings] = weakref.WeakKeyDictionary()
+
+
+def autocommit_engine(engine: AsyncEngine) -> AsyncEngine:
+    """A small engine of its own, in autocommit from each connection's start, beside
+    ``engine`` (made by :func:`async_engine`): for a session's named lock
+    (``GET_LOCK``) and DDL, which must not sit inside a transaction.
+
+    Not ``engine.execution_options(isolation_level="AUTOCOMMIT")``: that switches a
+    pooled connection to autocommit at each checkout and back at its return, and
+    a connection killed during either switch was left to the garbage collector
+    ("non-checked-in connection", an ERROR line) instead of going back to the
+    pool invalidated. Here no switch happens: the pool's connections are made in
+    autocommit and stay so."""
+    settings = _SETTINGS.get(engine)
+    if settings is None:
+        raise TypeError("autocommit_engine() takes an engine made by async_engine()")
+    options = _options(settings, pool_size=1)
+    options.update(max_overflow=1, isolation_level="AUTOCOMMIT")
+    return create_async_engine(engine.url, **options)
 
 
 @dataclass(frozen=True)
