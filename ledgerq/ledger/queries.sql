@@ -538,16 +538,22 @@ FROM ledgerq_pick((SELECT COALESCE(jsonb_agg(w), '[]'::jsonb) FROM ledgerq_windo
 -- messages stranded in that broker queue claim nothing; the relay then gives
 -- them to any live window that covers them. Fenced like every write: a row a
 -- worker claims meanwhile has moved on and is left alone.
+-- The page is a materialized CTE, locked and limited once: a LIMIT in a
+-- sub-query of UPDATE ... FROM may be evaluated again if the planner puts it on
+-- the inner side of a join, and so move more than :limit rows.
 -- transitions: published -> pending
+WITH m AS MATERIALIZED (
+    SELECT p.id, p.epoch FROM ledgerq_tasks p
+    WHERE p.status = 'published'
+      AND NOT EXISTS (SELECT 1 FROM ledgerq_windows v
+                      WHERE v.queue = p.queue AND v.route = COALESCE(p.route, ''))
+    ORDER BY p.id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
 UPDATE ledgerq_tasks t
 SET status = 'pending', epoch = t.epoch + 1, published_at = NULL, publishes = 0, route = NULL
-FROM (SELECT p.id, p.epoch FROM ledgerq_tasks p
-      WHERE p.status = 'published'
-        AND NOT EXISTS (SELECT 1 FROM ledgerq_windows v
-                        WHERE v.queue = p.queue AND v.route = COALESCE(p.route, ''))
-      ORDER BY p.id
-      LIMIT :limit
-      FOR UPDATE SKIP LOCKED) m
+FROM m
 WHERE t.id = m.id AND t.epoch = m.epoch AND t.status = 'published'
 RETURNING t.id, t.kind, t.queue
 

@@ -163,7 +163,9 @@ def segments(sql: str) -> list[Segment]:
         return [Segment(None, text)]
     pos, found = len("WITH"), []
     while True:
-        cte = re.compile(r"\s*,?\s*(\w+)\s+AS\s*\(", re.IGNORECASE).match(text, pos)
+        cte = re.compile(
+            r"\s*,?\s*(\w+)\s+AS\s*(?:NOT\s+)?(?:MATERIALIZED\s*)?\(", re.IGNORECASE
+        ).match(text, pos)
         if cte is None:
             found.append(Segment(None, text[pos:].strip()))
             return found
