@@ -3,6 +3,7 @@
 # to `ledgerq demo` (for example --orders 3000 --workers 2 --json).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ensure_venv
+ensure_bytecode
 ensure_services
 cd "$ROOT"
 say "migrating the ledger at ${LEDGERQ_DATABASE_URL}"

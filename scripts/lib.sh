@@ -1,6 +1,7 @@
 # Shared set-up for scripts/demo.sh and scripts/test.sh. Sourced, not run.
 #
-# ensure_venv:     .venv with the locked dependencies and ledgerq installed (editable).
+# ensure_venv:     .venv with the locked dependencies and ledgerq installed (editable),
+#                  and ledgerq's own modules compiled to bytecode.
 # ensure_test_servers: the installed server programs the tests start private
 #                  copies of (the fault suite's own RabbitMQ node, the TLS
 #                  tests' PostgreSQL cluster and RabbitMQ node, a PgBouncer, a
@@ -62,6 +63,17 @@ ensure_venv() {
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$ROOT/requirements.lock"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e "$ROOT"
     echo "$want" > "$stamp"
+}
+
+# ledgerq's own bytecode. pip compiled the dependencies when it installed them,
+# but the editable package is compiled by whichever process imports it first, and
+# not at all where PYTHONDONTWRITEBYTECODE is set: then every `ledgerq` process
+# (the test suite starts hundreds) compiles its ~200 modules again, about half a
+# second of CPU each. So the scripts write the bytecode (it is ignored by git)
+# and let the processes they start read it.
+ensure_bytecode() {
+    unset PYTHONDONTWRITEBYTECODE
+    "$VENV/bin/python" -m compileall -q -j 0 "$ROOT/ledgerq" "$ROOT/tests" >/dev/null
 }
 
 # host and port of a URL, via Python's URL parser (no third-party packages needed).

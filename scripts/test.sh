@@ -4,6 +4,7 @@
 # and RabbitMQ. Extra arguments go to pytest (for example --long, or -k name).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ensure_venv
+ensure_bytecode
 ensure_services
 ensure_test_servers
 cd "$ROOT"
