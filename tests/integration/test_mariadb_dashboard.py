@@ -35,8 +35,9 @@ from ledgerq.dashboard.serve import ledger_metrics
 from ledgerq.dashboard.settings import DashboardSettings
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.mysql import MyLedger
-from ledgerq.ledger.rollup import WINDOWS
+from ledgerq.ledger.rollup import WINDOWS, bucket_of
 from ledgerq.ledger.routing import Subscription
+from tests.mariadb_broker import query
 from tests.pki import free_port
 from tests.support import until
 
@@ -197,6 +198,28 @@ async def test_actions_check_csrf_change_what_they_count_and_are_audited(
             ("dashboard:local", "report paused")
         ]
     assert (await ledger.find(shop.syncs[0]))["status"] == "pending"  # dead, retried
+
+
+async def test_latency_buckets_agree_with_python(
+    mariadb_settings: Settings, ledger: MyLedger
+) -> None:
+    durations = [0.0, 0.0004, 0.001, 0.0015, 0.25, 1.0, 59.9, 3600.0, 1e6]
+    ids = enqueue(mariadb_settings, [TaskSpec("dash.lat") for _ in durations])
+    claimed = await ledger.claim_due(["default"], 100, WORKER, 30.0)
+    await ledger.finish([Outcome.succeeded(t.fence) for t in claimed])
+    for task_id, seconds in zip(ids, durations, strict=True):  # each ran this long
+        query(
+            mariadb_settings,
+            f"UPDATE ledgerq_history SET started_at = finished_at - INTERVAL "
+            f"{round(seconds * 1_000_000)} MICROSECOND WHERE id = {task_id}",
+        )
+    since = await ledger.database_now() - timedelta(hours=1)
+    rows = await ledger.latency(since, None)
+    got = {r["bucket"]: r["n"] for r in rows if r["hop"] == "start_end"}
+    expected: dict[int, int] = {}
+    for seconds in durations:
+        expected[bucket_of(seconds)] = expected.get(bucket_of(seconds), 0) + 1
+    assert got == expected
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
