@@ -27,6 +27,7 @@ ones the CLI, the demo, the benchmark and the tests use.
 from ledgerq.compose.alerting import alert_hook
 from ledgerq.compose.ledgers import (
     one_shard,
+    open_dashboard_ledger,
     open_ledger,
     open_operator_ledger,
     topology,
@@ -41,6 +42,7 @@ __all__ = [
     "alert_hook",
     "monitoring",
     "one_shard",
+    "open_dashboard_ledger",
     "open_ledger",
     "open_operator_ledger",
     "open_reconciler",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ledgerq.broker.topology import Topology
 from ledgerq.core.config import Settings
@@ -22,8 +22,12 @@ from ledgerq.core.errors import ConfigError, NotBuiltOnMySQLError
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine
 from ledgerq.ledger.pg.migrate import check_schema
+from ledgerq.ledger.protocol import DashboardLedger
 from ledgerq.ledger.split.ledger import OperatorLedger, ShardedLedger
 from ledgerq.runtime import SchemaWatch, watched
+
+if TYPE_CHECKING:
+    from ledgerq.ledger.mysql import MyLedger
 
 log = logging.getLogger("ledgerq")
 L = TypeVar("L")
@@ -36,7 +40,7 @@ def postgresql_only(settings: Settings, what: str) -> None:
         raise NotBuiltOnMySQLError(
             f"{what}: not built on the MySQL ledger yet (what is: enqueue in the "
             "application's transaction, `ledgerq migrate`, `relay`, `worker` (with or "
-            "without --direct), `reconcile`, `purge`, `stats`, `show`, `tasks`; "
+            "without --direct), `reconcile`, `purge`, `stats`, `show`, `tasks`, `dashboard`; "
             "docs/guarantees.md, 'On MySQL and MariaDB')"
         )
 
@@ -84,6 +88,21 @@ async def open_ledger(
 
 
 @asynccontextmanager
+async def open_dashboard_ledger(
+    settings: Settings, application_name: str = "ledgerq-dashboard", pool_size: int = 6
+) -> AsyncIterator[DashboardLedger]:
+    """What the dashboard and its ledger gauges read and act through: one database's
+    ledger (:func:`open_ledger`), or on a MySQL / MariaDB URL its one database
+    (:class:`~ledgerq.ledger.mysql.MyLedger`, no rollup), its schema checked first."""
+    if not settings.on_mysql:
+        async with open_ledger(settings, application_name, pool_size) as ledger:
+            yield ledger
+        return
+    async with _open_mysql_operator_ledger(settings, application_name, pool_size) as mine:
+        yield mine
+
+
+@asynccontextmanager
 async def open_operator_ledger(
     settings: Settings, application_name: str = "ledgerq", pool_size: int = 1
 ) -> AsyncIterator[OperatorLedger]:
@@ -109,7 +128,7 @@ async def open_operator_ledger(
 @asynccontextmanager
 async def _open_mysql_operator_ledger(
     settings: Settings, application_name: str, pool_size: int
-) -> AsyncIterator[OperatorLedger]:
+) -> AsyncIterator[MyLedger]:
     """The operator's ledger on MySQL / MariaDB (:mod:`ledgerq.ledger.mysql.operations`,
     :mod:`~ledgerq.ledger.mysql.inspection`), its schema checked first. What is not
     built there (pauses, rate limits, ``release-key``) raises

@@ -40,7 +40,7 @@ from ledgerq.core.masking import mask_text
 from ledgerq.dashboard import actions, auth, overview, tasks
 from ledgerq.dashboard.pages import escape, render
 from ledgerq.dashboard.settings import DashboardSettings
-from ledgerq.ledger.protocol import Ledger
+from ledgerq.ledger.protocol import DashboardLedger
 
 log = logging.getLogger("ledgerq.dashboard")
 
@@ -101,7 +101,7 @@ async def _ledger_error(request: Request, exc: Exception) -> Response:
 
 
 def create_app(
-    ledger: Ledger, settings: DashboardSettings, secrets: Iterable[str] = ()
+    ledger: DashboardLedger, settings: DashboardSettings, secrets: Iterable[str] = ()
 ) -> Starlette:
     """The application over an open ``ledger``; ``secrets`` (database and broker
     passwords) are masked out of every error shown or logged."""

@@ -9,7 +9,9 @@ latency percentiles per kind and hop, dead tasks by error -- is read from the
 rollup (``ledgerq/relay/rollup.py``) plus history's few rows since its mark, so
 the page costs the same on a history of ten million rows
 (docs/performance.md). Latency percentiles are bucket bounds: at most 41 % over
-the true value (:mod:`ledgerq.ledger.rollup`).
+the true value (:mod:`ledgerq.ledger.rollup`). On a MySQL / MariaDB ledger there
+is no rollup: the same figures are read from history alone
+(:mod:`ledgerq.ledger.mysql.overview`), and the page says so.
 
 The chart data goes into the page as JSON in a ``<script type="application/json">``
 block (escaped by Jinja2's ``tojson``), read by ``static/overview.js``: no inline
@@ -26,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ledgerq.dashboard.pages import render
-from ledgerq.ledger.protocol import Ledger
+from ledgerq.ledger.protocol import DashboardLedger, RollupLedger
 from ledgerq.ledger.rollup import (
     DEFAULT_WINDOW,
     HOP_TITLES,
@@ -116,7 +118,7 @@ def serving(subscriptions: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def overview_data(
-    ledger: Ledger, window: Window, now: datetime | None = None
+    ledger: DashboardLedger, window: Window, now: datetime | None = None
 ) -> dict[str, Any]:
     """Everything the overview shows, read concurrently."""
     now = now or datetime.now(UTC)
@@ -169,6 +171,8 @@ async def overview_data(
             for row in routes
         ],
         "rollup_lag_s": lag,
+        # The MySQL / MariaDB ledger has no rollup: its figures are history's.
+        "rollup": isinstance(ledger, RollupLedger),
         "now": now.isoformat(),
         "step": f"{step_s // 60} min" if step_s < 3600 else f"{step_s // 3600} h",
         "stale_after": timedelta(minutes=5).total_seconds(),

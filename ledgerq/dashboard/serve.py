@@ -1,7 +1,8 @@
 """``ledgerq dashboard``: the application on uvicorn until SIGTERM.
 
-Opens the ledger (schema checked first), builds the app, and serves it with
-uvicorn until SIGTERM or SIGINT, which ledgerq's own handlers turn into
+Opens the ledger (schema checked first; PostgreSQL's one database, or a MySQL /
+MariaDB one: :func:`~ledgerq.compose.ledgers.open_dashboard_ledger`), builds the
+app, and serves it with uvicorn until SIGTERM or SIGINT, which ledgerq's own handlers turn into
 uvicorn's graceful exit (no new connections, requests in flight get 10 s);
 then the ledger is closed and the process exits 0, like the relay and the
 worker. (uvicorn's own handlers would re-raise the signal after shutting down,
@@ -24,20 +25,17 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
 
 import uvicorn
 
-from ledgerq.compose import open_ledger
+from ledgerq.compose import open_dashboard_ledger
 from ledgerq.core.config import Settings
 from ledgerq.dashboard.app import create_app
 from ledgerq.dashboard.settings import DashboardSettings, check_bind
 from ledgerq.health import Health
 from ledgerq.ledger.outages import Outage
+from ledgerq.ledger.protocol import DashboardLedger
 from ledgerq.runtime import on_stop_signal
-
-if TYPE_CHECKING:
-    from ledgerq.ledger.pg import PgLedger
 
 log = logging.getLogger("ledgerq.dashboard")
 
@@ -52,7 +50,7 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _refresh(ledger: PgLedger, gauges: object) -> None:
+async def _refresh(ledger: DashboardLedger, gauges: object) -> None:
     from ledgerq.metrics import gauges as ledger_gauges
 
     assert isinstance(gauges, ledger_gauges.LedgerGauges)
@@ -72,7 +70,7 @@ async def _refresh(ledger: PgLedger, gauges: object) -> None:
 
 
 @asynccontextmanager
-async def ledger_metrics(ledger: PgLedger, port: int) -> AsyncIterator[Health | None]:
+async def ledger_metrics(ledger: DashboardLedger, port: int) -> AsyncIterator[Health | None]:
     """The ledger gauges, /healthz and /readyz on ``port`` (0: nothing); yields
     the health (unready from :meth:`Health.stopping` on), if any."""
     if not port:
@@ -115,7 +113,7 @@ async def serve_dashboard(
 ) -> None:
     check_bind(host, dashboard)
     async with (
-        open_ledger(settings, "ledgerq-dashboard", pool_size=6) as ledger,
+        open_dashboard_ledger(settings, "ledgerq-dashboard", pool_size=6) as ledger,
         ledger_metrics(ledger, metrics_port or settings.metrics_port) as health,
     ):
         app = create_app(ledger, dashboard, secrets)

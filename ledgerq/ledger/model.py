@@ -186,6 +186,33 @@ class ExpiredLease:
 
 
 @dataclass(frozen=True, slots=True)
+class RescueAudit:
+    """The audit record (actor ``ledgerq``) of a dead worker's rows the rescuer
+    finished before their leases ran out, written in the rescue's transaction: the
+    same on every ledger (:func:`rescue_audit`)."""
+
+    selection: dict[str, Any]
+    task_ids: list[int]
+    action: str = "rescue_dead_worker"
+    reason: str = (
+        "its worker was presumed dead (its liveness beats stopped while other "
+        "workers' went on) before the lease ran out"
+    )
+
+
+def rescue_audit(rows: Iterable[ExpiredLease], finished: Iterable[Finished]) -> RescueAudit | None:
+    """What to audit of a rescued page: the ``finished`` rows of ``rows`` that were
+    taken from a dead worker (``orphaned``); None when there are none (an expired
+    lease is not audited)."""
+    orphaned = {r.id: r.worker for r in rows if r.orphaned}
+    moved = [f.id for f in finished if f.id in orphaned]
+    if not moved:
+        return None
+    workers = sorted({str(orphaned[i]) for i in moved})
+    return RescueAudit({"worker": workers}, moved)
+
+
+@dataclass(frozen=True, slots=True)
 class TaskTiming:
     """When a finished task passed each hop, in seconds since the epoch."""
 

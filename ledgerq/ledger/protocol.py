@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, Literal, Protocol, Unpack
+from typing import Any, Literal, Protocol, Unpack, runtime_checkable
 
 from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
@@ -535,6 +535,7 @@ class OperationsLedger(Protocol):
         ...
 
 
+@runtime_checkable
 class RollupLedger(Protocol):
     """The dashboard's rollup (``overview.sql``, migration 0008)."""
 
@@ -587,6 +588,15 @@ class OverviewLedger(Protocol):
 
     async def rolled_upto(self) -> datetime | None:
         """Where the rollup has counted up to (None: it never ran)."""
+        ...
+
+
+class DashboardLedger(OperationsLedger, InspectionLedger, OverviewLedger, Protocol):
+    """What the dashboard's pages, actions and ledger gauges read and act through
+    (on PostgreSQL and on MySQL / MariaDB, which has no rollup)."""
+
+    async def dispose(self) -> None:
+        """Close every connection the ledger opened."""
         ...
 
 

@@ -1,6 +1,9 @@
 """The ledger's own gauges on the metrics endpoint: what is unserved and what each
 broker window holds, read from the ledger every few seconds by whoever serves
-them (the dashboard's ``--metrics-port``), never on a request.
+them (the dashboard's ``--metrics-port``), never on a request. The reads are the
+seam's (``live_counts``, ``unserved``, ``windows``: the hot table and the
+subscriptions, never history), so the gauges are the same on a PostgreSQL and
+on a MySQL / MariaDB ledger.
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@ single-database implementation."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from ledgerq import TaskSpec
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.protocol import LedgerWithHarness
-from tests.conformance.conftest import ONE_DATABASE
+from tests.conformance.conftest import ON_MARIADB, ONE_DATABASE
 from tests.conformance.support import LEASE_S, WORKER, Enqueue, publish
 
 IMPLEMENTATIONS = ONE_DATABASE
@@ -43,18 +43,43 @@ async def test_the_rollup_counts_settled_finishes_and_prunes_old_rows(
     assert await ledger.prune_rollup(keep_s=0.0) >= 0
 
 
+@ON_MARIADB
 async def test_throughput_latency_and_dead_errors_read_history(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
     await finish_some(ledger, enqueue)
-    since = await ledger.database_now() - timedelta(hours=1)
+    since = (await ledger.database_now() - timedelta(hours=1)).replace(microsecond=0)
 
     bins = await ledger.throughput(since, 60.0, None)
     assert {r["status"]: 0 for r in bins} == {"succeeded": 0, "dead": 0}
     assert sum(r["n"] for r in bins if r["status"] == "succeeded") == 2
-    assert sum(r["n"] for r in await ledger.latency(since, None) if r["kind"] == "conf.v") > 0
+    for row in bins:  # each bin starts a whole step after since, in UTC
+        at = datetime.fromisoformat(row["at"])
+        assert at.utcoffset() == timedelta(0) and (at - since).total_seconds() % 60 == 0
+    latency = [r for r in await ledger.latency(since, None) if r["kind"] == "conf.v"]
+    assert {r["hop"] for r in latency} == {"due_publish", "publish_start", "start_end", "total"}
+    assert sum(r["n"] for r in latency if r["hop"] == "total") == 3
     [error] = await ledger.dead_errors(since, None)
-    assert (error["kind"], error["n"]) == ("conf.v", 1) and "bad input" in str(error)
+    assert (error["kind"], error["n"], error["error"]) == ("conf.v", 1, "ValueError: bad input")
+    [seen] = [w for w in await ledger.workers() if w["worker"] == WORKER]
+    assert (seen["running"], seen["finished_recently"], seen["queues"]) == (0, 3, ["default"])
+
+
+@ON_MARIADB
+async def test_live_counts_tell_due_from_scheduled_with_the_oldest_due_age(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    due, running, _ = enqueue("conf.due", "conf.due", TaskSpec("conf.due", delay=3600))
+    await ledger.backdate([due], "run_at", 120)  # due for two minutes
+    await ledger.claim([(running, 0)], WORKER, LEASE_S)
+
+    [counts] = [r for r in await ledger.live_counts() if r["kind"] == "conf.due"]
+    assert (counts["pending"], counts["due"], counts["scheduled"]) == (2, 1, 1)
+    assert (counts["published"], counts["running"], counts["waiting"]) == (0, 1, 0)
+    assert 119 <= counts["oldest_due_s"] < 600
+    [seen] = [w for w in await ledger.workers() if w["worker"] == WORKER]
+    assert (seen["running"], seen["running_kinds"]) == (1, ["conf.due"])
+    assert seen["lease_until"] is not None
 
 
 async def test_live_counts_and_workers_show_whats_waiting_and_who_runs_it(

@@ -266,6 +266,39 @@ async def test_a_dead_workers_rows_are_orphaned_and_its_subscriptions_lapse(
 
 
 @ON_MARIADB
+async def test_a_dead_workers_rescue_is_audited_and_an_expired_lease_is_not(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    orphan, lapsed = enqueue(TaskSpec("conf.dead", retry=[0.0]), TaskSpec("conf.dead", retry=[0.0]))
+    await ledger.alive("w-dead", 60.0)
+    await ledger.claim([(orphan, 0)], "w-dead", LEASE_S)
+    await ledger.claim([(lapsed, 0)], "w-late", LEASE_S)
+    await ledger.backdate([lapsed], "lease_until", 5)  # simulate its lease running out
+    await ledger.gone("w-dead")
+    await ledger.alive("w-live", 60.0)  # another worker beats on: w-dead is dead
+
+    async with ledger.orphaned_batch(0, 10, await ledger.dead_workers()) as batch:
+        await batch.finish([r.outcome() for r in batch.rows])
+    async with ledger.expired_batch(0, 10, await ledger.silent_workers(), SETTLE_S) as batch:
+        assert [r.id for r in batch.rows] == [lapsed]
+        await batch.finish([r.outcome() for r in batch.rows])
+
+    [record] = await ledger.audit()
+    assert (record["actor"], record["action"], record["selection"]) == (
+        "ledgerq",
+        "rescue_dead_worker",
+        {"worker": ["w-dead"]},
+    )
+    assert (record["matched"], record["changed"], record["skipped"]) == (1, 1, 0)
+    assert "presumed dead" in record["reason"]
+    trail = (await ledger.find(orphan))["audit"]
+    assert [(a["actor"], a["action"], a["outcome"]) for a in trail] == [
+        ("ledgerq", "rescue_dead_worker", "changed")
+    ]
+    assert (await ledger.find(lapsed))["audit"] == []
+
+
+@ON_MARIADB
 async def test_unpublish_unserved_takes_back_what_no_live_subscriber_serves(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:

@@ -11,7 +11,8 @@ reconciler (its rescue of dead workers' and expired leases' tasks,
 (:mod:`.retention`), the operator's side (:mod:`.operations`: list, find, act,
 audit; :mod:`.operations_pauses`: pauses, stored but refused until the claims
 honour them), inspection (:mod:`.inspection`: what ``ledgerq stats`` and
-``ledgerq kinds list`` read), and the testing protocol.
+``ledgerq kinds list`` read), the dashboard's reads (:mod:`.overview`: no
+rollup, history read directly), and the testing protocol.
 :class:`MyLedger` does not implement the whole
 :class:`~ledgerq.ledger.protocol.Ledger` yet: the composition root hands it
 only to what it serves.
@@ -25,6 +26,7 @@ from ledgerq.ledger.mysql.harness import MyHarness
 from ledgerq.ledger.mysql.inspection import MyInspection
 from ledgerq.ledger.mysql.operations import MyOperations
 from ledgerq.ledger.mysql.operations_pauses import MyPauses
+from ledgerq.ledger.mysql.overview import MyOverview
 from ledgerq.ledger.mysql.reconcile import MyReconcile
 from ledgerq.ledger.mysql.rescue import MyRescue
 from ledgerq.ledger.mysql.retention import MyRetention
@@ -32,6 +34,7 @@ from ledgerq.ledger.mysql.services import MyServices
 
 if TYPE_CHECKING:
     from ledgerq.ledger.protocol import (
+        DashboardLedger,
         DirectLedger,
         InspectionLedger,
         OperationsLedger,
@@ -52,6 +55,7 @@ class MyLedger(
     MyOperations,
     MyPauses,
     MyInspection,
+    MyOverview,
     MyHarness,
 ):
     """The seam on MySQL / MariaDB, as far as it is built (the relay's, the
@@ -70,6 +74,7 @@ if TYPE_CHECKING:
     _operator: type[OperatorLedger] = MyLedger
     _relay: type[RelayLedger] = MyLedger
     _reconciler: type[ReconcilerLedger] = MyLedger
+    _dashboard: type[DashboardLedger] = MyLedger
 
 
 __all__ = ["MyLedger"]

@@ -1,7 +1,6 @@
 """The reconciler's rescue on MySQL / MariaDB: the running rows of workers presumed
 dead, and expired leases, locked a page at a time and finished, fenced
-(:mod:`ledgerq.relay.rescue` judges them; this is its ledger). The only duty of
-the reconciler built on MySQL so far.
+(:mod:`ledgerq.relay.rescue` judges them; this is its ledger).
 
 One reconciler acts at a time: ``exclusive`` holds MySQL's named lock
 ``ledgerq.reconciler`` (``GET_LOCK``, which belongs to the session that took it,
@@ -10,8 +9,11 @@ its own for the whole pass. A page is locked with ``FOR UPDATE SKIP LOCKED`` (a
 row a worker is finishing right now is left to the next pass) and finished in
 the page's own transaction by the same plan as a worker's finish, so an attempt
 of a worker that was only slow cannot write over the rescue, nor the rescue over
-a finish that won. PostgreSQL audits the finish of a dead worker's rows; the
-MySQL ledger has no audit trail yet.
+a finish that won. The finish of a dead worker's rows taken before their
+leases ran out is audited in the page's transaction (action
+``rescue_dead_worker``, actor ``ledgerq``: :func:`~ledgerq.ledger.model.rescue_audit`,
+the same record as PostgreSQL's), so the record exists exactly when the rescue
+committed; an expired lease's finish is not audited, as on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -24,14 +26,17 @@ from sqlalchemy import TextClause
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ledgerq.ledger.model import ExpiredLease, Finished, Outcome
+from ledgerq.ledger.model import ExpiredLease, Finished, Outcome, rescue_audit
 from ledgerq.ledger.mysql import plans
+from ledgerq.ledger.mysql.audit import SYSTEM_ACTOR, record_audit
 from ledgerq.ledger.mysql.base import MyBase, decoded, micros, translated
 from ledgerq.ledger.mysql.queries import MQ
 
 
 class MyExpiredBatch:
-    """Expired leases locked by an open transaction until they are finished."""
+    """Expired leases (or a dead worker's rows) locked by an open transaction until
+    they are finished. A dead worker's rows taken before their leases ran out are
+    audited (actor ``ledgerq``) in the same transaction, as on PostgreSQL."""
 
     def __init__(self, conn: AsyncConnection, rows: list[ExpiredLease]) -> None:
         self._conn = conn
@@ -41,7 +46,18 @@ class MyExpiredBatch:
         if not outcomes:
             return []
         run = plans.async_runner(self._conn, "ledgerq")
-        return await plans.adrive(plans.finish(outcomes), run)
+        finished = await plans.adrive(plans.finish(outcomes), run)
+        audit = rescue_audit(self.rows, finished)
+        if audit is not None:
+            await record_audit(
+                self._conn,
+                audit.action,
+                audit.selection,
+                actor=SYSTEM_ACTOR,
+                reason=audit.reason,
+                task_ids=audit.task_ids,
+            )
+        return finished
 
 
 async def _release(conn: AsyncConnection) -> None:

@@ -17,6 +17,7 @@ from ledgerq.ledger.model import (
     ExpiredLease,
     Finished,
     Outcome,
+    rescue_audit,
 )
 from ledgerq.ledger.params import outcome_params
 from ledgerq.ledger.pg.audit import SYSTEM_ACTOR, record_audit
@@ -62,16 +63,14 @@ class PgExpiredBatch:
             finished = finished_rows(
                 (await self._conn.execute(Q.finish, outcome_params(outcomes))).all()
             )
-            orphaned = {r.id: r.worker for r in self.rows if r.orphaned}
-            moved = [f.id for f in finished if f.id in orphaned]
-            if moved:
+            audit = rescue_audit(self.rows, finished)
+            if audit is not None:
                 await record_audit(
                     self._conn,
-                    "rescue_dead_worker",
-                    {"worker": sorted({str(orphaned[i]) for i in moved})},
+                    audit.action,
+                    audit.selection,
                     actor=SYSTEM_ACTOR,
-                    reason="its worker was presumed dead (its liveness beats stopped "
-                    "while other workers' went on) before the lease ran out",
-                    task_ids=moved,
+                    reason=audit.reason,
+                    task_ids=audit.task_ids,
                 )
             return finished
