@@ -44,6 +44,7 @@ async def test_the_claim_fills_what_the_producer_left_unset_from_the_kinds_defau
     assert (await ledger.show(unset))["max_attempts"] == 2  # resolved once, in the row
 
 
+@ON_MARIADB
 async def test_an_expired_task_is_not_claimed_it_ends_cancelled_and_expired(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:
@@ -68,6 +69,7 @@ async def test_an_expired_task_is_not_claimed_it_ends_cancelled_and_expired(
     assert record["actor"] == "ledgerq"
 
 
+@ON_MARIADB
 async def test_the_direct_claim_ends_an_expired_task_instead_of_running_it(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:

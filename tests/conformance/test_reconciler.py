@@ -330,6 +330,7 @@ async def test_kind_durations_are_the_recent_attempts_typical_length(
     assert all(seconds >= 0 for seconds in durations.values())
 
 
+@ON_MARIADB
 async def test_expire_due_ends_queued_tasks_past_their_expiry_a_page_at_a_time(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -351,6 +352,7 @@ async def test_expire_due_ends_queued_tasks_past_their_expiry_a_page_at_a_time(
     assert sorted(r["changed"] for r in audits) == [1, 2]
 
 
+@ON_MARIADB
 async def test_a_retry_due_after_the_expiry_never_runs(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:

@@ -15,7 +15,9 @@ from ledgerq.ledger.protocol import LedgerWithHarness
 from ledgerq.ledger.routing import Subscription
 from tests.conformance.conftest import ON_MARIADB, ONE_DATABASE
 from tests.conformance.support import (
+    LEASE_S,
     SUBSCRIBER,
+    WORKER,
     Enqueue,
     claim_one,
     publish,
@@ -304,3 +306,62 @@ async def test_a_window_of_some_shards_gets_only_their_tasks(
     async with ledger.publish_batch(10) as batch:
         assert [(r.id, r.route) for r in batch.rows] == [(one, sharded.route)]
     assert (await ledger.show(zero))["status"] == "pending"
+
+
+# -- the pick: pauses and ordering keys (the relay's window and the direct claim) ---------
+
+
+@ON_MARIADB
+async def test_a_paused_kind_is_neither_published_nor_claimed_until_it_is_resumed(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    sent, held, other = enqueue("conf.paused", "conf.paused", "conf.other")
+    assert await publish(ledger, [sent]) == {sent}
+
+    paused = await ledger.pause("kind", "conf.paused", actor="conformance")
+
+    assert paused.unpublished == 1  # the published one comes back to the ledger
+    assert await ledger.whereabouts([sent]) == {sent: "pending"}
+    async with ledger.publish_batch(10) as batch:
+        assert [r.id for r in batch.rows] == [other]
+    assert await ledger.claim([(sent, 0)], WORKER, LEASE_S) == []  # its message is stale
+    assert [t.id for t in await ledger.claim_due(["default"], 10, WORKER, LEASE_S)] == [other]
+
+    await ledger.resume("kind", "conf.paused", actor="conformance")
+    async with ledger.publish_batch(10) as batch:
+        assert [r.id for r in batch.rows] == [sent, held]
+    won = await ledger.claim_due(["default"], 10, WORKER, LEASE_S)
+    assert [t.id for t in won] == [sent, held]
+
+
+@ON_MARIADB
+async def test_the_tasks_of_an_ordering_key_go_one_at_a_time_in_id_order(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    first, second, third = enqueue(*[TaskSpec("conf.key", ordering_key="acct-1")] * 3)
+    [alone] = enqueue(TaskSpec("conf.key", ordering_key="acct-2"))
+    [free] = enqueue("conf.key")
+
+    async with ledger.publish_batch(10) as batch:
+        assert [r.id for r in batch.rows] == [first, alone, free]  # one per key
+        assert await batch.mark_published([r for r in batch.rows if r.id == first]) == {first}
+    # A published task holds its key: the direct claim takes the others, not the next.
+    direct = await ledger.claim_due(["default"], 10, WORKER, LEASE_S)
+    assert [t.id for t in direct] == [alone, free]
+    async with ledger.publish_batch(10) as batch:
+        assert batch.rows == []
+
+    [task] = await ledger.claim([(first, 0)], WORKER, LEASE_S)
+    [back] = await ledger.finish([Outcome.failed(task.fence, "flaky", delay=0)])
+    assert back.status == "pending"  # a retried task keeps its place: still first
+    async with ledger.publish_batch(10) as batch:
+        assert [r.id for r in batch.rows] == [first]
+    [again] = await ledger.claim_due(["default"], 10, WORKER, LEASE_S)
+    await ledger.finish([Outcome.succeeded(again.fence)])
+
+    [running] = await ledger.claim_due(["default"], 10, WORKER, LEASE_S)
+    assert running.id == second
+    assert await ledger.claim_due(["default"], 10, WORKER, LEASE_S) == []  # second runs
+    await ledger.finish([Outcome.failed(running.fence, "poison", final=True)])
+    # A dead task releases its key (ordering "release", the default).
+    assert [t.id for t in await ledger.claim_due(["default"], 10, WORKER, LEASE_S)] == [third]

@@ -11,6 +11,7 @@ from tests.conformance.conftest import ON_MARIADB
 from tests.conformance.support import LEASE_S, WORKER, Enqueue
 
 
+@ON_MARIADB
 async def test_a_paused_queue_gives_nothing_until_it_is_resumed(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:

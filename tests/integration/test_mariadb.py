@@ -200,7 +200,7 @@ def _until(ready: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
 
 
 def test_what_is_not_built_on_mysql_yet_is_one_line_and_exit_78(mariadb: Settings) -> None:
-    for args in (("queues", "pause", "emails"),):
+    for args in (("kinds", "limit", "emails.send", "5/s"),):
         # (the relay, the worker on the broker path and the reconciler are built
         # there: tests/integration/test_mariadb_broker.py; stats and tasks too)
         result = run_ledgerq(mariadb, *args)
@@ -214,9 +214,9 @@ def test_a_task_option_not_built_on_mysql_is_refused_before_anything_is_written(
 ) -> None:
     with Session(producer) as session, session.begin():
         first = ledgerq.enqueue(session, "my.effect", {"n": 1})
-        with pytest.raises(NotBuiltOnMySQLError, match="ordering keys"):
+        with pytest.raises(NotBuiltOnMySQLError, match="fan-out"):
             ledgerq.enqueue_many(
                 session,
-                [TaskSpec("my.effect", {"n": 2}), TaskSpec("my.effect", ordering_key="acct-1")],
+                [TaskSpec("my.effect", {"n": 2}), TaskSpec("my.effect", parent_id=first)],
             )
     assert [int(r[0]) for r in _query(mariadb, "SELECT id FROM ledgerq_tasks")] == [first]

@@ -179,8 +179,6 @@ async def test_what_is_not_built_on_mysql_exits_78_in_one_line_and_changes_nothi
     refusals = {
         args: run_ledgerq(settings, *args)
         for args in (
-            ("queues", "pause", "default"),
-            ("kinds", "pause", "cli.n"),
             ("kinds", "limit", "cli.n", "5/s"),
             ("tasks", "release-key", "acct-1", "--yes"),
         )

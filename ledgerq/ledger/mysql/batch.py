@@ -29,8 +29,9 @@ from ledgerq.ledger.sql import load_in_lists
 MAX_ROWS = 1000
 MAX_BYTES = 4 * 1024 * 1024
 #: What a batch row carries of insert_task's parameters (the rest is fixed: no
-#: dedupe_key, parent_id or ordering_key in a batch; the MySQL ledger refuses the
-#: last two, ledger/mysql/plans.py).
+#: dedupe_key in a batch, no parent_id, which the MySQL ledger refuses,
+#: ledger/mysql/plans.py). A batch goes in input order, so the tasks of one
+#: ordering key are in line by id as the single inserts would put them.
 _FIELDS = (
     "kind",
     "queue",
@@ -44,6 +45,9 @@ _FIELDS = (
     "retry",
     "timeout_s",
     "trace_context",
+    "ordering_key",
+    "expires_at",
+    "expires_us",
     "tags",
 )
 
@@ -84,9 +88,10 @@ def batchable(params: Mapping[str, Any]) -> bool:
 
 def _row(params: Mapping[str, Any]) -> dict[str, Any]:
     row = {name: params[name] for name in _FIELDS if params[name] is not None}
-    run_at = row.get("run_at")
-    if isinstance(run_at, datetime):  # naive UTC (insert_params): DATETIME(6)'s text
-        row["run_at"] = run_at.strftime("%Y-%m-%d %H:%M:%S.%f")
+    for name in ("run_at", "expires_at"):
+        at = row.get(name)
+        if isinstance(at, datetime):  # naive UTC (insert_params): DATETIME(6)'s text
+            row[name] = at.strftime("%Y-%m-%d %H:%M:%S.%f")
     return row
 
 

@@ -38,10 +38,11 @@ SELECT VERSION() LIKE '%MariaDB%' AS returns_inserts,
 -- transitions: -> pending
 INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
-                           trace_context, ordering_key, tags, created_at)
+                           trace_context, ordering_key, expires_at, tags, created_at)
 SELECT r.kind, r.queue, r.payload, r.business_key, NULL, r.priority, COALESCE(r.shard, 0),
        COALESCE(r.run_at, UTC_TIMESTAMP(6) + INTERVAL r.delay_us MICROSECOND), 'pending',
-       r.max_attempts, r.retry, r.timeout_s, NULL, r.trace_context, NULL, r.tags,
+       r.max_attempts, r.retry, r.timeout_s, NULL, r.trace_context, r.ordering_key,
+       COALESCE(r.expires_at, UTC_TIMESTAMP(6) + INTERVAL r.expires_us MICROSECOND), r.tags,
        UTC_TIMESTAMP(6)
 FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
          ord           FOR ORDINALITY,
@@ -57,6 +58,9 @@ FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
          retry         LONGTEXT     PATH '$.retry',
          timeout_s     DOUBLE       PATH '$.timeout_s',
          trace_context LONGTEXT     PATH '$.trace_context',
+         ordering_key  LONGTEXT     PATH '$.ordering_key',
+         expires_at    DATETIME(6)  PATH '$.expires_at',
+         expires_us    BIGINT       PATH '$.expires_us',
          tags          LONGTEXT     PATH '$.tags')) AS r
 ORDER BY r.ord
 

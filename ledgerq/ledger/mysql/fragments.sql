@@ -53,13 +53,40 @@ AND d.beat_at + INTERVAL CAST(d.silence_s * 1000000 AS SIGNED) MICROSECOND
 (:aging_us > 0
  AND t.run_at <= UTC_TIMESTAMP(6) - INTERVAL GREATEST(:aging_us, :min_wait_us) MICROSECOND)
 
+-- fragment: ready
+-- Whether the pending row t may go now as far as the task itself is concerned
+-- (PostgreSQL's view ledgerq_ready, migrations 0014, 0015 and 0020): neither
+-- its queue nor its kind is paused (ledgerq_pauses, by primary key; probed per
+-- row only when some pause is in force: the first, uncorrelated, NOT EXISTS is
+-- read once per statement), and a
+-- keyed task (ordering_key) has no other live task of its key ahead of it:
+-- none with a smaller id (whatever its status), none published or running
+-- (whatever its id): PostgreSQL's one probe (another row of the key, not
+-- pending or waiting, or with a smaller id) as two, each read from migration
+-- m0006's index (ordering_key, status, id) alone, without the rows. A dead or
+-- cancelled task has left the hot table and holds nothing: ordering "block"
+-- (a dead task holding its key) is refused at a worker's start on MySQL, so
+-- history is never read here.
+(NOT EXISTS (SELECT 1 FROM ledgerq_pauses)
+ OR (NOT EXISTS (SELECT 1 FROM ledgerq_pauses p WHERE p.scope = 'queue' AND p.name = t.queue)
+     AND NOT EXISTS (SELECT 1 FROM ledgerq_pauses p WHERE p.scope = 'kind' AND p.name = t.kind)))
+AND (t.ordering_key IS NULL
+     OR (NOT EXISTS (SELECT 1 FROM ledgerq_tasks e
+                     WHERE e.ordering_key = t.ordering_key AND e.id < t.id)
+         AND NOT EXISTS (SELECT 1 FROM ledgerq_tasks e
+                         WHERE e.ordering_key = t.ordering_key
+                           AND e.status IN ('published', 'running'))))
+
 -- fragment: due_lane(priority, attempts)
 -- One lane of the pick: the due pending rows of one priority, first attempts
--- (attempts "= 0") or retries ("> 0"), oldest first, at most :limit; the rest
+-- (attempts "= 0") or retries ("> 0"), oldest first, at most :limit, that are
+-- ready (fragment ready: not paused, first of their ordering key); the rest
 -- of the pick's conditions as due_pick says. Read along the pick index
 -- (migration m0005: status, queue, priority, attempts, run_at, id): a lane of
--- first attempts in its order, stopping after :limit rows; a lane of retries
--- (few, as a rule) sorted. Never the queue's whole backlog.
+-- first attempts in its order, stopping after :limit ready rows; a lane of
+-- retries (few, as a rule) sorted. Never the queue's whole backlog, unless
+-- most of it is not ready (a paused kind's rows are read and passed over, as
+-- PostgreSQL's pick reads them through its view).
 (SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts,
         t.run_at
  FROM ledgerq_tasks t
@@ -69,13 +96,16 @@ AND d.beat_at + INTERVAL CAST(d.silence_s * 1000000 AS SIGNED) MICROSECOND
    AND (:every_shard OR t.shard IN :shards)
    AND (:none_excluded OR t.kind NOT IN :excluded)
    AND t.run_at <= UTC_TIMESTAMP(6) - INTERVAL :min_wait_us MICROSECOND
+   AND {{ready}}
  ORDER BY t.run_at, t.id
  LIMIT :limit)
 
 -- fragment: due_pick
 -- The one rule that picks due tasks on MySQL (PostgreSQL's ledgerq_pick, less
--- what MySQL refuses at enqueue or at a worker's start: pauses, rate limits,
--- ordering keys, sticky retries): for the relay and the reconciler standing in
+-- what MySQL refuses at a worker's start: rate limits, ordering that blocks,
+-- sticky retries; pauses and ordering keys honoured, fragment ready; an
+-- expired row is picked, and its claim ends it, as on PostgreSQL): for the
+-- relay and the reconciler standing in
 -- for it, one live broker route's window at a time (relay.sql pick_window), and
 -- for the direct claim (queries.sql due_candidates). The due pending rows of
 -- :queues whose kind is in :kinds (unless :every_kind), whose shard is in

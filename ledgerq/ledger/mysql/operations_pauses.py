@@ -12,13 +12,14 @@ not, writes nothing and is not audited. Two operators pausing at once: one
 inserts the row, the other meets the key (``INSERT IGNORE``, after InnoDB made
 it wait for the first to commit or roll back) and reports "unchanged".
 
-**Not honoured yet.** The MySQL claims (``claim_due``; the relay's pick once the
-broker path is built) do not read ``ledgerq_pauses``: until they do,
-:data:`CLAIMS_HONOUR_PAUSES` is False and ``pause`` raises
-:class:`~ledgerq.core.errors.NotBuiltOnMySQLError` before it writes anything,
-rather than report a pause nothing keeps. ``resume``, ``pauses`` and ``kinds``
-answer (nothing is paused). Whoever makes the claim skip paused queues and kinds
-turns it on. Rate limits (``set_limit``) are not built: refused likewise.
+The pauses are honoured where tasks are picked: the one pick rule (fragments.sql
+``due_pick``, its fragment ``ready``), which the relay's window and the direct
+claim share, skips a paused queue's or kind's tasks, and both re-check it when
+they lock their rows (a pause committed between a pick's read and its lock
+stops the row there). A task already claimed runs on; one published before the
+pause is taken back here (the message claims nothing). Rate limits
+(``set_limit``) are not built: refused with
+:class:`~ledgerq.core.errors.NotBuiltOnMySQLError`.
 """
 
 from __future__ import annotations
@@ -37,14 +38,6 @@ from ledgerq.ledger.mysql.queries import LIBRARY
 from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope
 from ledgerq.ledger.sql import load
 
-#: Whether the MySQL ledger's claims skip the tasks of paused queues and kinds. False:
-#: ``pause`` is refused (the pick rule belongs to the claim statements, which do not
-#: read ``ledgerq_pauses`` yet).
-CLAIMS_HONOUR_PAUSES = False
-PAUSES = (
-    "pauses (ledgerq queues|kinds pause): not built on the MySQL ledger yet "
-    "(its claims do not skip a paused queue or kind)"
-)
 LIMITS = "rate limits (ledgerq kinds limit): not built on the MySQL ledger yet"
 
 
@@ -75,8 +68,6 @@ class MyPauses(MyBase):
         self, scope: Scope, name: str, *, actor: str, reason: str | None = None
     ) -> PauseReport:
         scope, name = check_scope(scope, name)
-        if not CLAIMS_HONOUR_PAUSES:
-            raise NotBuiltOnMySQLError(PAUSES)
         where = {"scope": scope, "name": name}
         with translated():
             async with self.engine.begin() as conn:

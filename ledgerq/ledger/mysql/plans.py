@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, scoped_session
 
 from ledgerq.core.errors import LedgerqError, NotBuiltOnMySQLError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
-from ledgerq.ledger.mysql import batch
+from ledgerq.ledger.mysql import batch, expiry
 from ledgerq.ledger.mysql.answer import Answer as Answer
 from ledgerq.ledger.mysql.base import error_number, micros
 from ledgerq.ledger.mysql.engines import utc
@@ -171,10 +171,7 @@ def async_runner(executor: object, caller: str) -> AsyncRunner:
 #: What the MySQL ledger does not do yet, by TaskSpec field: refused at enqueue
 #: rather than stored and ignored (docs/guarantees.md, "On MySQL and MariaDB").
 _NOT_BUILT = {
-    "ordering_key": "ordering keys",
     "parent_id": "fan-out (parent_id)",
-    "expires_at": "expiry (expires=)",
-    "expires_s": "expiry (expires=)",
 }
 
 
@@ -189,6 +186,9 @@ def insert_params(spec: TaskSpec) -> dict[str, Any]:
             raise NotBuiltOnMySQLError(f"{what} is not built on MySQL yet")
     params["run_at"] = utc(params["run_at"])
     params["delay_us"] = micros(params.pop("delay_s") or 0.0)
+    params["expires_at"] = utc(params["expires_at"])
+    expires_s = params.pop("expires_s")
+    params["expires_us"] = None if expires_s is None else micros(expires_s)
     params["trace_context"] = (
         None if params["trace_context"] is None else json.dumps(params["trace_context"])
     )
@@ -337,7 +337,10 @@ def _keyed(entries: Mapping[int, Mapping[str, Any]]) -> str:
 def _claim(
     ids: list[int], worker: str, lease_s: float, max_payload_bytes: int
 ) -> Plan[list[ClaimedTask]]:
-    """Claim the rows ``ids`` the plan locked, and read what the claim answers."""
+    """Claim the rows ``ids`` the plan locked, and read what the claim answers; those
+    past their expiry end instead (:func:`.expiry.end_expired`), as on PostgreSQL."""
+    ended = set((yield from expiry.end_expired(ids)))
+    ids = [i for i in ids if i not in ended]
     if not ids:
         return []
     params = {"ids": ids, "worker": worker, "lease_us": micros(lease_s)}

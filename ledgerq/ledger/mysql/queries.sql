@@ -31,14 +31,16 @@
 -- index until the other one commits (then its insert fails and it meets the
 -- task) or rolls back (then it inserts).
 -- shard: the given one, else 0; with several shards and none given the caller
--- sets it from the new id afterwards (shard_task).
+-- sets it from the new id afterwards (shard_task). expires_at: the given time,
+-- else :expires_us from now (NULL, no expiry, when neither is given).
 -- transitions: -> pending
 INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, priority, shard,
                            run_at, status, max_attempts, retry, timeout_s, parent_id,
-                           trace_context, ordering_key, tags, created_at)
+                           trace_context, ordering_key, expires_at, tags, created_at)
 VALUES (:kind, :queue, :payload, :business_key, :dedupe_key, :priority, COALESCE(:shard, 0),
         COALESCE(:run_at, UTC_TIMESTAMP(6) + INTERVAL :delay_us MICROSECOND), 'pending',
-        :max_attempts, :retry, :timeout_s, :parent_id, :trace_context, :ordering_key, :tags,
+        :max_attempts, :retry, :timeout_s, :parent_id, :trace_context, :ordering_key,
+        COALESCE(:expires_at, UTC_TIMESTAMP(6) + INTERVAL :expires_us MICROSECOND), :tags,
         UTC_TIMESTAMP(6))
 
 -- name: live_task_by_key
@@ -87,12 +89,16 @@ WHERE kind = :kind AND business_key = :business_key
 {{due_pick}}
 
 -- name: lock_due
--- The direct claim's second step: lock the candidates still pending and due,
--- skipping any row another transaction holds (another worker claiming it, a
--- relay publishing it). By primary key only: nothing else is locked.
+-- The direct claim's second step: lock the candidates still pending, due and
+-- ready (fragment ready: not paused, first of their ordering key), skipping
+-- any row another transaction holds (another worker claiming it, a relay
+-- publishing it). By primary key only: nothing else is locked. The ready
+-- re-check reads the latest committed rows (a plain read inside the locking
+-- one, under READ COMMITTED), so a pause or a claim of an earlier task of the
+-- key committed since the candidates were read stops the row here.
 SELECT t.id
 FROM ledgerq_tasks t
-WHERE t.id IN :ids AND t.status = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
+WHERE t.id IN :ids AND t.status = 'pending' AND t.run_at <= UTC_TIMESTAMP(6) AND {{ready}}
 ORDER BY t.id
 FOR UPDATE SKIP LOCKED
 

@@ -21,8 +21,9 @@ version, then written by id, fenced on (id, epoch, status).
   queue claims nothing), and records it in the audit trail (actor
   ``ledgerq``) in the same transaction. A worker that claims such a row
   meanwhile has moved it on; the fence leaves it alone.
-- ``expire_due`` has nothing to do: expiry (``expires=``) is refused at
-  enqueue on MySQL (:mod:`.plans`), so no row carries an ``expires_at``.
+- ``expire_due`` ends queued rows past their expiry, a page at a time, as
+  PostgreSQL's: cancelled and expired, audited (:func:`.expiry.expire_page`;
+  a row a relay or a worker holds is skipped, and its claim ends it).
 - ``release_stuck`` has nothing to do: dependencies (``after=``) are refused
   at enqueue on MySQL, so no task waits.
 """
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from sqlalchemy import TextClause
 
 from ledgerq.ledger.model import DueTask
-from ledgerq.ledger.mysql import plans
+from ledgerq.ledger.mysql import expiry, plans
 from ledgerq.ledger.mysql.audit import SYSTEM_ACTOR, record_audit
 from ledgerq.ledger.mysql.base import micros, translated
 from ledgerq.ledger.mysql.queries import LIBRARY
@@ -125,9 +126,10 @@ class MyReconcile(MyRelay):
         return [task_id for task_id, _ in moved]
 
     async def expire_due(self, limit: int) -> list[int]:
-        """Nothing: expiry is refused at enqueue on MySQL (the module docstring)."""
-        del limit
-        return []
+        with translated():
+            async with self.engine.begin() as conn:
+                run = plans.async_runner(conn, "ledgerq")
+                return await plans.adrive(expiry.expire_page(limit), run)
 
     async def release_stuck(self, limit: int) -> list[tuple[int, str]]:
         """Nothing: dependencies are refused at enqueue on MySQL (the module docstring)."""

@@ -41,13 +41,15 @@ WHERE direct AND expires_at > UTC_TIMESTAMP(6)
 {{due_pick}}
 
 -- name: lock_picked
--- The picked rows still pending and due, locked for the caller's transaction
--- by primary key only, and their epochs (the caller keeps those still at the
--- epoch it read); a row another transaction holds (another relay's batch, a
--- direct claim) is skipped, never waited for.
+-- The picked rows still pending, due and ready (fragment ready, re-checked on
+-- the latest committed rows: a pause, or an earlier task of the key claimed or
+-- published, since the pick's read stops the row), locked for the caller's
+-- transaction by primary key only, and their epochs (the caller keeps those
+-- still at the epoch it read); a row another transaction holds (another
+-- relay's batch, a direct claim) is skipped, never waited for.
 SELECT t.id, t.epoch
 FROM ledgerq_tasks t
-WHERE t.id IN :ids AND t.status = 'pending' AND t.run_at <= UTC_TIMESTAMP(6)
+WHERE t.id IN :ids AND t.status = 'pending' AND t.run_at <= UTC_TIMESTAMP(6) AND {{ready}}
 ORDER BY t.id
 FOR UPDATE SKIP LOCKED
 

@@ -9,9 +9,8 @@ operations_pauses.py):
   ``VARCHAR(255)``, which holds every reason ledgerq writes.
 - ``ledgerq_pauses``: the operator's pauses of a queue or a kind (PostgreSQL's
   table of migration 0006, in MySQL's types): one row per pause in force.
-  Nothing on MySQL reads it to skip a paused queue's tasks yet (the claims'
-  selection does not): ``pause`` refuses until it does
-  (ledger/mysql/operations_pauses.py, ``CLAIMS_HONOUR_PAUSES``).
+  (When this revision was written nothing read it and ``pause`` refused; the
+  pick rule reads it since m0006's time: ledger/mysql/fragments.sql ``ready``.)
 
 The downgrade cuts longer outcomes back to 32 characters first (what m0002's
 column holds) and drops the pauses.
