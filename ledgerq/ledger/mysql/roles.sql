@@ -38,7 +38,7 @@ GRANT CREATE, ALTER, DROP, INDEX, REFERENCES, SELECT, INSERT, UPDATE, DELETE
 -- UPDATE, DELETE or LOCK TABLES on the table, which the UPDATE grants below give.
 GRANT INSERT (id, kind, queue, payload, business_key, dedupe_key, priority, shard, run_at,
               status, max_attempts, retry, timeout_s, parent_id, trace_context, ordering_key,
-              tags, created_at),
+              expires_at, tags, created_at),
       UPDATE (shard),
       SELECT (id, kind, dedupe_key, status, result, last_error, attempts, max_attempts,
               created_at, started_at, finished_at)
