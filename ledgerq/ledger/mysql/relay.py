@@ -11,11 +11,12 @@ connection of the engine, :mod:`.engines`), held open for the caller's block:
    rule (fragments.sql ``due_pick``, shared with the direct claim), plain reads;
 2. keep what the windows have room for (:mod:`.relay_pick`);
 3. lock the kept rows by primary key, ``FOR UPDATE SKIP LOCKED``, re-checking
-   that each is still pending at the epoch it was read with and due
-   (``lock_picked``). Under READ COMMITTED InnoDB locks only the rows it
-   returns; a locking read that scanned the due index itself would lock every
-   row it sorted (and, under REPEATABLE READ, the gaps: every producer's insert
-   into that range would wait for the relay's commit).
+   that each is still pending at the epoch it was read with, due and ready
+   (not paused, first of its ordering key: ``lock_picked``). Under READ
+   COMMITTED InnoDB locks only the rows it returns; a locking read that
+   scanned the due index itself would lock every row it sorted (and, under
+   REPEATABLE READ, the gaps: every producer's insert into that range would
+   wait for the relay's commit).
 
 Races: two relays read the same candidates (the reads take no lock); the first
 to lock a row keeps it, the other skips it and publishes fewer this time, never
