@@ -13,6 +13,7 @@ from ledgerq import TaskSpec
 from ledgerq.ledger.model import DueTask, Outcome
 from ledgerq.ledger.protocol import LedgerWithHarness
 from ledgerq.ledger.routing import Subscription
+from ledgerq.ledger.scheduling import RateLimit
 from tests.conformance.conftest import ON_MARIADB, ONE_DATABASE
 from tests.conformance.support import (
     LEASE_S,
@@ -255,6 +256,32 @@ async def test_aged_tasks_go_first_at_priority_nine_and_the_direct_claim_agrees(
     for limit, first in ((2, {old_low, fresh_high}), (1, {retried}), (1, {fresh_low})):
         won = await ledger.claim_due(["default"], limit, "conf-direct", 30.0, aging_s=60.0)
         assert {t.id for t in won} == first  # the relay's order, a limit at a time
+
+
+@ON_MARIADB
+async def test_a_rate_limited_kind_goes_only_within_its_bucket_relay_and_direct_alike(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    metered = enqueue(*["conf.metered"] * 5)
+    free = enqueue(*["conf.free"] * 3)
+    # A burst of 3 and a refill too slow to add a whole task while the test runs.
+    await ledger.set_limit("conf.metered", RateLimit(0.001, 3.0), actor="conformance")
+
+    async with ledger.publish_batch(2) as batch:  # the oldest first: the limit caps the kind
+        assert [r.id for r in batch.rows] == metered[:2]
+        assert await batch.mark_published(batch.rows) == set(metered[:2])
+    async with ledger.publish_batch(100) as batch:  # one token left; the free kind unmetered
+        assert [r.id for r in batch.rows] == [metered[2], *free]
+        await batch.mark_published(batch.rows)
+    async with ledger.publish_batch(100) as batch:
+        assert batch.rows == []  # the bucket is empty: the rest wait in the ledger
+
+    await ledger.set_limit("conf.metered", RateLimit(0.001, 1.0), actor="conformance")
+    await ledger.subscribe(SUBSCRIBER, [Subscription("default")], 600.0, direct=True)
+    assert [t.id for t in await ledger.claim_due(["default"], 10, WORKER, LEASE_S)] == [metered[3]]
+    assert await ledger.claim_due(["default"], 10, WORKER, LEASE_S) == []
+    await ledger.set_limit("conf.metered", None, actor="conformance")  # lifted: all go
+    assert [t.id for t in await ledger.claim_due(["default"], 10, WORKER, LEASE_S)] == [metered[4]]
 
 
 @ON_MARIADB

@@ -38,6 +38,7 @@ async def test_a_paused_queue_gives_nothing_until_it_is_resumed(
     assert {t.id for t in won} == set(ids)
 
 
+@ON_MARIADB
 async def test_limits_set_by_an_operator_and_registered_by_workers_show_in_kinds(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:

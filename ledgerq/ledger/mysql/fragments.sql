@@ -102,9 +102,11 @@ AND (t.ordering_key IS NULL
 
 -- fragment: due_pick
 -- The one rule that picks due tasks on MySQL (PostgreSQL's ledgerq_pick, less
--- what MySQL refuses at a worker's start: rate limits, ordering that blocks,
--- sticky retries; pauses and ordering keys honoured, fragment ready; an
--- expired row is picked, and its claim ends it, as on PostgreSQL): for the
+-- what MySQL refuses at a worker's start: ordering that blocks, sticky
+-- retries; pauses and ordering keys honoured, fragment ready; an expired row
+-- is picked, and its claim ends it, as on PostgreSQL; a rate-limited kind is
+-- in :excluded of the ordinary pick and read by this rule for itself alone,
+-- within its bucket: ledger/mysql/metering.py): for the
 -- relay and the reconciler standing in
 -- for it, one live broker route's window at a time (relay.sql pick_window), and
 -- for the direct claim (queries.sql due_candidates). The due pending rows of

@@ -1,6 +1,7 @@
-"""The operator's pauses on the MySQL / MariaDB ledger (``operations_pauses.sql``,
-table ``ledgerq_pauses`` of migration m0003): ``pause``, ``resume``, ``pauses``,
-and ``kinds`` (``ledgerq kinds list``), as PostgreSQL's
+"""The operator's pauses and rate limits on the MySQL / MariaDB ledger
+(``operations_pauses.sql``, table ``ledgerq_pauses`` of migration m0003;
+``metering.sql``, the buckets of migration m0008): ``pause``, ``resume``,
+``pauses``, ``set_limit`` and ``kinds`` (``ledgerq kinds list``), as PostgreSQL's
 :mod:`ledgerq.ledger.pg.scheduling`.
 
 A pause or resume is one short transaction of the ledger's own: the pause row,
@@ -17,9 +18,11 @@ The pauses are honoured where tasks are picked: the one pick rule (fragments.sql
 claim share, skips a paused queue's or kind's tasks, and both re-check it when
 they lock their rows (a pause committed between a pick's read and its lock
 stops the row there). A task already claimed runs on; one published before the
-pause is taken back here (the message claims nothing). Rate limits
-(``set_limit``) are not built: refused with
-:class:`~ledgerq.core.errors.NotBuiltOnMySQLError`.
+pause is taken back here (the message claims nothing).
+
+A rate limit (``set_limit``) is written with its audit record in one
+transaction, its bucket full; it waits for a pick holding the kind's bucket
+(:mod:`.metering`) to commit. The picks meter it from their next transaction.
 """
 
 from __future__ import annotations
@@ -30,15 +33,14 @@ from typing import Any
 
 from sqlalchemy import TextClause, bindparam
 
-from ledgerq.core.errors import NotBuiltOnMySQLError
 from ledgerq.ledger.actions import jsonable
 from ledgerq.ledger.mysql.audit import record_audit
 from ledgerq.ledger.mysql.base import MyBase, aware, translated
+from ledgerq.ledger.mysql.metering import MeQ
 from ledgerq.ledger.mysql.queries import LIBRARY
 from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope
 from ledgerq.ledger.sql import load
-
-LIMITS = "rate limits (ledgerq kinds limit): not built on the MySQL ledger yet"
+from ledgerq.ledger.validation import check_name
 
 
 @dataclass(frozen=True)
@@ -102,9 +104,22 @@ class MyPauses(MyBase):
         ]
 
     async def kinds(self) -> list[dict[str, Any]]:
-        """Every kind with a limit, a pause or ordering "block" (on MySQL: a pause)."""
+        """Every kind with a limit, a pause or ordering "block" (on MySQL: a limit or
+        a pause)."""
         rows = await self._rows(PQ.list_kinds, {})
         return [{**r._mapping, "paused": bool(r.paused), "pending": int(r.pending)} for r in rows]
 
     async def set_limit(self, kind: str, limit: RateLimit | None, *, actor: str) -> None:
-        raise NotBuiltOnMySQLError(LIMITS)
+        kind = check_name(kind, "kind")
+        rate = None if limit is None else limit.rate_per_s
+        burst = None if limit is None else limit.burst
+        with translated():
+            async with self.engine.begin() as conn:
+                await conn.execute(MeQ.set_limit, {"kind": kind, "rate": rate, "burst": burst})
+                await record_audit(
+                    conn,
+                    "set-limit",
+                    {"kind": kind},
+                    actor=actor,
+                    options={"rate_per_s": rate, "burst": burst},
+                )

@@ -1,6 +1,7 @@
 -- The operator's pauses on the MySQL / MariaDB ledger (ledger/mysql/operations_pauses.py):
 -- PostgreSQL's scheduling.sql pause, unpublish_paused, resume, list_pauses and
--- list_kinds, without RETURNING. Table ledgerq_pauses: migration m0003.
+-- list_kinds, without RETURNING. Table ledgerq_pauses: migration m0003 (set_limit:
+-- metering.sql).
 
 -- name: pause
 -- A queue or kind is paused. A pause already in force is left as it is (its
@@ -39,15 +40,17 @@ SELECT scope, name, paused_at, actor, reason FROM ledgerq_pauses ORDER BY scope,
 
 -- name: list_kinds
 -- Every kind with a limit, a pause or ordering "block", and how many of its
--- tasks wait: on MySQL, where rate limits and blocking orderings are not
--- built, the paused kinds.
-SELECT p.name AS kind, NULL AS rate_per_s, NULL AS burst, TRUE AS paused,
+-- tasks wait: on MySQL, where blocking orderings are not built, the kinds
+-- under a limit (migration m0008) and the paused kinds.
+SELECT n.kind, k.rate_per_s, k.burst, p.paused_at IS NOT NULL AS paused,
        'release' AS ordering,
-       (SELECT COUNT(*) FROM ledgerq_tasks t WHERE t.kind = p.name AND t.status = 'pending')
+       (SELECT COUNT(*) FROM ledgerq_tasks t WHERE t.kind = n.kind AND t.status = 'pending')
            AS pending
-FROM ledgerq_pauses p
-WHERE p.scope = 'kind'
-ORDER BY p.name
+FROM (SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL
+      UNION SELECT name FROM ledgerq_pauses WHERE scope = 'kind') n
+LEFT JOIN ledgerq_kinds k ON k.kind = n.kind
+LEFT JOIN ledgerq_pauses p ON p.scope = 'kind' AND p.name = n.kind
+ORDER BY n.kind
 
 -- name: truncate_pauses
 -- The testing protocol's truncate: every pause.

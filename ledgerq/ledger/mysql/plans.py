@@ -15,6 +15,7 @@ locks to its end.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
@@ -25,11 +26,12 @@ from sqlalchemy.orm import Session, scoped_session
 
 from ledgerq.core.errors import LedgerqError, NotBuiltOnMySQLError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
-from ledgerq.ledger.mysql import batch, expiry
+from ledgerq.ledger.mysql import batch, expiry, metering
 from ledgerq.ledger.mysql.answer import Answer as Answer
 from ledgerq.ledger.mysql.base import error_number, micros
 from ledgerq.ledger.mysql.engines import utc
 from ledgerq.ledger.mysql.queries import MQ
+from ledgerq.ledger.mysql.relay_pick import Candidate, direct_window, kept
 from ledgerq.ledger.mysql.rows import claimed_tasks
 from ledgerq.ledger.specs import TaskSpec
 
@@ -397,16 +399,33 @@ def claim_due(
     lease_s: float,
     max_payload_bytes: int,
 ) -> Plan[list[ClaimedTask]]:
-    """The direct claim: read the candidates by the relay's rule (:func:`pick_params`),
-    lock those still pending (SKIP LOCKED), claim what was locked."""
+    """The direct claim: read the candidates by the relay's rule (:func:`pick_params`;
+    a rate-limited kind's only through its bucket, :mod:`.metering`), keep them as
+    the relay keeps a window's (:func:`.relay_pick.kept`), lock those still pending
+    (SKIP LOCKED), debit the buckets, claim what was locked."""
     if not queues or limit < 1:
         return []
-    candidates = yield MQ.due_candidates, pick_params(queues, kinds, None, (), aging_s, 0.0, limit)
-    ids = [int(r[0]) for r in candidates.rows]
-    if not ids:
+    buckets = yield from metering.take()
+    lanes = [(kinds, buckets.metered, aging_s, limit)]
+    lanes += [
+        ([kind], frozenset(), 0.0, min(limit, buckets.caps[kind]))
+        for kind in buckets.open()
+        if kinds is None or kind in kinds
+    ]
+    window = direct_window(limit)
+    candidates: list[Candidate] = []
+    for lane_kinds, excluded, aged_after, most in lanes:
+        params = pick_params(queues, lane_kinds, None, excluded, aged_after, 0.0, most)
+        answer = yield MQ.due_candidates, params
+        candidates.extend(Candidate.of(window, row) for row in answer.rows)
+    chosen = kept(candidates, limit, buckets.caps)
+    if not chosen:
         return []
-    locked = yield MQ.lock_due, {"ids": ids}
-    return (yield from _claim([int(r[0]) for r in locked.rows], worker, lease_s, max_payload_bytes))
+    locked = yield MQ.lock_due, {"ids": [c.id for c in chosen]}
+    ids = [int(r[0]) for r in locked.rows]
+    won = set(ids)
+    yield from metering.debit(buckets, Counter(c.kind for c in chosen if c.id in won))
+    return (yield from _claim(ids, worker, lease_s, max_payload_bytes))
 
 
 # -- finish and heartbeat ---------------------------------------------------------------

@@ -9,14 +9,17 @@ connection of the engine, :mod:`.engines`), held open for the caller's block:
 1. read the live broker routes and the ``--direct`` workers (``live_windows``,
    ``live_direct``), and each window with credit's candidates by the one pick
    rule (fragments.sql ``due_pick``, shared with the direct claim), plain reads;
-2. keep what the windows have room for (:mod:`.relay_pick`);
+   a rate-limited kind's rows only through its bucket, locked first
+   (:mod:`.metering`);
+2. keep what the windows (and the buckets) have room for (:mod:`.relay_pick`);
 3. lock the kept rows by primary key, ``FOR UPDATE SKIP LOCKED``, re-checking
    that each is still pending at the epoch it was read with, due and ready
    (not paused, first of its ordering key: ``lock_picked``). Under READ
    COMMITTED InnoDB locks only the rows it returns; a locking read that
    scanned the due index itself would lock every row it sorted (and, under
    REPEATABLE READ, the gaps: every producer's insert into that range would
-   wait for the relay's commit).
+   wait for the relay's commit);
+4. debit the buckets the locked rows spent, before the commit.
 
 Races: two relays read the same candidates (the reads take no lock); the first
 to lock a row keeps it, the other skips it and publishes fewer this time, never
@@ -35,6 +38,7 @@ can move a locked row in between, so the ids kept are the ids that moved.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -44,7 +48,7 @@ from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ledgerq.ledger.model import DueTask
-from ledgerq.ledger.mysql import plans
+from ledgerq.ledger.mysql import metering, plans
 from ledgerq.ledger.mysql.base import MyBase, translated
 from ledgerq.ledger.mysql.queries import LIBRARY
 from ledgerq.ledger.mysql.relay_pick import Candidate, kept, open_windows
@@ -72,29 +76,36 @@ RQ: RelayQueries = load_in_lists(RelayQueries, "ledgerq.ledger.mysql", "relay.sq
 
 def pick(limit: int, aging_s: float, min_wait_s: float = 0.0) -> plans.Plan[list[DueTask]]:
     """Lock up to ``limit`` due pending rows the live windows have room for, due
-    ``min_wait_s`` or longer (the module docstring's steps); in the pick rule's order."""
+    ``min_wait_s`` or longer (the module docstring's steps), a rate-limited kind's
+    within its bucket, which it debits (:mod:`.metering`); in the pick rule's order."""
     if limit < 1:
         return []
+    buckets = yield from metering.take()
     routes = yield RQ.live_windows, {}
     direct = yield RQ.live_direct, {}
     candidates: list[Candidate] = []
     for window in open_windows(routes.rows, direct.rows):
-        params = plans.pick_params(
-            [window.queue],
-            window.kinds,
-            window.shards,
-            window.excluded,
-            aging_s,
-            min_wait_s,
-            min(window.credit, limit),
-        )
-        answer = yield RQ.pick_window, params
-        candidates.extend(Candidate.of(window, row) for row in answer.rows)
-    chosen = kept(candidates, limit)
+        room = min(window.credit, limit)
+        lanes: list[tuple[frozenset[str] | None, frozenset[str], float, int]] = [
+            (window.kinds, window.excluded | buckets.metered, aging_s, room)
+        ]
+        lanes += [
+            (frozenset([kind]), window.excluded, 0.0, min(room, buckets.caps[kind]))
+            for kind in buckets.open()
+            if window.covers(kind)
+        ]
+        for kinds, excluded, aged_after, most in lanes:
+            params = plans.pick_params(
+                [window.queue], kinds, window.shards, excluded, aged_after, min_wait_s, most
+            )
+            answer = yield RQ.pick_window, params
+            candidates.extend(Candidate.of(window, row) for row in answer.rows)
+    chosen = kept(candidates, limit, buckets.caps)
     if not chosen:
         return []
     locked = yield RQ.lock_picked, {"ids": sorted(c.id for c in chosen)}
     won = held({c.id: c.epoch for c in chosen}, locked.rows)
+    yield from metering.debit(buckets, Counter(c.kind for c in chosen if c.id in won))
     return [c.due_task() for c in chosen if c.id in won]
 
 

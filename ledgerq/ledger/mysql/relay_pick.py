@@ -14,7 +14,11 @@ keeps (:func:`kept`). PostgreSQL does this inside ``ledgerq_pick`` (migration
 - the batch keeps the candidates in the pick rule's order (aged first, oldest
   first; then priority, first attempts before retries, due time, id: the order
   ``due_pick`` sorts each window by, restated here only to merge the windows),
-  each window at most its credit, the batch at most its limit.
+  each window at most its credit, a rate-limited kind at most its bucket's
+  whole tokens (:mod:`.metering`), the batch at most its limit.
+
+The direct claim keeps its candidates by the same rule, as one window
+(:func:`direct_window`).
 
 Two relays read the same credit at once and may each fill it (the rows they
 publish are not counted until they commit): a window can hold up to one batch
@@ -24,7 +28,7 @@ more than its room per extra relay, as on PostgreSQL.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -50,6 +54,16 @@ class Window:
     excluded: frozenset[str]
     credit: int
     subscribers: int
+
+    def covers(self, kind: str) -> bool:
+        """Whether the window's rows may be of ``kind``."""
+        return (self.kinds is None or kind in self.kinds) and kind not in self.excluded
+
+
+def direct_window(limit: int) -> Window:
+    """The direct claim's candidates as one window (every queue it claims, room for
+    its ``limit``), so that :func:`kept` keeps them as it keeps a relay's."""
+    return Window("", "", None, None, frozenset(), limit, 1)
 
 
 @dataclass(frozen=True)
@@ -138,21 +152,31 @@ def open_windows(routes: Iterable[Sequence[Any]], direct: Iterable[Sequence[Any]
     return windows
 
 
-def kept(candidates: Iterable[Candidate], limit: int) -> list[Candidate]:
+def kept(
+    candidates: Iterable[Candidate], limit: int, caps: Mapping[str, int] | None = None
+) -> list[Candidate]:
     """The candidates a batch of at most ``limit`` keeps, in the pick rule's order:
-    each row once (by the window with the most credit), each window at most its credit."""
+    each row once (by the window with the most credit), each window at most its
+    credit, each kind of ``caps`` (a rate-limited kind: its bucket's whole tokens)
+    at most its cap."""
     best: dict[int, Candidate] = {}
     for c in candidates:
         held = best.get(c.id)
         if held is None or _preference(c.window) < _preference(held.window):
             best[c.id] = c
+    caps = caps or {}
     taken: Counter[Window] = Counter()
+    metered: Counter[str] = Counter()
     chosen: list[Candidate] = []
     for c in sorted(best.values(), key=Candidate.order):
         if len(chosen) >= limit:
             break
         if taken[c.window] >= c.window.credit:
             continue
+        if c.kind in caps:
+            if metered[c.kind] >= caps[c.kind]:
+                continue
+            metered[c.kind] += 1
         taken[c.window] += 1
         chosen.append(c)
     return chosen

@@ -33,11 +33,14 @@ own, on a connection in READ COMMITTED (set for every connection of the engine,
 - ``heartbeat`` locks with ``SKIP LOCKED`` (a row another transaction holds is
   busy, not lost), as PostgreSQL's does.
 
-What the worker registers for other processes' scheduling (rate limits,
-ordering that blocks, sticky retries, fan-out callbacks) is not built on MySQL:
-a worker whose tasks declare one stops at its start with
+What the worker registers at its start: per-kind defaults
+(``@task(max_attempts=..., retry=..., timeout=...)``) and rate limits
+(``@task(rate_limit=...)``, the buckets every pick meters: :mod:`.metering`),
+each written only where it differs from the stored one (a restart does not
+refill a bucket). The rest of what it registers for other processes'
+scheduling (ordering that blocks, sticky retries, fan-out callbacks) is not
+built on MySQL: a worker whose tasks declare one stops at its start with
 :class:`~ledgerq.core.errors.NotBuiltOnMySQLError` rather than run without it.
-Per-kind defaults (``@task(max_attempts=..., retry=..., timeout=...)``) are.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from ledgerq.core.errors import NotBuiltOnMySQLError, TaskNotFoundError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, KindDefaults, Outcome
 from ledgerq.ledger.mysql import plans
 from ledgerq.ledger.mysql.base import MyBase, decoded, micros, translated
+from ledgerq.ledger.mysql.metering import MeQ
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.mysql.rows import shown
 from ledgerq.ledger.options import DueOptions
@@ -169,9 +173,27 @@ class MyServices(MyBase):
 
     # -- what a worker registers at its start -----------------------------------------
     async def register_limits(self, limits: Mapping[str, RateLimit]) -> list[str]:
-        if limits:
-            _not_built(f"rate limits (@task(rate_limit=...) of {', '.join(sorted(limits))})")
-        return []
+        """Write each kind's limit that differs from the stored one (its bucket
+        full); the kinds written. Two workers starting together may both write a
+        new limit: the same values, the bucket full either way."""
+        if not limits:
+            return []
+        rows = await self._rows(MeQ.kind_limits, {"kinds": sorted(limits)})
+        stored = {
+            str(r.kind): None if r.rate_per_s is None else RateLimit(r.rate_per_s, r.burst)
+            for r in rows
+        }
+        changed = sorted(kind for kind, limit in limits.items() if stored.get(kind) != limit)
+        if not changed:
+            return []
+        params = [
+            {"kind": kind, "rate": limits[kind].rate_per_s, "burst": limits[kind].burst}
+            for kind in changed
+        ]
+        with translated():
+            async with self.engine.begin() as conn:
+                await conn.execute(MeQ.set_limit, params)
+        return changed
 
     async def register_ordering(self, orderings: Mapping[str, str]) -> list[str]:
         blocking = sorted(k for k, v in orderings.items() if v != "release")
