@@ -4,8 +4,8 @@ process runs what committed, exactly once, its handler's writes through
 ``ctx.session`` committed with the task's ``succeeded``; what rolled back never
 runs. No broker: the AMQP URL points at a closed port.
 
-And what is not built on MySQL yet says so in one line (exit 78), before it
-writes anything.
+And a task option not built on MySQL yet is refused before anything is
+written.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from ledgerq.ledger.mysql import MyLedger
 from tests.support import ledgerq as run_ledgerq
 from tests.support import spawn
 
-EX_CONFIG = 78
 ORDERS = (
     "CREATE TABLE IF NOT EXISTS mariadb_orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, note TEXT)"
 )
@@ -197,16 +196,6 @@ def _until(ready: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     while not ready():
         assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
         time.sleep(0.2)
-
-
-def test_what_is_not_built_on_mysql_yet_is_one_line_and_exit_78(mariadb: Settings) -> None:
-    for args in (("kinds", "limit", "emails.send", "5/s"),):
-        # (the relay, the worker on the broker path and the reconciler are built
-        # there: tests/integration/test_mariadb_broker.py; stats and tasks too)
-        result = run_ledgerq(mariadb, *args)
-        assert result.returncode == EX_CONFIG, (args, result.stderr)
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and "not built on the MySQL ledger yet" in lines[0], result.stderr
 
 
 def test_a_task_option_not_built_on_mysql_is_refused_before_anything_is_written(

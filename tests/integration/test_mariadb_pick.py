@@ -6,12 +6,15 @@ server, in process (no subprocess):
   committed between the two stops the row at the lock (``lock_due`` re-checks
   the fragment ``ready`` on the latest committed rows);
 * two direct claimers race round after round on a backlog of keyed tasks: no
-  round ever holds two tasks of one key, and each key's tasks run in id order.
+  round ever holds two tasks of one key, and each key's tasks run in id order;
+* two direct claimers and a relay race on one rate-limited kind: together they
+  never take more than its burst plus its rate times the time elapsed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -27,6 +30,8 @@ from ledgerq.ledger.model import ClaimedTask, Outcome
 from ledgerq.ledger.mysql import MyLedger
 from ledgerq.ledger.mysql.plans import Answer, adrive, async_runner, claim_due
 from ledgerq.ledger.mysql.queries import MQ
+from ledgerq.ledger.routing import Subscription
+from ledgerq.ledger.scheduling import RateLimit
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 
 LEASE_S = 30.0
@@ -131,3 +136,37 @@ async def test_two_direct_claimers_never_hold_two_tasks_of_one_key(
 
     assert sorted(i for v in ran.values() for i in v) == ids  # each ran once
     assert all(v == sorted(v) for v in ran.values())  # in id order within its key
+
+
+async def test_two_claimers_and_a_relay_under_one_bucket_never_exceed_burst_plus_rate(
+    ledger: MyLedger, mariadb_settings: Settings
+) -> None:
+    rate, burst, wanted = 20.0, 5.0, 25  # the 10 free tasks, 15 metered: refills too
+    enqueued(mariadb_settings, [TaskSpec("pick.metered") for _ in range(60)])
+    free = set(enqueued(mariadb_settings, [TaskSpec("pick.free") for _ in range(10)]))
+    await ledger.subscribe("relay-window", [Subscription("default", capacity=100)], 600.0)
+    other = MyLedger(async_engine(mariadb_settings, "ledgerq-test-pick-2", pool_size=2))
+    took: list[int] = []
+    start = time.monotonic()  # before the bucket is filled: the bound can only loosen
+    await ledger.set_limit("pick.metered", RateLimit(rate, burst), actor="test")
+
+    async def claimer(mine: MyLedger, worker: str) -> None:
+        while len(took) < wanted:
+            took.extend(t.id for t in await mine.claim_due(["default"], 4, worker, LEASE_S))
+
+    async def relay() -> None:  # publishes (to nobody): the claimers never see those rows
+        while len(took) < wanted:
+            async with ledger.publish_batch(4) as batch:
+                took.extend(await batch.mark_published(batch.rows))
+
+    try:
+        await asyncio.gather(claimer(ledger, "w-1"), claimer(other, "w-2"), relay())
+    finally:
+        await other.dispose()
+    elapsed = time.monotonic() - start
+
+    metered = [i for i in took if i not in free]
+    assert len(took) == len(set(took))  # none twice
+    assert free <= set(took)  # the free kind is not held back
+    assert len(metered) >= wanted - len(free)
+    assert len(metered) <= burst + rate * elapsed, (len(metered), elapsed)

@@ -88,3 +88,5 @@ GRANT SELECT, UPDATE, DELETE ON ledgerq_unique_keys TO ledgerq_admin;
 GRANT SELECT, INSERT, UPDATE ON ledgerq_audit TO ledgerq_admin;
 GRANT SELECT, INSERT ON ledgerq_audit_tasks TO ledgerq_admin;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_pauses TO ledgerq_admin;
+-- `ledgerq kinds limit`: a kind's rate limit, upserted (ledger/mysql/metering.sql).
+GRANT SELECT, INSERT, UPDATE ON ledgerq_kinds TO ledgerq_admin;
