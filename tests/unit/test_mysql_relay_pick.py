@@ -16,10 +16,16 @@ def _window(route: str = "", credit: int = 10, subscribers: int = 1) -> Window:
 
 
 def _candidate(
-    window: Window, id_: int, *, priority: int = 0, attempts: int = 0, aged: bool = False
+    window: Window,
+    id_: int,
+    *,
+    priority: int = 0,
+    attempts: int = 0,
+    aged: bool = False,
+    kind: str = "k",
 ) -> Candidate:
     run_at = T0 + timedelta(seconds=id_)
-    return Candidate(window, id_, "k", priority, 0, False, None, attempts, run_at, aged)
+    return Candidate(window, id_, kind, priority, 0, False, None, attempts, run_at, aged)
 
 
 def test_a_window_has_its_capacity_less_its_published_rows_as_credit() -> None:
@@ -76,3 +82,12 @@ def test_a_row_two_windows_cover_goes_to_the_one_with_more_credit() -> None:
     assert only.due_task() == DueTask(7, "k", "default", 0, 0, False, None, None, 1)
     [again] = kept([_candidate(wide, 7), _candidate(narrow, 7)], 10)  # whatever the order read
     assert again.window == wide
+
+
+def test_a_rate_limited_kind_keeps_at_most_its_whole_tokens_across_windows() -> None:
+    a, b = _window("a"), _window("b")
+    candidates = [_candidate(a, 1, kind="m"), _candidate(b, 2, kind="m"), _candidate(a, 3)]
+    candidates += [_candidate(b, 4, kind="m"), _candidate(b, 5)]
+    picked = kept(candidates, 10, {"m": 2})
+    assert [c.id for c in picked] == [1, 2, 3, 5]  # the third "m" waits; the others go
+    assert [c.id for c in kept(candidates, 10, {"m": 0})] == [3, 5]
