@@ -9,6 +9,7 @@ from ledgerq import TaskSpec
 from ledgerq.ledger.model import DueTask, ExpiredLease, Outcome
 from ledgerq.ledger.protocol import LedgerWithHarness
 from ledgerq.ledger.routing import Subscription
+from ledgerq.ledger.scheduling import RateLimit
 from tests.conformance.conftest import ON_MARIADB, ONE_DATABASE
 from tests.conformance.support import (
     LEASE_S,
@@ -111,6 +112,25 @@ async def test_overdue_batch_picks_pending_rows_due_longer_than_the_window(
     async with ledger.overdue_batch(10, 60.0) as batch:
         assert [r.id for r in batch.rows] == [later]  # each call picks anew
     assert (await ledger.show(overdue))["status"] == "published"
+
+
+@ON_MARIADB
+async def test_overdue_batch_meters_a_rate_limited_kind_as_a_relay_does(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    await ledger.set_limit("conf.limited", RateLimit(1 / 60, 1.0), actor="conformance")
+    limited, over_limit, free = enqueue("conf.limited", "conf.limited", "conf.o")
+    await ledger.backdate([limited, over_limit, free], "run_at", 600)
+
+    async with ledger.overdue_batch(10, 60.0) as batch:
+        # One token: one limited task, after the aged unmetered one.
+        assert [r.id for r in batch.rows] == [free, limited]
+        assert await batch.mark_published(batch.rows) == {free, limited}
+    async with ledger.overdue_batch(10, 60.0) as batch:
+        assert batch.rows == []  # the bucket is spent, for relays and reconcilers alike
+    async with ledger.publish_batch(10) as batch:
+        assert batch.rows == []
+    assert (await ledger.show(over_limit))["status"] == "pending"
 
 
 @ON_MARIADB
