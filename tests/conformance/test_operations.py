@@ -87,6 +87,7 @@ async def test_act_cancels_what_it_matches_audits_it_and_skips_what_moved_on(
     assert await ledger.audit(limit=10, before=oldest) == []
 
 
+@ON_MARIADB
 async def test_release_key_frees_an_ordering_key_held_by_a_dead_task(
     ledger: ShardLedger, enqueue: Enqueue
 ) -> None:

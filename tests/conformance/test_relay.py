@@ -285,6 +285,29 @@ async def test_a_rate_limited_kind_goes_only_within_its_bucket_relay_and_direct_
 
 
 @ON_MARIADB
+async def test_a_dead_task_of_a_blocking_kind_holds_its_key_until_released(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    await ledger.register_ordering({"conf.block": "block"})
+    held, waiting = enqueue(
+        TaskSpec("conf.block", ordering_key="acct-1", max_attempts=1),
+        TaskSpec("conf.after", ordering_key="acct-1"),
+    )
+    [other] = enqueue(TaskSpec("conf.after", ordering_key="acct-2"))
+    task = await claim_one(ledger, held)
+    await ledger.finish([Outcome.failed(task.fence, "poison", final=True)])
+
+    async with ledger.publish_batch(10) as batch:
+        assert [r.id for r in batch.rows] == [other]  # acct-1 is held by its dead task
+    await ledger.subscribe(SUBSCRIBER, [Subscription("default")], 600.0, direct=True)
+    assert [t.id for t in await ledger.claim_due(["default"], 10, WORKER, LEASE_S)] == [other]
+
+    released = await ledger.release_key("acct-1", actor="conformance")
+    assert released.released == [held]
+    assert [t.id for t in await ledger.claim_due(["default"], 10, WORKER, LEASE_S)] == [waiting]
+
+
+@ON_MARIADB
 async def test_publish_batch_leaves_to_direct_workers_the_kinds_they_claim(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:

@@ -59,13 +59,20 @@ async def test_limits_set_by_an_operator_and_registered_by_workers_show_in_kinds
     )
 
 
-async def test_registered_orderings_windows_and_callbacks_report_only_what_changed(
+@ON_MARIADB
+async def test_registered_orderings_report_only_what_changed_and_show_in_kinds(
     ledger: ShardLedger,
 ) -> None:
-    assert await ledger.register_ordering({"conf.o": "block"}) == ["conf.o"]
+    assert await ledger.register_ordering({"conf.o": "block", "conf.r": "release"}) == ["conf.o"]
     assert await ledger.register_ordering({"conf.o": "block"}) == []
+    assert [(k["kind"], k["ordering"]) for k in await ledger.kinds()] == [("conf.o", "block")]
     assert await ledger.register_ordering({"conf.o": "release"}) == ["conf.o"]
+    assert await ledger.kinds() == []
 
+
+async def test_registered_windows_and_callbacks_report_only_what_changed(
+    ledger: ShardLedger,
+) -> None:
     assert await ledger.register_sticky({"conf.s": 30.0, "conf.plain": None}) == ["conf.s"]
     assert await ledger.register_sticky({"conf.s": 30.0, "conf.plain": None}) == []
     assert await ledger.register_sticky({"conf.s": 5.0}) == ["conf.s"]

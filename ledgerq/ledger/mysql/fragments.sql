@@ -64,9 +64,12 @@ AND d.beat_at + INTERVAL CAST(d.silence_s * 1000000 AS SIGNED) MICROSECOND
 -- (whatever its id): PostgreSQL's one probe (another row of the key, not
 -- pending or waiting, or with a smaller id) as two, each read from migration
 -- m0006's index (ordering_key, status, id) alone, without the rows. A dead or
--- cancelled task has left the hot table and holds nothing: ordering "block"
--- (a dead task holding its key) is refused at a worker's start on MySQL, so
--- history is never read here.
+-- cancelled task has left the hot table and holds nothing, unless it is a
+-- dead task of a kind registered with ordering "block" (ledgerq_kinds.ordering,
+-- migration m0009) with a smaller id that no operator released
+-- (ledgerq_key_releases, by its epoch): that holds the key's later tasks. The
+-- history probe (migration m0009's index, ordering_key, status, id) is made
+-- only while some kind blocks (the uncorrelated NOT EXISTS, read once).
 (NOT EXISTS (SELECT 1 FROM ledgerq_pauses)
  OR (NOT EXISTS (SELECT 1 FROM ledgerq_pauses p WHERE p.scope = 'queue' AND p.name = t.queue)
      AND NOT EXISTS (SELECT 1 FROM ledgerq_pauses p WHERE p.scope = 'kind' AND p.name = t.kind)))
@@ -75,7 +78,22 @@ AND (t.ordering_key IS NULL
                      WHERE e.ordering_key = t.ordering_key AND e.id < t.id)
          AND NOT EXISTS (SELECT 1 FROM ledgerq_tasks e
                          WHERE e.ordering_key = t.ordering_key
-                           AND e.status IN ('published', 'running'))))
+                           AND e.status IN ('published', 'running'))
+         AND (NOT EXISTS (SELECT 1 FROM ledgerq_kinds b WHERE b.ordering = 'block')
+              OR NOT EXISTS ({{key_holders(t.ordering_key, AND h.id < t.id)}}))))
+
+-- fragment: key_holders(key, tail)
+-- The dead tasks that hold ordering key `key`: of a kind registered with
+-- ordering "block", not released by an operator under their epoch
+-- (PostgreSQL's key_holders, operations.sql, and its view ledgerq_ready);
+-- `tail` ends the statement (a further condition, or an order).
+SELECT h.id, h.epoch, h.kind
+FROM ledgerq_history h
+WHERE h.ordering_key = {{key}} AND h.status = 'dead'
+  AND h.kind IN (SELECT b.kind FROM ledgerq_kinds b WHERE b.ordering = 'block')
+  AND NOT EXISTS (SELECT 1 FROM ledgerq_key_releases r
+                  WHERE r.task_id = h.id AND r.epoch = h.epoch)
+  {{tail}}
 
 -- fragment: due_lane(priority, attempts)
 -- One lane of the pick: the due pending rows of one priority, first attempts
@@ -102,8 +120,8 @@ AND (t.ordering_key IS NULL
 
 -- fragment: due_pick
 -- The one rule that picks due tasks on MySQL (PostgreSQL's ledgerq_pick, less
--- what MySQL refuses at a worker's start: ordering that blocks, sticky
--- retries; pauses and ordering keys honoured, fragment ready; an expired row
+-- what MySQL refuses at a worker's start: sticky retries; pauses, ordering
+-- keys and ordering that blocks honoured, fragment ready; an expired row
 -- is picked, and its claim ends it, as on PostgreSQL; a rate-limited kind is
 -- in :excluded of the ordinary pick and read by this rule for itself alone,
 -- within its bucket: ledger/mysql/metering.py): for the

@@ -9,9 +9,10 @@ boundary: each batch of up to ``batch_size`` tasks is its own short transaction
 holds locks for long, and an action interrupted half-way leaves an audit record
 whose counts say how far it got. ``progress`` is called after each commit.
 
-``release_key`` needs ordering keys that block, which the MySQL ledger does not
-have yet (a worker registering ``ordering="block"`` stops at its start): it
-raises :class:`~ledgerq.core.errors.NotBuiltOnMySQLError`.
+``release_key`` releases an ordering key held by dead tasks of a blocking kind
+in one transaction of the ledger's own (:mod:`.keys`). In the caller's
+transaction (:mod:`.tx`) it is not built: it raises
+:class:`~ledgerq.core.errors.NotBuiltOnMySQLError` (:func:`release_key_not_built`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ledgerq.ledger.actions import Action, Report, children_summary, jsonable
 from ledgerq.ledger.after import graph
 from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease
+from ledgerq.ledger.mysql import keys
 from ledgerq.ledger.mysql import operations_plans as ops
 from ledgerq.ledger.mysql.base import MyBase, aware, decoded, translated
 from ledgerq.ledger.mysql.plans import Answer, AsyncRunner, Runner, async_runner
@@ -39,7 +41,10 @@ AUDIT_COLUMNS = (
 )  # fmt: skip
 TASK_AUDIT_COLUMNS = ("id", "at", "actor", "action", "reason", "outcome")
 _JSON_AUDIT = frozenset({"selection", "options"})
-RELEASE_KEY = "release_key (ordering keys that block are not built on the MySQL ledger yet)"
+RELEASE_KEY = (
+    "release_key in the caller's transaction: not built on the MySQL ledger yet "
+    "(the ledger's own, `ledgerq tasks release-key`, is)"
+)
 
 
 def release_key_not_built() -> NoReturn:
@@ -146,4 +151,6 @@ class MyOperations(MyBase):
         return done
 
     async def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
-        release_key_not_built()
+        with translated():
+            async with self.engine.begin() as conn:
+                return await keys.release_key(conn, key, **options)

@@ -104,8 +104,7 @@ class MyPauses(MyBase):
         ]
 
     async def kinds(self) -> list[dict[str, Any]]:
-        """Every kind with a limit, a pause or ordering "block" (on MySQL: a limit or
-        a pause)."""
+        """Every kind with a limit, a pause or ordering "block"."""
         rows = await self._rows(PQ.list_kinds, {})
         return [{**r._mapping, "paused": bool(r.paused), "pending": int(r.pending)} for r in rows]
 

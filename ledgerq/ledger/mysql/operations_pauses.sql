@@ -40,13 +40,12 @@ SELECT scope, name, paused_at, actor, reason FROM ledgerq_pauses ORDER BY scope,
 
 -- name: list_kinds
 -- Every kind with a limit, a pause or ordering "block", and how many of its
--- tasks wait: on MySQL, where blocking orderings are not built, the kinds
--- under a limit (migration m0008) and the paused kinds.
+-- tasks wait (migrations m0008 and m0009 for the limits and orderings).
 SELECT n.kind, k.rate_per_s, k.burst, p.paused_at IS NOT NULL AS paused,
-       'release' AS ordering,
+       COALESCE(k.ordering, 'release') AS ordering,
        (SELECT COUNT(*) FROM ledgerq_tasks t WHERE t.kind = n.kind AND t.status = 'pending')
            AS pending
-FROM (SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL
+FROM (SELECT kind FROM ledgerq_kinds WHERE rate_per_s IS NOT NULL OR ordering = 'block'
       UNION SELECT name FROM ledgerq_pauses WHERE scope = 'kind') n
 LEFT JOIN ledgerq_kinds k ON k.kind = n.kind
 LEFT JOIN ledgerq_pauses p ON p.scope = 'kind' AND p.name = n.kind

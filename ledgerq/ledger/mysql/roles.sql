@@ -65,6 +65,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_workers TO ledgerq_service;
 GRANT SELECT, INSERT, UPDATE ON ledgerq_audit TO ledgerq_service;
 GRANT SELECT, INSERT ON ledgerq_audit_tasks TO ledgerq_service;
 GRANT SELECT ON ledgerq_pauses TO ledgerq_service;
+GRANT SELECT ON ledgerq_key_releases TO ledgerq_service;
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service;
 --
 -- Operator: reads everything ledgerq keeps, changes nothing.
@@ -77,6 +78,7 @@ GRANT SELECT ON ledgerq_workers TO ledgerq_operator;
 GRANT SELECT ON ledgerq_audit TO ledgerq_operator;
 GRANT SELECT ON ledgerq_audit_tasks TO ledgerq_operator;
 GRANT SELECT ON ledgerq_pauses TO ledgerq_operator;
+GRANT SELECT ON ledgerq_key_releases TO ledgerq_operator;
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_operator;
 --
 -- Admin: the operator's reads (its role granted to it), and the operator's
@@ -90,3 +92,5 @@ GRANT SELECT, INSERT ON ledgerq_audit_tasks TO ledgerq_admin;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_pauses TO ledgerq_admin;
 -- `ledgerq kinds limit`: a kind's rate limit, upserted (ledger/mysql/metering.sql).
 GRANT SELECT, INSERT, UPDATE ON ledgerq_kinds TO ledgerq_admin;
+-- `ledgerq tasks release-key`: a death released (ledger/mysql/keys.sql).
+GRANT SELECT, INSERT ON ledgerq_key_releases TO ledgerq_admin;

@@ -36,10 +36,11 @@ own, on a connection in READ COMMITTED (set for every connection of the engine,
 What the worker registers at its start: per-kind defaults
 (``@task(max_attempts=..., retry=..., timeout=...)``) and rate limits
 (``@task(rate_limit=...)``, the buckets every pick meters: :mod:`.metering`),
-each written only where it differs from the stored one (a restart does not
-refill a bucket). The rest of what it registers for other processes'
-scheduling (ordering that blocks, sticky retries, fan-out callbacks) is not
-built on MySQL: a worker whose tasks declare one stops at its start with
+and orderings (``@task(ordering="block")``: :mod:`.keys`), each written only
+where it differs from the stored one (a restart does not refill a bucket).
+The rest of what it registers for other processes' scheduling (sticky
+retries, fan-out callbacks) is not built on MySQL: a worker whose tasks
+declare one stops at its start with
 :class:`~ledgerq.core.errors.NotBuiltOnMySQLError` rather than run without it.
 """
 
@@ -53,6 +54,7 @@ from ledgerq.core.errors import NotBuiltOnMySQLError, TaskNotFoundError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, KindDefaults, Outcome
 from ledgerq.ledger.mysql import plans
 from ledgerq.ledger.mysql.base import MyBase, decoded, micros, translated
+from ledgerq.ledger.mysql.keys import KQ
 from ledgerq.ledger.mysql.metering import MeQ
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.mysql.rows import shown
@@ -196,10 +198,20 @@ class MyServices(MyBase):
         return changed
 
     async def register_ordering(self, orderings: Mapping[str, str]) -> list[str]:
-        blocking = sorted(k for k, v in orderings.items() if v != "release")
-        if blocking:
-            _not_built(f"ordering keys that block (@task(ordering=...) of {', '.join(blocking)})")
-        return []
+        """Write each kind's ordering that differs from the stored one (a kind with
+        no row is 'release'); the kinds written."""
+        if not orderings:
+            return []
+        rows = await self._rows(KQ.kind_orderings, {"kinds": sorted(orderings)})
+        stored = {str(r.kind): str(r.ordering) for r in rows}
+        changed = sorted(k for k, v in orderings.items() if stored.get(k, "release") != v)
+        if not changed:
+            return []
+        params = [{"kind": kind, "ordering": orderings[kind]} for kind in changed]
+        with translated():
+            async with self.engine.begin() as conn:
+                await conn.execute(KQ.set_ordering, params)
+        return changed
 
     async def register_sticky(self, windows: Mapping[str, float | None]) -> list[str]:
         sticky = sorted(k for k, v in windows.items() if v is not None)
