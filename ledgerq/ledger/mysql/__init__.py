@@ -10,8 +10,8 @@ reconciler (its rescue of dead workers' and expired leases' tasks,
 :mod:`.rescue`; its broker duties, :mod:`.reconcile`), retention
 (:mod:`.retention`), the operator's side (:mod:`.operations`: list, find, act,
 audit; :mod:`.operations_pauses`: pauses and rate limits, which the pick honours
-(:mod:`.metering`: the token buckets), as it does
-ordering keys, and their release, :mod:`.keys`; :mod:`.expiry`: tasks not started by their expiry), inspection
+(:mod:`.metering`: the token buckets), as it does ordering keys, and their
+release, :mod:`.keys`; :mod:`.expiry`: tasks not started by their expiry), inspection
 (:mod:`.inspection`: what ``ledgerq stats`` and ``ledgerq kinds list`` read),
 the dashboard's reads (:mod:`.overview`: no rollup, history read directly), and
 the testing protocol.

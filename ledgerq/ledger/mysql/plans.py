@@ -406,25 +406,25 @@ def claim_due(
     if not queues or limit < 1:
         return []
     buckets = yield from metering.take()
-    lanes = [(kinds, buckets.metered, aging_s, limit)]
-    lanes += [
-        ([kind], frozenset(), 0.0, min(limit, buckets.caps[kind]))
-        for kind in buckets.open()
-        if kinds is None or kind in kinds
-    ]
-    window = direct_window(limit)
-    candidates: list[Candidate] = []
-    for lane_kinds, excluded, aged_after, most in lanes:
-        params = pick_params(queues, lane_kinds, None, excluded, aged_after, 0.0, most)
-        answer = yield MQ.due_candidates, params
-        candidates.extend(Candidate.of(window, row) for row in answer.rows)
-    chosen = kept(candidates, limit, buckets.caps)
+    params = pick_params(queues, kinds, None, buckets.metered, aging_s, 0.0, limit)
+    ordinary = yield MQ.due_candidates, params
+    metered = [kind for kind in buckets.open() if kinds is None or kind in kinds]
+    if not metered:  # the rule's own order, as read: nothing to merge
+        chosen = [(int(r[0]), str(r[1])) for r in ordinary.rows]
+    else:
+        window = direct_window(limit)
+        candidates = [Candidate.of(window, row) for row in ordinary.rows]
+        for kind in metered:
+            params = pick_params(queues, [kind], None, (), 0.0, 0.0, min(limit, buckets.caps[kind]))
+            answer = yield MQ.due_candidates, params
+            candidates.extend(Candidate.of(window, row) for row in answer.rows)
+        chosen = [(c.id, c.kind) for c in kept(candidates, limit, buckets.caps)]
     if not chosen:
         return []
-    locked = yield MQ.lock_due, {"ids": [c.id for c in chosen]}
+    locked = yield MQ.lock_due, {"ids": [i for i, _ in chosen]}
     ids = [int(r[0]) for r in locked.rows]
     won = set(ids)
-    yield from metering.debit(buckets, Counter(c.kind for c in chosen if c.id in won))
+    yield from metering.debit(buckets, Counter(kind for i, kind in chosen if i in won))
     return (yield from _claim(ids, worker, lease_s, max_payload_bytes))
 
 
