@@ -25,6 +25,13 @@ a kind are at most its burst plus its rate times the span, however many
 pickers run. A kind whose limit is set between step 1's read and a task's lock
 may have a row admitted through the ordinary lanes, once, as a limit set
 during one of PostgreSQL's picks does.
+
+Cost: with no limit in force, one plain read of ``ledgerq_kinds`` per pick
+(0.7 ms on the development machine). With one, a bucket's lane is the pick
+rule for its kind alone, read along the pick index, which has no kind: it
+reads past the queue's rows of other kinds (a 20,000-row backlog: about 17 ms
+more per pick). The ordinary lanes read past a limited kind's waiting rows as
+they read past a paused kind's.
 """
 
 from __future__ import annotations

@@ -408,16 +408,16 @@ def claim_due(
     buckets = yield from metering.take()
     params = pick_params(queues, kinds, None, buckets.metered, aging_s, 0.0, limit)
     ordinary = yield MQ.due_candidates, params
-    metered = [kind for kind in buckets.open() if kinds is None or kind in kinds]
+    metered: list[Sequence[Any]] = []
+    for kind in buckets.open():
+        if kinds is None or kind in kinds:
+            params = pick_params(queues, [kind], None, (), 0.0, 0.0, min(limit, buckets.caps[kind]))
+            metered.extend((yield MQ.due_candidates, params).rows)
     if not metered:  # the rule's own order, as read: nothing to merge
         chosen = [(int(r[0]), str(r[1])) for r in ordinary.rows]
     else:
         window = direct_window(limit)
-        candidates = [Candidate.of(window, row) for row in ordinary.rows]
-        for kind in metered:
-            params = pick_params(queues, [kind], None, (), 0.0, 0.0, min(limit, buckets.caps[kind]))
-            answer = yield MQ.due_candidates, params
-            candidates.extend(Candidate.of(window, row) for row in answer.rows)
+        candidates = [Candidate.of(window, row) for row in [*ordinary.rows, *metered]]
         chosen = [(c.id, c.kind) for c in kept(candidates, limit, buckets.caps)]
     if not chosen:
         return []
