@@ -12,8 +12,9 @@ reconciler (its rescue of dead workers' and expired leases' tasks,
 audit; :mod:`.operations_pauses`: pauses, which the pick honours, as it does
 ordering keys; :mod:`.expiry`: tasks not started by their expiry), inspection
 (:mod:`.inspection`: what ``ledgerq stats`` and ``ledgerq kinds list`` read),
-the dashboard's reads (:mod:`.overview`: no rollup, history read directly), and
-the testing protocol.
+the dashboard's reads (:mod:`.overview`: no rollup, history read directly), the
+ledger split across databases (each database's shard and id range:
+:mod:`.shards`), and the testing protocol.
 :class:`MyLedger` does not implement the whole
 :class:`~ledgerq.ledger.protocol.Ledger` yet: the composition root hands it
 only to what it serves.
