@@ -27,6 +27,7 @@ from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.mysql import operations_plans as ops
 from ledgerq.ledger.mysql.base import MyBase, aware, decoded, translated
+from ledgerq.ledger.mysql.dependencies import DQ
 from ledgerq.ledger.mysql.plans import Answer, AsyncRunner, Runner, async_runner
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.mysql.rows import shown
@@ -116,7 +117,7 @@ class MyOperations(MyBase):
         family = dict((await self._rows(ops.OPQ.family, {"id": task_id}))[0]._mapping)
         counts: dict[str, Any] = {k: int(v or 0) for k, v in family.items()}
         task["children"] = children_summary({**counts, "completed_at": None, "callback_id": None})
-        task.update(graph([]))  # no dependencies (after=) on the MySQL ledger
+        task.update(graph(await self._rows(DQ.task_graph, {"id": task_id})))
         return task
 
     async def audit(

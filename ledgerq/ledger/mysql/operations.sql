@@ -40,9 +40,11 @@ ORDER BY id DESC
 LIMIT :limit
 
 -- name: lock_queued
--- cancel, first step: the batch's tasks that have not started.
+-- cancel, first step: the batch's tasks that have not started (waiting ones
+-- included: their dependents are judged in the same transaction,
+-- ledger/mysql/dependencies.py released_by).
 SELECT t.id FROM ledgerq_tasks t
-WHERE {{fenced}} AND t.status IN ('pending', 'published')
+WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published')
 ORDER BY t.id
 FOR UPDATE
 
@@ -51,7 +53,7 @@ FOR UPDATE
 -- column, no attempt ended (its log is kept), no de-duplication key (the key is
 -- free for a new task). Its message, if one is queued, claims nothing (the row
 -- is gone from the hot table: delete_cancelled).
--- transitions: pending -> cancelled, published -> cancelled
+-- transitions: waiting -> cancelled, pending -> cancelled, published -> cancelled
 INSERT INTO ledgerq_history (id, {{task_columns}})
 SELECT t.id, t.kind, t.queue, t.payload, t.business_key, NULL, t.priority, t.shard, t.run_at,
        'cancelled', t.attempts, t.max_attempts, t.retry, t.epoch, NULL, t.heartbeat_at,
@@ -60,12 +62,12 @@ SELECT t.id, t.kind, t.queue, t.payload, t.business_key, NULL, t.priority, t.sha
        t.attempt_log, UTC_TIMESTAMP(6), t.trace_context, t.ordering_key, t.progress, t.route,
        t.sticky_worker, t.sticky_until, t.expires_at, FALSE, t.tags
 FROM ledgerq_tasks t
-WHERE {{fenced}} AND t.status IN ('pending', 'published')
+WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published')
 
 -- name: delete_cancelled
 -- The rows bury_cancelled copied leave the hot table (locked since lock_queued).
 DELETE t FROM ledgerq_tasks t
-WHERE {{fenced}} AND t.status IN ('pending', 'published')
+WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published')
 
 -- name: lock_running
 -- cancel of a running task, first step.
@@ -132,7 +134,7 @@ WHERE {{fenced}} AND t.status IN ('pending', 'published')
 -- name: lock_live
 -- set-attempts and set-priority, first step: the batch's live tasks.
 SELECT t.id FROM ledgerq_tasks t
-WHERE {{fenced}} AND t.status IN ('pending', 'published', 'running')
+WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published', 'running')
 ORDER BY t.id
 FOR UPDATE
 
@@ -141,13 +143,13 @@ FOR UPDATE
 -- the new limit ends dead if this attempt fails.
 UPDATE ledgerq_tasks t
 SET t.max_attempts = :max_attempts
-WHERE {{fenced}} AND t.status IN ('pending', 'published', 'running')
+WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published', 'running')
 
 -- name: set_priority
 -- A live task's priority (a task already published keeps its message's).
 UPDATE ledgerq_tasks t
 SET t.priority = :priority
-WHERE {{fenced}} AND t.status IN ('pending', 'published', 'running')
+WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published', 'running')
 
 -- name: live_descendants
 -- The live tasks below :ids in the fan-out tree (children, their children,

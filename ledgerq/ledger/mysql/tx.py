@@ -10,9 +10,10 @@ Built so far: the producer's ``enqueue`` and ``enqueue_many`` (``unique`` and
 the worker's writes inside a handler's transaction (``succeed``,
 ``save_checkpoint``), and the operator's in-transaction API (``list_tasks``,
 ``act``: :mod:`.operations_plans`, every batch in the caller's transaction,
-which commits them all or none). The rest of
+which commits them all or none). ``ended_results`` and ``dependency_results`` read
+(``ctx.dependencies``). The rest of
 :class:`~ledgerq.ledger.protocol.TxLedger` (``release_key``,
-the batched window's row locks, results and dependencies) raises
+the batched window's row locks, a parent's children) raises
 :class:`~ledgerq.core.errors.NotBuiltOnMySQLError` before it runs anything.
 
 Isolation is the caller's: these statements run in whatever level the caller's
@@ -36,7 +37,7 @@ from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.model import Fence, Outcome
-from ledgerq.ledger.mysql import operations, operations_plans, plans, results
+from ledgerq.ledger.mysql import dependencies, operations, operations_plans, plans, results
 from ledgerq.ledger.options import AuditOptions
 from ledgerq.ledger.protocol import Locked
 from ledgerq.ledger.specs import TaskSpec, chunks
@@ -91,7 +92,7 @@ class MyTx:
         _not_built("the batched window (lock_running)")
 
     def dependency_results(self, task_id: int) -> dict[int, Any]:
-        _not_built("ctx.dependencies")
+        return plans.drive(dependencies.dependency_results(task_id), self._run)
 
     def ended_results(self, ids: Sequence[int]) -> list[TaskResult]:
         return plans.drive(results.ended_results(ids), self._run)
@@ -147,7 +148,7 @@ class MyAsyncTx:
         _not_built("the batched window (lock_running)")
 
     async def dependency_results(self, task_id: int) -> dict[int, Any]:
-        _not_built("ctx.dependencies")
+        return await plans.adrive(dependencies.dependency_results(task_id), self._run)
 
     async def ended_results(self, ids: Sequence[int]) -> list[TaskResult]:
         return await plans.adrive(results.ended_results(ids), self._run)
