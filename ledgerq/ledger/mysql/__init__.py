@@ -12,7 +12,8 @@ reconciler (its rescue of dead workers' and expired leases' tasks,
 audit; :mod:`.operations_pauses`: pauses, stored but refused until the claims
 honour them), inspection (:mod:`.inspection`: what ``ledgerq stats`` and
 ``ledgerq kinds list`` read), dependencies between tasks (:mod:`.dependencies`:
-``after=``), and the testing protocol.
+``after=``), fan-out (:mod:`.families`: ``parent_id``, ``on_children_done``),
+and the testing protocol.
 :class:`MyLedger` does not implement the whole
 :class:`~ledgerq.ledger.protocol.Ledger` yet: the composition root hands it
 only to what it serves.

@@ -29,8 +29,8 @@ from ledgerq.ledger.sql import load_in_lists
 MAX_ROWS = 1000
 MAX_BYTES = 4 * 1024 * 1024
 #: What a batch row carries of insert_task's parameters (the rest is fixed: no
-#: dedupe_key, parent_id or ordering_key in a batch; the MySQL ledger refuses the
-#: last two, ledger/mysql/plans.py).
+#: dedupe_key or ordering_key in a batch; the MySQL ledger refuses the last,
+#: ledger/mysql/plans.py).
 _FIELDS = (
     "kind",
     "queue",
@@ -43,6 +43,7 @@ _FIELDS = (
     "max_attempts",
     "retry",
     "timeout_s",
+    "parent_id",
     "trace_context",
     "tags",
 )

@@ -41,7 +41,7 @@ INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, prior
                            trace_context, ordering_key, tags, created_at)
 SELECT r.kind, r.queue, r.payload, r.business_key, NULL, r.priority, COALESCE(r.shard, 0),
        COALESCE(r.run_at, UTC_TIMESTAMP(6) + INTERVAL r.delay_us MICROSECOND), 'pending',
-       r.max_attempts, r.retry, r.timeout_s, NULL, r.trace_context, NULL, r.tags,
+       r.max_attempts, r.retry, r.timeout_s, r.parent_id, r.trace_context, NULL, r.tags,
        UTC_TIMESTAMP(6)
 FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
          ord           FOR ORDINALITY,
@@ -56,6 +56,7 @@ FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
          max_attempts  INT          PATH '$.max_attempts',
          retry         LONGTEXT     PATH '$.retry',
          timeout_s     DOUBLE       PATH '$.timeout_s',
+         parent_id     BIGINT       PATH '$.parent_id',
          trace_context LONGTEXT     PATH '$.trace_context',
          tags          LONGTEXT     PATH '$.tags')) AS r
 ORDER BY r.ord

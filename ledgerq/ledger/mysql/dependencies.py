@@ -248,8 +248,9 @@ def released_by(ended: Mapping[int, str]) -> Plan[list[tuple[int, str]]]:
 
 def release_stuck(limit: int) -> Plan[list[tuple[int, str]]]:
     """The reconciler's safety net: up to ``limit`` waiting tasks none of whose
-    dependencies is live, locked, their edges stamped from history, judged (and
-    their cancels' dependents, as :func:`released_by`). Idempotent."""
+    dependencies is live, locked, their edges stamped from history, judged; what
+    its cancels end in turn is the caller's (:func:`.families.release_stuck`).
+    Idempotent."""
     found = yield DQ.stuck, {"limit": limit}
     ids = [int(r[0]) for r in found.rows]
     if not ids:
@@ -268,10 +269,7 @@ def release_stuck(limit: int) -> Plan[list[tuple[int, str]]]:
         judged[task_id] = yield from _locked_edges(task_id, edges_of[task_id] or [0])
     released, cancelled = judge(judged)
     yield from _move(released, cancelled)
-    moved = [(i, "released") for i in released] + [(i, "cancelled") for i in cancelled]
-    if cancelled:
-        moved += yield from released_by(dict.fromkeys(cancelled, "cancelled"))
-    return sorted(moved)
+    return sorted([(i, "released") for i in released] + [(i, "cancelled") for i in cancelled])
 
 
 # -- reads ----------------------------------------------------------------------------

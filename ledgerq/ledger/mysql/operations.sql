@@ -171,8 +171,8 @@ WHERE t.id IN (SELECT id FROM tree) AND t.id NOT IN :ids
 ORDER BY t.id
 
 -- name: family
--- A parent's children counted by status, live and finished (``show``). The
--- MySQL ledger keeps no family row: no completion, no callback.
+-- A parent's children counted by status, live and finished (``show``; its
+-- completion and callback: families.sql family_row).
 SELECT COALESCE(SUM(c.status = 'pending'), 0) AS pending,
        COALESCE(SUM(c.status = 'published'), 0) AS published,
        COALESCE(SUM(c.status = 'running'), 0) AS running,

@@ -48,7 +48,7 @@ from ledgerq.ledger.actions import (
     task_row,
 )
 from ledgerq.ledger.filters import STATUSES, TaskFilter
-from ledgerq.ledger.mysql import dependencies
+from ledgerq.ledger.mysql import families
 from ledgerq.ledger.mysql.audit import AQ
 from ledgerq.ledger.mysql.base import aware, decoded
 from ledgerq.ledger.mysql.engines import utc
@@ -168,10 +168,10 @@ def compare_and_set(
 
 
 def _ended(statement: TextClause, won: set[int]) -> Generator[Step, Answer, None]:
-    """The tasks waiting for the ones a cancel just ended, judged in the same
-    transaction (:func:`.dependencies.released_by`)."""
+    """What the tasks a cancel just ended end in turn, in the same transaction:
+    their waiting dependents, their families (:func:`.families.after_ended`)."""
     if statement is OQ.cancel_queued and won:
-        yield from dependencies.released_by(dict.fromkeys(sorted(won), "cancelled"))
+        yield from families.after_ended(dict.fromkeys(sorted(won), "cancelled"))
 
 
 def _routed(action: Action, row: Mapping[str, Any], now: datetime) -> Any:

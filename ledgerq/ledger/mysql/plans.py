@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, scoped_session
 from ledgerq.core.errors import LedgerqError, NotBuiltOnMySQLError
 from ledgerq.ledger.after import After
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
-from ledgerq.ledger.mysql import batch, dependencies
+from ledgerq.ledger.mysql import batch, dependencies, families
 from ledgerq.ledger.mysql.answer import Answer as Answer
 from ledgerq.ledger.mysql.base import error_number, micros
 from ledgerq.ledger.mysql.engines import utc
@@ -173,7 +173,6 @@ def async_runner(executor: object, caller: str) -> AsyncRunner:
 #: rather than stored and ignored (docs/guarantees.md, "On MySQL and MariaDB").
 _NOT_BUILT = {
     "ordering_key": "ordering keys",
-    "parent_id": "fan-out (parent_id)",
     "expires_at": "expiry (expires=)",
     "expires_s": "expiry (expires=)",
 }
@@ -278,6 +277,7 @@ def enqueue_many(specs: Sequence[TaskSpec]) -> Plan[list[int]]:
     rows = [insert_params(spec) for spec in specs]
     afters = [spec.dependencies() for spec in specs]
     yield from dependencies.check(afters)
+    yield from families.open_families(params["parent_id"] for params in rows)
     position = {id(params): k for k, params in enumerate(rows)}
     ids: list[int] = []
     new: dict[int, After] = {}
@@ -336,6 +336,7 @@ def enqueue_single(spec: TaskSpec) -> Plan[int]:
     params = insert_params(spec)
     after = spec.dependencies()
     yield from dependencies.check([after])
+    yield from families.open_families([params["parent_id"]])
     task_id, _ = yield from enqueue_one(params)
     if after is not None:
         yield from dependencies.add({task_id: after})
@@ -432,7 +433,7 @@ def finish(outcomes: Sequence[Outcome]) -> Plan[list[Finished]]:
     """How attempts ended, one verdict per row, fenced: lock the rows still running
     under their fences and decide where each goes (lock_finishing, which also reads
     the database's clock: the attempts' end), then bury what ends (and judge the
-    tasks waiting for them: :func:`.dependencies.released_by`) and send the rest
+    tasks waiting for them and their families: :func:`.families.after_ended`) and send the rest
     back to pending."""
     verdicts = {o.id: o for o in sorted(outcomes, key=lambda o: o.id)}
     if not verdicts:
@@ -470,7 +471,7 @@ def finish(outcomes: Sequence[Outcome]) -> Plan[list[Finished]]:
         ids = {"ids": list(ended), "batch": _keyed(ended), "at": at}
         yield MQ.bury, ids
         yield MQ.delete_ended, {"ids": list(ended)}
-        yield from dependencies.released_by({i: str(e["ended_as"]) for i, e in ended.items()})
+        yield from families.after_ended({i: str(e["ended_as"]) for i, e in ended.items()})
     if retried:
         yield MQ.retry_tasks, {"ids": list(retried), "batch": _keyed(retried), "at": at}
     return finished

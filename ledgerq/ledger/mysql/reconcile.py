@@ -24,7 +24,7 @@ version, then written by id, fenced on (id, epoch, status).
 - ``expire_due`` has nothing to do: expiry (``expires=``) is refused at
   enqueue on MySQL (:mod:`.plans`), so no row carries an ``expires_at``.
 - ``release_stuck`` judges waiting tasks none of whose dependencies is live (a
-  release their ends missed), in one transaction: :func:`.dependencies.release_stuck`.
+  release their ends missed), in one transaction: :func:`.families.release_stuck`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from sqlalchemy import TextClause
 
 from ledgerq.ledger.model import DueTask
-from ledgerq.ledger.mysql import dependencies, plans
+from ledgerq.ledger.mysql import families, plans
 from ledgerq.ledger.mysql.audit import SYSTEM_ACTOR, record_audit
 from ledgerq.ledger.mysql.base import micros, translated
 from ledgerq.ledger.mysql.queries import LIBRARY
@@ -133,4 +133,4 @@ class MyReconcile(MyRelay):
         with translated():
             async with self.engine.begin() as conn:
                 run = plans.async_runner(conn, "ledgerq")
-                return await plans.adrive(dependencies.release_stuck(limit), run)
+                return await plans.adrive(families.release_stuck(limit), run)

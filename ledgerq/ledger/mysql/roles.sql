@@ -57,6 +57,10 @@ GRANT INSERT (kind, business_key, task_id, created_at),
 -- task, no write to history, for the producer itself.
 GRANT INSERT (task_id, depends_on, always) ON ledgerq_dependencies TO ledgerq_producer;
 GRANT EXECUTE ON PROCEDURE ledgerq_after_add TO ledgerq_producer;
+-- parent_id: a child's insert creates its family's row (or meets it) and reads
+-- whether the family has completed.
+GRANT INSERT (parent_id, created_at), SELECT (parent_id, completed_at)
+    ON ledgerq_families TO ledgerq_producer;
 --
 -- Service (relay, workers, reconciler): reads and writes the task tables,
 -- registrations and liveness. Retention drops and adds history's day
@@ -73,6 +77,7 @@ GRANT SELECT, INSERT, UPDATE ON ledgerq_audit TO ledgerq_service;
 GRANT SELECT, INSERT ON ledgerq_audit_tasks TO ledgerq_service;
 GRANT SELECT ON ledgerq_pauses TO ledgerq_service;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_dependencies TO ledgerq_service;
+GRANT SELECT, INSERT, UPDATE ON ledgerq_families TO ledgerq_service;
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service;
 --
 -- Operator: reads everything ledgerq keeps, changes nothing.
@@ -86,6 +91,7 @@ GRANT SELECT ON ledgerq_audit TO ledgerq_operator;
 GRANT SELECT ON ledgerq_audit_tasks TO ledgerq_operator;
 GRANT SELECT ON ledgerq_pauses TO ledgerq_operator;
 GRANT SELECT ON ledgerq_dependencies TO ledgerq_operator;
+GRANT SELECT ON ledgerq_families TO ledgerq_operator;
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_operator;
 --
 -- Admin: the operator's reads (its role granted to it), and the operator's
@@ -98,3 +104,4 @@ GRANT SELECT, INSERT, UPDATE ON ledgerq_audit TO ledgerq_admin;
 GRANT SELECT, INSERT ON ledgerq_audit_tasks TO ledgerq_admin;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_pauses TO ledgerq_admin;
 GRANT SELECT, UPDATE ON ledgerq_dependencies TO ledgerq_admin;
+GRANT SELECT, UPDATE ON ledgerq_families TO ledgerq_admin;

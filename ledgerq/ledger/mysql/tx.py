@@ -10,10 +10,10 @@ Built so far: the producer's ``enqueue`` and ``enqueue_many`` (``unique`` and
 the worker's writes inside a handler's transaction (``succeed``,
 ``save_checkpoint``), and the operator's in-transaction API (``list_tasks``,
 ``act``: :mod:`.operations_plans`, every batch in the caller's transaction,
-which commits them all or none). ``ended_results`` and ``dependency_results`` read
-(``ctx.dependencies``). The rest of
+which commits them all or none). ``ended_results``, ``dependency_results``
+(``ctx.dependencies``) and ``child_results`` (``ctx.children``) read. The rest of
 :class:`~ledgerq.ledger.protocol.TxLedger` (``release_key``,
-the batched window's row locks, a parent's children) raises
+the batched window's row locks) raises
 :class:`~ledgerq.core.errors.NotBuiltOnMySQLError` before it runs anything.
 
 Isolation is the caller's: these statements run in whatever level the caller's
@@ -98,7 +98,7 @@ class MyTx:
         return plans.drive(results.ended_results(ids), self._run)
 
     def child_results(self, parent_id: int, after: int = 0, limit: int = 100) -> list[TaskResult]:
-        _not_built("ctx.children")
+        return plans.drive(results.child_results(parent_id, after, limit), self._run)
 
     def announce_waiting(self, registry: str, until_s: float) -> None:
         _not_built("result() waiters' registry (a waiter polls on MySQL: mysql/results.py)")
@@ -156,7 +156,7 @@ class MyAsyncTx:
     async def child_results(
         self, parent_id: int, after: int = 0, limit: int = 100
     ) -> list[TaskResult]:
-        _not_built("ctx.children")
+        return await plans.adrive(results.child_results(parent_id, after, limit), self._run)
 
     async def announce_waiting(self, registry: str, until_s: float) -> None:
         _not_built("result() waiters' registry (a waiter polls on MySQL: mysql/results.py)")

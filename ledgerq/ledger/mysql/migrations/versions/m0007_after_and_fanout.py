@@ -1,6 +1,7 @@
-"""Dependencies between tasks on the MySQL / MariaDB ledger: ``enqueue(...,
-after=[id, ...])`` (PostgreSQL's migrations 0020 and 0022; the plans that keep
-them are ledger/mysql/dependencies.py).
+"""Dependencies between tasks and fan-out on the MySQL / MariaDB ledger:
+``enqueue(..., after=[id, ...])`` (PostgreSQL's migrations 0020 and 0022; the
+plans that keep them are ledger/mysql/dependencies.py) and ``parent_id`` with
+``@task(on_children_done=...)`` (0010; ledger/mysql/families.py).
 
 - ``ledgerq_tasks`` may hold ``waiting`` tasks: enqueued with ``after``, neither
   due nor published (the pick, the claims and the reconciler read ``pending``,
@@ -25,6 +26,13 @@ them are ledger/mysql/dependencies.py).
   write to history, only ``EXECUTE`` on it (ledger/mysql/roles.sql). The rule is
   ledger/mysql/dependencies.py ``judge``'s, restated here for the producer's own
   new tasks; a later migration that adds a history column updates the procedure.
+
+- ``ledgerq_kinds.on_children_done``: the kind of the callback a parent of this
+  kind gets when its family completes (written by workers at their start).
+- ``ledgerq_families (parent_id)``: one row per parent that ever had a child;
+  ``completed_at`` and ``callback_id`` set once, when the parent and every child
+  are terminal. PostgreSQL keeps it by triggers; here the plans that insert a
+  child or end a task do (families.py), for the same reason as the release.
 
 Revision ID: m0007
 Revises: m0005
@@ -136,9 +144,23 @@ def upgrade() -> None:
     )
     op.execute("DROP PROCEDURE IF EXISTS ledgerq_after_add")
     op.execute(AFTER_ADD.format(definer=_definer(mariadb)))
+    op.execute("ALTER TABLE ledgerq_kinds ADD COLUMN on_children_done VARCHAR(200) NULL")
+    op.execute(
+        f"""
+        CREATE TABLE IF NOT EXISTS ledgerq_families (
+            parent_id    BIGINT      NOT NULL,
+            created_at   DATETIME(6) NOT NULL,
+            completed_at DATETIME(6) NULL,
+            callback_id  BIGINT      NULL,
+            PRIMARY KEY (parent_id)
+        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = {collation}
+        """
+    )
 
 
 def downgrade() -> None:
+    op.execute("DROP TABLE IF EXISTS ledgerq_families")
+    op.execute("ALTER TABLE ledgerq_kinds DROP COLUMN on_children_done")
     op.execute("DROP PROCEDURE IF EXISTS ledgerq_after_add")
     op.execute("DROP TABLE IF EXISTS ledgerq_dependencies")
     # A waiting task cannot stay: it becomes pending (runs without its dependencies).
