@@ -398,3 +398,25 @@ async def test_release_stuck_makes_the_release_a_stale_snapshot_missed(
     assert await ledger.release_stuck(10) == [(waiting, "released")]
     assert await ledger.release_stuck(10) == []
     assert await ledger.whereabouts([waiting]) == {waiting: "pending"}
+
+
+@ON_MARIADB
+async def test_a_cascading_cancel_follows_dependents_even_those_that_would_run_anyway(
+    ledger: LedgerWithHarness, transaction: Transaction
+) -> None:
+    with transaction() as tx:
+        root, other = tx.enqueue_many([TaskSpec("conf.dep"), TaskSpec("conf.dep")])
+        plain = tx.enqueue(TaskSpec("conf.dep", after=[root]))
+        anyway = tx.enqueue(TaskSpec("conf.dep", after=[root], after_policy="always"))
+        anyway_other = tx.enqueue(TaskSpec("conf.dep", after=[other], after_policy="always"))
+    with transaction() as tx:
+        cascaded = tx.act(Action.cancel(cascade=True), TaskFilter(ids=(root,)), actor="ops")
+        tx.act(Action.cancel(), TaskFilter(ids=(other,)), actor="ops")
+    assert (cascaded.changed, cascaded.cascaded) == (1, 1)
+    assert await ledger.whereabouts([root, plain, anyway, other, anyway_other]) == {
+        root: "cancelled",
+        plain: "cancelled",  # by the ledger: its dependency was cancelled
+        anyway: "cancelled",  # by the cascade (always would have run it)
+        other: "cancelled",
+        anyway_other: "pending",  # no cascade: always runs it
+    }

@@ -9,8 +9,9 @@ its own dependents are judged in turn, down the chain.
 PostgreSQL releases from a trigger on history. MySQL's triggers cannot change
 ``ledgerq_tasks`` from a statement that reads it (every bury does), so here the
 plans that end tasks call :func:`released_by` themselves in the same
-transaction: the worker's finish and the reconciler's (:func:`.plans.finish`),
-the operator's cancel (:mod:`.operations_plans`), and this module's own cancels.
+transaction (through :func:`.families.after_ended`): the worker's finish and the
+reconciler's (:func:`.plans.finish`), the operator's cancel
+(:mod:`.operations_plans`), and this module's own cancels.
 
 The judge reads no dependency's row: each edge carries its dependency's end as
 the dependent sees it (``dependency_ended``), written only by a transaction that
@@ -28,10 +29,10 @@ holds the dependent's row lock. Locks, in the order each side takes them:
 - An ender (:func:`released_by`, after its bury and delete): a plain read of the
   edges near the ended ids (their dependents and the dependents' edges); the
   dependents still waiting, ``FOR UPDATE`` in id order; for each, its edges to
-  the ended ids stamped by primary key (record locks), then all its edges read
-  ``LOCK IN SHARE MODE`` by primary key (the latest committed stamps, whatever
-  the snapshot); then release or cancel. Last, the ended tasks' own edges get
-  their ``ended_at``.
+  the ended ids stamped by the primary key's points (``FORCE INDEX``: record
+  locks only), then all its edges read ``LOCK IN SHARE MODE`` the same way (the
+  latest committed stamps, whatever the snapshot); then release or cancel.
+  Last, the ended tasks' own edges get their ``ended_at``.
 
 The insert/finish race: the producer's share lock and the finish's FOR UPDATE
 on the dependency serialise them. Producer first: the finish waits for its
@@ -47,11 +48,17 @@ misses the edge, and the reconciler's :func:`release_stuck` makes the release.
 
 Deadlocks: every row lock is taken by primary key on rows a plain read found,
 in id order within a statement. ledgerq's own transactions run at READ
-COMMITTED, which takes no gap lock; in an application's REPEATABLE READ
-transaction the only range lock is the ``ended_at`` stamp's, the ender's last
-statement, after every wait. A producer waits only on a dependency's row, which
-an ender holds only while ending it, and an ender waits on a dependent's row,
-which a producer holds (shared) only while naming it. As on PostgreSQL, a
+COMMITTED, which takes no gap lock. In an application's REPEATABLE READ
+transaction (``succeed`` in a handler's own, a producer's) point reads of rows
+that exist lock no gap either (checked on MariaDB 10.11: a producer's edge
+insert is not held up by them; along the depends_on index an update was), and
+the ranges locked are: the ``ended_at`` stamp's, the ender's last statement,
+after every wait; and the gap where a named or dependent row was looked for and
+had gone since the plain read (or never existed: an unknown id, refused), which
+holds up inserts there, new tasks' included, until that transaction ends. A
+producer waits only on a dependency's row, which an ender holds only while
+ending it, and an ender waits on a dependent's row, which a producer holds
+(shared) only while naming it. As on PostgreSQL, a
 transaction that enqueues after a task, then in a later statement after that
 task's own dependency, while the dependency ends, can deadlock with that finish;
 InnoDB rolls one back (error 1213: the finish is written again, the producer's

@@ -59,14 +59,17 @@ WHERE d.depends_on IN :ids
 SELECT id FROM ledgerq_tasks WHERE id IN :ids AND status = 'waiting' ORDER BY id FOR UPDATE
 
 -- name: stamp_dependency
--- The locked dependent :task_id sees its dependencies :deps ended :status.
-UPDATE ledgerq_dependencies SET dependency_ended = :status
+-- The locked dependent :task_id sees its dependencies :deps ended :status. By
+-- the primary key's points (record locks only): along the depends_on index, an
+-- application's REPEATABLE READ transaction would lock its gaps too, holding
+-- up every producer's new edge there until it commits.
+UPDATE ledgerq_dependencies FORCE INDEX (PRIMARY) SET dependency_ended = :status
 WHERE task_id = :task_id AND depends_on IN :deps
 
 -- name: judged_edges
 -- The locked dependent's edges (:deps: all of them), read locked: the latest
 -- committed stamps, whatever the caller's snapshot.
-SELECT depends_on, always, dependency_ended FROM ledgerq_dependencies
+SELECT depends_on, always, dependency_ended FROM ledgerq_dependencies FORCE INDEX (PRIMARY)
 WHERE task_id = :task_id AND depends_on IN :deps
 ORDER BY depends_on
 LOCK IN SHARE MODE

@@ -153,17 +153,22 @@ WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published', 'running')
 
 -- name: live_descendants
 -- The live tasks below :ids in the fan-out tree (children, their children,
--- ...), for a cascading cancel; the walk goes through finished tasks too (each
--- step reads the parent_id index of both tables). UNION (not ALL) stops at a
--- task already met.
+-- ...) and in the dependency graph (the tasks enqueued after=... one of them,
+-- their dependents, ...), for a cascading cancel; the walk goes through
+-- finished tasks too (each step reads the parent_id index of both tables and
+-- the edges' depends_on index). UNION (not ALL) stops at a task already met.
 WITH RECURSIVE tree (id) AS (
     SELECT c.id FROM ledgerq_tasks c WHERE c.parent_id IN :ids
     UNION
     SELECT c.id FROM ledgerq_history c WHERE c.parent_id IN :ids
     UNION
+    SELECT e.task_id FROM ledgerq_dependencies e WHERE e.depends_on IN :ids
+    UNION
     SELECT c.id FROM ledgerq_tasks c JOIN tree ON c.parent_id = tree.id
     UNION
     SELECT c.id FROM ledgerq_history c JOIN tree ON c.parent_id = tree.id
+    UNION
+    SELECT e.task_id FROM ledgerq_dependencies e JOIN tree ON e.depends_on = tree.id
 )
 SELECT t.id, t.epoch, t.status
 FROM ledgerq_tasks t
