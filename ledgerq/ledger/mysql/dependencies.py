@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -84,7 +84,7 @@ from ledgerq.ledger.mysql.answer import Answer
 from ledgerq.ledger.mysql.base import decoded
 from ledgerq.ledger.mysql.queries import LIBRARY
 from ledgerq.ledger.split.ids import shard_of_id
-from ledgerq.ledger.sql import load_in_lists
+from ledgerq.ledger.sql import load_in_lists, read_library
 
 R = TypeVar("R")
 Plan = Generator[tuple[TextClause, Mapping[str, Any]], Answer, R]
@@ -121,8 +121,10 @@ class DependencyQueries:
     truncate_dependencies: TextClause
 
 
+#: The ends' shared reads (ends_fragments.sql), beside the MySQL ledger's fragments.
+ENDS = {**LIBRARY, **read_library("ledgerq.ledger.mysql", "ends_fragments.sql")}
 DQ: DependencyQueries = load_in_lists(
-    DependencyQueries, "ledgerq.ledger.mysql", "dependencies.sql", LIBRARY
+    DependencyQueries, "ledgerq.ledger.mysql", "dependencies.sql", ENDS
 )
 
 
@@ -211,7 +213,7 @@ def _move(released: list[int], cancelled: Mapping[int, str]) -> Plan[None]:
         yield DQ.delete_waiting, {"ids": ids}
 
 
-def _locked_edges(task_id: int, deps: Sequence[int]) -> Plan[list[Edge]]:
+def _locked_edges(task_id: int, deps: Iterable[int]) -> Plan[list[Edge]]:
     read = yield DQ.judged_edges, {"task_id": task_id, "deps": sorted(deps)}
     return [(int(dep), bool(always), ended) for dep, always, ended in read.rows]
 
@@ -219,19 +221,24 @@ def _locked_edges(task_id: int, deps: Sequence[int]) -> Plan[list[Edge]]:
 # -- the enders -----------------------------------------------------------------------
 
 
-def released_by(ended: Mapping[int, str]) -> Plan[list[tuple[int, str]]]:
+def released_by(
+    ended: Mapping[int, str], near: Sequence[Sequence[Any]] | None = None
+) -> Plan[list[tuple[int, str]]]:
     """After the tasks ``ended`` (id: status in history) left the hot table, in the
     same transaction: judge their waiting dependents, then the dependents of those
-    it cancels, and so on; stamp every ended task's own edges. Each task moved,
+    it cancels, and so on; stamp every ended task's own edges. ``near``: the first
+    round's ``edges_near`` rows, if the caller read them already. Each task moved,
     with ``released`` or ``cancelled``."""
     moved: list[tuple[int, str]] = []
     stamped: list[int] = []
     step = dict(ended)
     while step:
-        near = yield DQ.edges_near, {"ids": sorted(step)}
-        edges_of: dict[int, list[int]] = defaultdict(list)
-        for task_id, dep in near.rows:
-            edges_of[int(task_id)].append(int(dep))
+        if near is None:
+            near = (yield DQ.edges_near, {"ids": sorted(step)}).rows
+        edges_of: dict[int, set[int]] = defaultdict(set)
+        for _, task_id, dep in near:
+            edges_of[int(task_id)].add(int(dep))
+        near = None
         stamped.extend(i for i in step if i in edges_of)
         dependents = sorted(t for t, deps in edges_of.items() if any(d in step for d in deps))
         if not dependents:
@@ -239,7 +246,7 @@ def released_by(ended: Mapping[int, str]) -> Plan[list[tuple[int, str]]]:
         locked = yield DQ.lock_waiting, {"ids": dependents}
         judged: dict[int, list[Edge]] = {}
         for task_id in sorted(int(r[0]) for r in locked.rows):
-            mine = [d for d in edges_of[task_id] if d in step]
+            mine = sorted(d for d in edges_of[task_id] if d in step)
             for status in sorted({step[d] for d in mine}):
                 deps = [d for d in mine if step[d] == status]
                 yield DQ.stamp_dependency, {"task_id": task_id, "status": status, "deps": deps}

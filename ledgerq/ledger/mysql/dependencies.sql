@@ -40,18 +40,9 @@ ORDER BY r.task_id, r.depends_on
 CALL ledgerq_after_add(:ids)
 
 -- name: edges_near
--- The ender's first read, a plain one: the edges of the tasks that just ended
--- (:ids, as dependents: their ended_at is to be stamped), and every edge of
--- each waiting task that depends on one of them (the list of its
--- dependencies; only the waiting ones, so the lock that follows asks for rows
--- that exist: a record lock each, never a gap).
-SELECT e.task_id, e.depends_on FROM ledgerq_dependencies e WHERE e.task_id IN :ids
-UNION
-SELECT e.task_id, e.depends_on
-FROM ledgerq_dependencies d
-JOIN ledgerq_tasks w ON w.id = d.task_id AND w.status = 'waiting'
-JOIN ledgerq_dependencies e ON e.task_id = d.task_id
-WHERE d.depends_on IN :ids
+-- The ender's first read of a round (ends_fragments.sql edges_near): rows
+-- ('edge', task_id, depends_on).
+{{edges_near}}
 
 -- name: lock_waiting
 -- The dependents still waiting, locked in id order: the one lock every judge

@@ -67,6 +67,7 @@ class FamilyQueries:
     open_family: TextClause
     completed_families: TextClause
     families_touched: TextClause
+    ended_near: TextClause
     lock_families: TextClause
     families_done: TextClause
     insert_callback: TextClause
@@ -77,7 +78,9 @@ class FamilyQueries:
     truncate_families: TextClause
 
 
-FQ: FamilyQueries = load_in_lists(FamilyQueries, "ledgerq.ledger.mysql", "families.sql")
+FQ: FamilyQueries = load_in_lists(
+    FamilyQueries, "ledgerq.ledger.mysql", "families.sql", dependencies.ENDS
+)
 
 
 def open_families(parents: Iterable[int | None]) -> Plan[None]:
@@ -102,18 +105,14 @@ def open_families(parents: Iterable[int | None]) -> Plan[None]:
         raise FamilyCompletedError(f"the family of task {int(completed.rows[0][0])} has completed")
 
 
-def completed_by(ended: Iterable[int]) -> Plan[list[tuple[int, int | None]]]:
-    """After the tasks ``ended`` moved to history, in the same transaction: complete
-    the families none of whose tasks is live any more. Each family completed,
-    with its callback's id (None: its parent's kind has none)."""
-    ids = sorted(set(ended))
-    if not ids:
+def completed(families: Iterable[int]) -> Plan[list[tuple[int, int | None]]]:
+    """The open ``families`` touched by tasks that just ended, in the same
+    transaction: those none of whose tasks is live any more complete. Each family
+    completed, with its callback's id (None: its parent's kind has none)."""
+    wanted = sorted(set(families))
+    if not wanted:
         return []
-    touched = yield FQ.families_touched, {"ids": ids}
-    families = sorted({int(r[0]) for r in touched.rows})
-    if not families:
-        return []
-    locked = yield FQ.lock_families, {"ids": families}
+    locked = yield FQ.lock_families, {"ids": wanted}
     held = sorted(int(r[0]) for r in locked.rows)
     if not held:
         return []
@@ -133,12 +132,21 @@ def completed_by(ended: Iterable[int]) -> Plan[list[tuple[int, int | None]]]:
 def after_ended(ended: Mapping[int, str]) -> Plan[None]:
     """What every plan that ends tasks (``ended``: id: status in history) runs next,
     in its transaction: their waiting dependents judged, then the families of all
-    that ended."""
+    that ended. One statement (``ended_near``) when none of them has a dependent,
+    an edge or a family."""
     if not ended:
         return
-    moved = yield from dependencies.released_by(ended)
-    cancelled = [task_id for task_id, outcome in moved if outcome == "cancelled"]
-    yield from completed_by([*ended, *cancelled])
+    near = yield FQ.ended_near, {"ids": sorted(ended)}
+    edges = [r for r in near.rows if r[0] == "edge"]
+    touched = {int(r[1]) for r in near.rows if r[0] == "family"}
+    moved: list[tuple[int, str]] = []
+    if edges:
+        moved = yield from dependencies.released_by(ended, edges)
+    cancelled = sorted(task_id for task_id, outcome in moved if outcome == "cancelled")
+    if cancelled:
+        more = yield FQ.families_touched, {"ids": cancelled}
+        touched.update(int(r[1]) for r in more.rows)
+    yield from completed(touched)
 
 
 def release_stuck(limit: int) -> Plan[list[tuple[int, str]]]:

@@ -25,14 +25,18 @@ ORDER BY parent_id
 LOCK IN SHARE MODE
 
 -- name: families_touched
--- The open families the tasks :ids (just ended, in history) touch: their own
--- (a parent ended) and their parents' (a child ended). A plain read.
-SELECT f.parent_id FROM ledgerq_families f
-WHERE f.parent_id IN :ids AND f.completed_at IS NULL
-UNION
-SELECT f.parent_id
-FROM ledgerq_history h JOIN ledgerq_families f ON f.parent_id = h.parent_id
-WHERE h.id IN :ids AND f.completed_at IS NULL
+-- The open families the tasks :ids touch (ends_fragments.sql families_touched):
+-- rows ('family', parent_id, NULL).
+{{families_touched}}
+
+-- name: ended_near
+-- What every plan that ends tasks (:ids) reads first, one round trip: the
+-- edges near them and the open families they touch (ends_fragments.sql), each
+-- row tagged 'edge' or 'family'. Nothing, when nobody uses after= or parent_id
+-- near them: the finish's cost then.
+({{edges_near}})
+UNION ALL
+({{families_touched}})
 
 -- name: lock_families
 -- The open families :ids, locked in parent-id order: the lock every
