@@ -31,7 +31,6 @@ import ledgerq
 from ledgerq import TaskSpec
 from ledgerq.compose.storage import async_engine, sync_engine
 from ledgerq.core.config import Settings
-from ledgerq.core.errors import NotBuiltOnMySQLError
 from ledgerq.ledger.mysql import MyLedger
 from tests.support import ledgerq as run_ledgerq
 from tests.support import spawn
@@ -207,16 +206,3 @@ def test_what_is_not_built_on_mysql_yet_is_one_line_and_exit_78(mariadb: Setting
         assert result.returncode == EX_CONFIG, (args, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "not built on the MySQL ledger yet" in lines[0], result.stderr
-
-
-def test_a_task_option_not_built_on_mysql_is_refused_before_anything_is_written(
-    mariadb: Settings, producer: Engine
-) -> None:
-    with Session(producer) as session, session.begin():
-        first = ledgerq.enqueue(session, "my.effect", {"n": 1})
-        with pytest.raises(NotBuiltOnMySQLError, match="fan-out"):
-            ledgerq.enqueue_many(
-                session,
-                [TaskSpec("my.effect", {"n": 2}), TaskSpec("my.effect", parent_id=first)],
-            )
-    assert [int(r[0]) for r in _query(mariadb, "SELECT id FROM ledgerq_tasks")] == [first]

@@ -14,7 +14,9 @@ ordering keys; :mod:`.expiry`: tasks not started by their expiry), inspection
 (:mod:`.inspection`: what ``ledgerq stats`` and ``ledgerq kinds list`` read),
 the dashboard's reads (:mod:`.overview`: no rollup, history read directly), the
 ledger split across databases (each database's shard and id range:
-:mod:`.shards`), and the testing protocol.
+:mod:`.shards`), dependencies between tasks (:mod:`.dependencies`: ``after=``),
+fan-out (:mod:`.families`: ``parent_id``, ``on_children_done``), and the testing
+protocol.
 :class:`MyLedger` does not implement the whole
 :class:`~ledgerq.ledger.protocol.Ledger` yet: the composition root hands it
 only to what it serves.

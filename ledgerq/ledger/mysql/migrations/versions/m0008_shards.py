@@ -11,7 +11,7 @@ at position k says (k, n). ``migrate`` also starts the hot table's
 changes nothing there.
 
 Revision ID: m0008
-Revises: m0006
+Revises: m0007
 Create Date: 2026-11-28
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "m0008"
-down_revision = "m0006"
+down_revision = "m0007"
 branch_labels = None
 depends_on = None
 
