@@ -132,8 +132,8 @@ def mysql_storage(
         for db in settings.ledger_shards()
     ]
     one = len(shards) == 1
-    # No batched window on MySQL yet (its row locks and savepoints are PostgreSQL's
-    # statements): each ctx.session handler commits in a transaction of its own.
+    # Batched windows on MySQL too (ledger/mysql/window.py); with ledger shards the
+    # worker runs none, as on PostgreSQL (consumers/worker.py).
     return WorkerStorage(
         shards[0] if one else ShardedLedger(shards),
         watched[0] if one else ShardedWorkerLedger(watched),
@@ -142,5 +142,4 @@ def mysql_storage(
         engines,
         [],
         list(claimers),
-        windows=False,
     )

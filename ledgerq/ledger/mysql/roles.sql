@@ -15,6 +15,11 @@ CREATE ROLE IF NOT EXISTS ledgerq_producer;
 CREATE ROLE IF NOT EXISTS ledgerq_service;
 CREATE ROLE IF NOT EXISTS ledgerq_operator;
 CREATE ROLE IF NOT EXISTS ledgerq_admin;
+-- The worker's batched window names its transaction in INNODB_TRX, which
+-- takes PROCESS, a server-wide right (it also lists every login's statements):
+-- ledger/mysql/window.py. Without it windows still run, but a window abandoned
+-- by a hung handler keeps its row locks until that handler returns.
+GRANT PROCESS ON *.* TO ledgerq_service;
 
 -- name: grant_database
 -- Once per ledger database, by an account holding these privileges WITH GRANT
