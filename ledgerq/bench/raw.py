@@ -19,14 +19,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier, Event
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import aio_pika
 from aio_pika.abc import AbstractRobustConnection, DeliveryMode
 from pamqp.commands import Basic
 
-from ledgerq.compose import open_ledger
-from ledgerq.compose.storage import RELAY_PLANNER, WORKER_PLANNER
+from ledgerq.compose.storage import RELAY_PLANNER, WORKER_PLANNER, async_engine, own_ledger_on
 from ledgerq.compose.storage import amqp_connect as connect
 from ledgerq.core.config import Settings
 from ledgerq.ledger.model import Fence, Outcome
@@ -34,7 +33,13 @@ from ledgerq.ledger.routing import Subscription
 from ledgerq.runtime import run_service
 
 if TYPE_CHECKING:
-    from ledgerq.ledger.pg import PgLedger
+    from ledgerq.ledger.protocol import RelayLedger, RoutingLedger, WorkerLedger
+
+    class CeilingLedger(RelayLedger, WorkerLedger, RoutingLedger, Protocol):
+        """What the ceiling's two sides ask of the ledger (either server's)."""
+
+        async def dispose(self) -> None: ...
+
 
 BODY = b'{"id":123456789,"epoch":0}'
 
@@ -140,7 +145,7 @@ CEILING = "bench-pipeline"
 async def release_ceiling(settings: Settings) -> None:
     """Expire the ceiling's subscription, whatever became of its processes: left
     live, its window would take the drains' tasks to a queue nobody reads."""
-    async with open_ledger(settings, "ledgerq-bench-pipeline", check=False) as ledger:
+    async with _ledger(settings, "ledgerq-bench-pipeline") as ledger:
         await ledger.unsubscribe(CEILING)
 
 
@@ -165,14 +170,27 @@ def _side(role: str, run: _Run) -> None:
 
 
 @asynccontextmanager
-async def _opened(run: _Run, role: str) -> AsyncIterator[tuple[AbstractRobustConnection, PgLedger]]:
+async def _ledger(
+    settings: Settings, application_name: str, planner: tuple[str, ...] = ()
+) -> AsyncIterator[CeilingLedger]:
+    """The benchmark's one database's ledger, on PostgreSQL or MySQL / MariaDB
+    (``planner``: a PostgreSQL service's planner settings), disposed of on exit."""
+    ledger = own_ledger_on(async_engine(settings, application_name, 2, planner=planner))
+    try:
+        yield ledger
+    finally:
+        await ledger.dispose()
+
+
+@asynccontextmanager
+async def _opened(
+    run: _Run, role: str
+) -> AsyncIterator[tuple[AbstractRobustConnection, CeilingLedger]]:
     """A side's broker connection and its ledger, on its service's planner settings
     (the worker's for ``consume``, the relay's for ``publish``)."""
     connection = await connect(run.settings.amqp_url, name=f"ledgerq-bench-pipeline-{role}")
     try:
-        async with open_ledger(
-            run.settings, "ledgerq-bench-pipeline", check=False, planner=_PLANNERS[role]
-        ) as ledger:
+        async with _ledger(run.settings, "ledgerq-bench-pipeline", _PLANNERS[role]) as ledger:
             yield connection, ledger
     finally:
         await connection.close()

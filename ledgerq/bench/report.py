@@ -101,6 +101,8 @@ def render(result: dict[str, Any], console: Console) -> None:
                 "RabbitMQ, acks_late, prefork x2",
             ),
         )
+    if isinstance(result.get("celery"), str):  # a peer not run (on MySQL / MariaDB)
+        rows.append(("Celery peer", "-", result["celery"]))
     if "drain_per_s_with_history" in result:
         rows.append(
             (
@@ -193,6 +195,15 @@ def render_direct(result: dict[str, Any], console: Console) -> None:
         f"{result['direct_drain_per_s']:,.0f}/s",
         f"{result['direct_drain_cpu_ms_per_task']:.3f} ms worker CPU per task",
     )
+    if "direct_latency_ms" in result:
+        table.add_row(
+            "commit -> handler start, idle",
+            _ms(result["direct_latency_ms"]),
+            f"p50 / p95 / p99 at {result['config']['idle_rate']:,.0f} tasks/s",
+        )
+        table.add_row(
+            "commit -> terminal, idle", _ms(result["direct_latency_ms_terminal"]), "p50 / p95 / p99"
+        )
     if "pgqueuer_per_s" in result:
         table.add_row(
             "drain, no-op, pgqueuer peer", f"{result['pgqueuer_per_s']:,.0f}/s", "batch 10"

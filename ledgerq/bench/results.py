@@ -31,7 +31,7 @@ from ledgerq.core.config import Settings
 from ledgerq.ledger.model import Outcome
 
 if TYPE_CHECKING:
-    from ledgerq.ledger.pg import PgLedger
+    from ledgerq.ledger.protocol import SchedulingLedger
 
 WORKER = "ledgerq-bench-results"
 
@@ -69,7 +69,11 @@ async def _finish(
 
 
 async def measure(
-    settings: Settings, ledger: PgLedger, waiters: int, batch: int = 10, pace_s: float = 0.005
+    settings: Settings,
+    ledger: SchedulingLedger,
+    waiters: int,
+    batch: int = 10,
+    pace_s: float = 0.005,
 ) -> dict[str, Any]:
     """The figure (see the module's docstring); ``ledger`` enqueues the tasks."""
     ids = await ledger.enqueue([TaskSpec("bench.result") for _ in range(waiters)])

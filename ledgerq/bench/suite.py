@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from ledgerq.bench.graph import add_graph
-from ledgerq.bench.phases import Bench, percentiles
+from ledgerq.bench.phases import Bench, LatencySample, percentiles
 from ledgerq.bench.raw import pipeline_ceiling, raw_ceiling, release_ceiling
 from ledgerq.core.config import Settings
 from ledgerq.ledger.split.ledger import ShardedLedger
@@ -132,8 +132,7 @@ def run_suite(
         result["worker_rss_mb"] = bench.worker_peak_rss_mb()
         _same_run_direct(bench, result, tasks, handler, phase, repeat, vs_direct)
         return
-    probes = max(10, min(int(idle_rate * 10), tasks // 2))
-    idle = bench.latency(idle_rate, probes / idle_rate, 1, phase("latency, idle", 1))
+    idle = idle_latency(bench, tasks, idle_rate, phase("latency, idle", 1))
     load_seconds = max(2.0, min(5.0, tasks / load_rate))
     load = bench.latency(load_rate, load_seconds, 10, phase("latency, under load", 1))
     result["latency_ms"] = percentiles([s.to_start_ms for s in idle])
@@ -232,6 +231,25 @@ def run_direct(
     result["direct_drain_runs"] = [round(r) for r in runs]
     result["direct_drain_cpu_ms_per_task"] = round(statistics.median(cpu), 3)
     result["worker_rss_mb"] = bench.direct_rss_mb
+
+
+def idle_latency(bench: Bench, tasks: int, rate: float, progress: Any) -> list[LatencySample]:
+    """Tasks committed one per transaction at ``rate`` a second for ten seconds (at
+    least 10 tasks, at most half the backlog), each timed from its commit."""
+    probes = max(10, min(int(rate * 10), tasks // 2))
+    return bench.latency(rate, probes / rate, 1, progress)
+
+
+def direct_latency(
+    bench: Bench, result: dict[str, Any], tasks: int, rate: float, phase: Any
+) -> None:
+    """``bench --direct``: the idle latency of the direct path, ``rate`` tasks/s, one per
+    transaction, as the broker path's idle phase measures it (commit to handler
+    start and to terminal status): NOTIFY wakes the workers on PostgreSQL, their
+    poll on MySQL / MariaDB."""
+    idle = idle_latency(bench, tasks, rate, phase("latency, idle, direct", 1))
+    result["direct_latency_ms"] = percentiles([s.to_start_ms for s in idle])
+    result["direct_latency_ms_terminal"] = percentiles([s.to_finish_ms for s in idle])
 
 
 def add_pgqueuer(result: dict[str, Any], runs: list[float]) -> None:

@@ -22,13 +22,15 @@ from ledgerq.bench.suite import (
     add_peer,
     add_pgqueuer,
     bench_settings,
+    direct_latency,
     run_direct,
     run_sharded_suite,
     run_suite,
     sharded_settings,
 )
 from ledgerq.cli.group import pass_settings, progress_bar
-from ledgerq.compose.storage import async_engine, ledger_on, sync_engine, upgrade
+from ledgerq.compose.ledgers import postgresql_only
+from ledgerq.compose.storage import async_engine, own_ledger_on, sync_engine, upgrade
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.core.config import Settings
 from ledgerq.demo import prepare_shop
@@ -36,7 +38,10 @@ from ledgerq.ledger.split.ids import MAX_LEDGER_SHARDS
 from ledgerq.ledger.split.ledger import ShardedLedger
 
 if TYPE_CHECKING:
-    from ledgerq.ledger.pg import PgLedger
+    from ledgerq.bench.phases import BenchLedger
+
+#: Why the peers are not run on a MySQL / MariaDB ledger (their one-line note).
+PEER_ON_MYSQL = "not run: it keeps its jobs in PostgreSQL, and this ledger is on MySQL / MariaDB"
 
 
 @click.command("bench")
@@ -195,6 +200,7 @@ def bench(
     results: int | None,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
+    _mysql_scope(settings, results, ledger_shards, ordering_keys, graph_groups)
     if results is not None:
         _results(settings, results, as_json)
         return
@@ -202,7 +208,7 @@ def bench(
         worker_args = (*worker_args, "--processes", str(processes))
     _check(tasks, (workers, relays, concurrency, repeat), ordering_keys, direct, ledger_shards)
     _check_graph(graph_groups, tasks, direct, ledger_shards)
-    _require(plot_path, peer)
+    _require(plot_path, "none" if settings.on_mysql else peer)
     settings, engines, ledger = _prepare(settings, ledger_shards)
     engine = engines[0]
     console = Console(stderr=True)
@@ -256,7 +262,7 @@ def bench(
                 run_sharded_suite(bench, result, tasks, phase, repeat)
                 peer = "none"
             elif direct:
-                _direct(bench, result, tasks, phase, repeat)
+                _direct(bench, result, tasks, phase, repeat, idle_rate if latency else 0.0)
             else:
                 run_suite(
                     bench,
@@ -273,7 +279,9 @@ def bench(
                     vs_direct,
                     graph_groups,
                 )
-            if peer == "celery":
+            if peer == "celery" and settings.on_mysql:
+                _skip_peer(result, "celery", "the Celery peer", console)
+            elif peer == "celery":
                 celery = CeleryPeer(bench.settings, engine, bench.log_dir)
                 runs = [
                     celery.drain(tasks, phase(f"drain, Celery peer ({i + 1}/{repeat})", 1))
@@ -298,6 +306,35 @@ def _require(plot_path: str | None, peer: str) -> None:
         require_plotting()
     if peer == "celery":
         require_celery()
+
+
+def _mysql_scope(
+    settings: Settings,
+    results: int | None,
+    ledger_shards: int,
+    ordering_keys: int,
+    graph_groups: int,
+) -> None:
+    """On a MySQL / MariaDB ledger, the options whose feature is not built there
+    are refused in one line (exit 78) before anything runs; the peers, which
+    keep their own jobs in PostgreSQL, are skipped with a note instead."""
+    if not settings.on_mysql:
+        return
+    refused = (
+        (results is not None, "`bench --results` (the result() waiters' LISTEN registry)"),
+        (ledger_shards > 1, "`bench --ledger-shards` (ledger shards)"),
+        (ordering_keys > 0, "`bench --ordering-keys` (ordering keys)"),
+        (graph_groups > 0, "`bench --graph` (dependencies, after=)"),
+    )
+    for asked, what in refused:
+        if asked:
+            postgresql_only(settings, what)
+
+
+def _skip_peer(result: dict[str, Any], key: str, peer: str, console: Console) -> None:
+    """A peer not run on MySQL: the note in the result, and one line now."""
+    result[key] = PEER_ON_MYSQL
+    console.print(f"{peer}: {PEER_ON_MYSQL}")
 
 
 def _check(
@@ -331,11 +368,9 @@ def _render(result: dict[str, Any], as_json: bool) -> None:
         render(result, Console())
 
 
-def _prepare(
-    settings: Settings, ledger_shards: int
-) -> tuple[Settings, list[Engine], PgLedger | ShardedLedger]:
+def _prepare(settings: Settings, ledger_shards: int) -> tuple[Settings, list[Engine], BenchLedger]:
     """The benchmark's own database(s), migrated, with the demo's tables; an engine
-    per database and the ledger over them."""
+    per database and the ledger over them (on either server: one database on MySQL)."""
     if ledger_shards > 1:
         settings = sharded_settings(settings, ledger_shards)
     else:
@@ -345,14 +380,22 @@ def _prepare(
     engines = [sync_engine(db, "ledgerq-bench", pool_size=2) for db in databases]
     for each in engines:
         prepare_shop(each, reset=False)
-    shards = [ledger_on(async_engine(db, "ledgerq-bench", pool_size=2)) for db in databases]
+    shards = [own_ledger_on(async_engine(db, "ledgerq-bench", pool_size=2)) for db in databases]
     return settings, engines, shards[0] if len(shards) == 1 else ShardedLedger(shards)
 
 
-def _direct(bench: Bench, result: dict[str, Any], tasks: int, phase: Any, repeat: int) -> None:
-    """``--direct``: the direct drains, then pgqueuer's (when installed) in the same run."""
+def _direct(
+    bench: Bench, result: dict[str, Any], tasks: int, phase: Any, repeat: int, idle_rate: float
+) -> None:
+    """``--direct``: the direct drains and the idle latency (``idle_rate``: 0 skips it),
+    then pgqueuer's drains (when installed, on PostgreSQL) in the same run."""
     run_direct(bench, result, tasks, phase, repeat)
+    if idle_rate:
+        direct_latency(bench, result, tasks, idle_rate, phase)
     bench.services.stop()
+    if bench.settings.on_mysql:
+        _skip_peer(result, "pgqueuer", "the pgqueuer peer", Console(stderr=True))
+        return
     if not pgqueuer_installed():
         result["pgqueuer"] = "not installed (pip install 'ledgerq[dev]')"
         return

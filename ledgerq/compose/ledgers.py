@@ -23,7 +23,7 @@ from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg.engines import async_engine
 from ledgerq.ledger.pg.migrate import check_schema
 from ledgerq.ledger.protocol import DashboardLedger
-from ledgerq.ledger.split.ledger import OperatorLedger, ShardedLedger
+from ledgerq.ledger.split.ledger import OperatorLedger, ShardedLedger, ShardLedger
 from ledgerq.runtime import SchemaWatch, watched
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ async def open_dashboard_ledger(
         async with open_ledger(settings, application_name, pool_size) as ledger:
             yield ledger
         return
-    async with _open_mysql_operator_ledger(settings, application_name, pool_size) as mine:
+    async with _open_mysql_dashboard_ledger(settings, application_name, pool_size) as mine:
         yield mine
 
 
@@ -107,17 +107,19 @@ async def open_operator_ledger(
     settings: Settings, application_name: str = "ledgerq", pool_size: int = 1
 ) -> AsyncIterator[OperatorLedger]:
     """What the operator's commands (``tasks``, ``stats``, ``show``, ``pause``, ``kinds``)
-    act on: the ledger, every shard of it when it is split (:class:`ShardedLedger`);
-    on a MySQL / MariaDB URL its one database (:func:`_open_mysql_operator_ledger`)."""
+    act on: the ledger, every shard of it when it is split (:class:`ShardedLedger`),
+    on either server (on MySQL / MariaDB: :func:`mysql_ledgers`)."""
     if settings.on_mysql:
-        async with _open_mysql_operator_ledger(settings, application_name, pool_size) as mine:
-            yield mine
-        return
-    check_schema(settings)
-    shards = [
-        PgLedger(async_engine(database, application_name, pool_size=pool_size))
-        for database in settings.ledger_shards()
-    ]
+        from ledgerq.ledger.mysql.migrate import check_schema as my_check_schema
+
+        my_check_schema(settings)
+        shards: list[ShardLedger] = list(mysql_ledgers(settings, application_name, pool_size))
+    else:
+        check_schema(settings)
+        shards = [
+            PgLedger(async_engine(database, application_name, pool_size=pool_size))
+            for database in settings.ledger_shards()
+        ]
     ledger: OperatorLedger = shards[0] if len(shards) == 1 else ShardedLedger(shards)
     try:
         yield ledger
@@ -125,21 +127,32 @@ async def open_operator_ledger(
         await ledger.dispose()
 
 
-@asynccontextmanager
-async def _open_mysql_operator_ledger(
-    settings: Settings, application_name: str, pool_size: int
-) -> AsyncIterator[MyLedger]:
-    """The operator's ledger on MySQL / MariaDB (:mod:`ledgerq.ledger.mysql.operations`,
-    :mod:`~ledgerq.ledger.mysql.inspection`), its schema checked first. What is not
-    built there (pauses, rate limits, ``release-key``) raises
-    :class:`NotBuiltOnMySQLError` when asked, before it touches anything."""
+def mysql_ledgers(settings: Settings, application_name: str, pool_size: int) -> list[MyLedger]:
+    """One :class:`~ledgerq.ledger.mysql.MyLedger` per ledger shard of a MySQL / MariaDB
+    URL list, in shard order (the MySQL modules imported only here: a PostgreSQL
+    process never loads them). What is not built there (pauses, rate limits,
+    ``release-key``) raises :class:`NotBuiltOnMySQLError` when asked, before it
+    touches anything."""
     from ledgerq.ledger.mysql import MyLedger  # a MySQL URL only
     from ledgerq.ledger.mysql import engines as my_engines
+
+    return [
+        MyLedger(my_engines.async_engine(database, application_name, pool_size=pool_size))
+        for database in settings.ledger_shards()
+    ]
+
+
+@asynccontextmanager
+async def _open_mysql_dashboard_ledger(
+    settings: Settings, application_name: str, pool_size: int
+) -> AsyncIterator[MyLedger]:
+    """The dashboard's ledger on MySQL / MariaDB: its one database
+    (:mod:`ledgerq.ledger.mysql.overview`), its schema checked first."""
     from ledgerq.ledger.mysql.migrate import check_schema as my_check_schema
 
-    database = one_shard(settings, None, "the operator's commands")
+    database = one_shard(settings, None, f"`{application_name}`")
     my_check_schema(database)
-    mine = MyLedger(my_engines.async_engine(database, application_name, pool_size=pool_size))
+    [mine] = mysql_ledgers(database, application_name, pool_size)
     try:
         yield mine
     finally:

@@ -5,7 +5,7 @@ from the settings, the dashboard's rollup: the maintenance loop and its
 services, :mod:`ledgerq.relay.maintenance`); :func:`serve_reconciler` is
 ``ledgerq reconcile``: one pass over every shard, or one every N seconds until
 SIGTERM. On MySQL / MariaDB the same reconciler runs on
-:class:`~ledgerq.ledger.mysql.MyLedger` (one database, MySQL's named lock), with
+:class:`~ledgerq.ledger.mysql.MyLedger` (one per shard, MySQL's named lock), with
 no rollup (the dashboard is not built there); its expiry and waiting-task
 steps find nothing, as expiry and dependencies are refused at enqueue there.
 

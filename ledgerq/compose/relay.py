@@ -3,8 +3,8 @@ ledger (its broker connection, its ledger with the relay's planner settings, its
 publisher with confirms); :func:`serve_relay` is ``ledgerq relay``: one relay
 loop per ledger shard in one process, each woken by LISTEN on its database,
 until SIGTERM or until the schema is lost (then :class:`SchemaMissingError`
-after the loops have stopped). On MySQL / MariaDB (one database, no LISTEN) the
-relay polls (:class:`Polled`), every :data:`MYSQL_POLL_S` at most.
+after the loops have stopped). On MySQL / MariaDB (no LISTEN) each shard's loop
+polls (:class:`Polled`), every :data:`MYSQL_POLL_S` at most.
 
 The stop signals are caught before anything connects: a SIGTERM while
 PostgreSQL or RabbitMQ does not answer yet abandons the start-up and exits 0 at

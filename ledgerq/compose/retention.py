@@ -2,14 +2,15 @@
 acts on, for either server. On PostgreSQL the ledger of the one database
 (:func:`~ledgerq.compose.ledgers.open_ledger`); on MySQL / MariaDB the MySQL
 ledger (its retention: ledger/mysql/retention.py), its schema checked first,
-the MySQL modules imported only then (a PostgreSQL process never loads them)."""
+the MySQL modules imported only then (a PostgreSQL process never loads them).
+On a split ledger, either server, one line (``one_shard``): not supported yet."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from ledgerq.compose.ledgers import open_ledger
+from ledgerq.compose.ledgers import mysql_ledgers, one_shard, open_ledger
 from ledgerq.core.config import Settings
 from ledgerq.ledger.protocol import RetentionLedger
 
@@ -23,12 +24,11 @@ async def open_retention_ledger(
         async with open_ledger(settings, application_name, pool_size=pool_size) as ledger:
             yield ledger
         return
-    from ledgerq.ledger.mysql import MyLedger  # a MySQL URL only
-    from ledgerq.ledger.mysql import engines as my_engines
-    from ledgerq.ledger.mysql.migrate import check_schema as my_check_schema
+    from ledgerq.ledger.mysql.migrate import check_schema as my_check_schema  # a MySQL URL only
 
-    my_check_schema(settings)
-    mine = MyLedger(my_engines.async_engine(settings, application_name, pool_size=pool_size))
+    database = one_shard(settings, None, f"`{application_name}`")  # as open_ledger's
+    my_check_schema(database)
+    [mine] = mysql_ledgers(database, application_name, pool_size)
     try:
         yield mine
     finally:

@@ -1,6 +1,6 @@
 """A worker's storage, composed per implementation: :func:`pg_storage` (one
 PostgreSQL database or several ledger shards, LISTEN wake-ups for direct claims)
-and :func:`mysql_storage` (one MySQL / MariaDB database, polled). Each returns a
+and :func:`mysql_storage` (one MySQL / MariaDB database or several, polled). Each returns a
 :class:`WorkerStorage`: the ledger, what the worker, its routing and its direct
 claims hold of it, the handlers' engines per shard, the wake-ups, the claimers'
 pools to close. :func:`~ledgerq.compose.worker.open_worker` picks one by URL."""
@@ -15,7 +15,7 @@ from typing import Protocol
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ledgerq.compose.ledgers import schema_watched
+from ledgerq.compose.ledgers import mysql_ledgers, schema_watched
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.core.config import Settings
 from ledgerq.ledger.model import KindDefaults
@@ -115,22 +115,31 @@ def pg_storage(
 def mysql_storage(
     settings: Settings, config: WorkerConfig, watch: SchemaWatch | None
 ) -> WorkerStorage:
-    """The same parts on MySQL / MariaDB (one database), for the broker path and the
-    direct one alike: no LISTEN there, so direct claims (``--direct``, and the
-    broker-down fallback) poll (DirectConfig.poll_s) and wake up early only on the
-    worker's own batches."""
-    from ledgerq.ledger.mysql import MyLedger  # only for a MySQL URL: no MySQL driver otherwise
-    from ledgerq.ledger.mysql import engines as my_engines
+    """The same parts on MySQL / MariaDB (one database, or several ledger shards, as
+    on PostgreSQL), for the broker path and the direct one alike: no LISTEN there,
+    so direct claims (``--direct``, and the broker-down fallback) poll
+    (DirectConfig.poll_s) and wake up early only on the worker's own batches."""
+    from ledgerq.ledger.mysql import engines as my_engines  # only for a MySQL URL
 
-    ledger = MyLedger(my_engines.async_engine(settings, "ledgerq-worker", pool_size=4))
-    watched = schema_watched(ledger, watch)
-    claimer = MyLedger(my_engines.async_engine(settings, "ledgerq-worker-direct", pool_size=1))
+    shards = mysql_ledgers(settings, "ledgerq-worker", pool_size=4)
+    watched = [schema_watched(shard, watch) for shard in shards]
+    claimers = mysql_ledgers(settings, "ledgerq-worker-direct", pool_size=1)
     engines = [
         (
-            my_engines.sync_engine(settings, "ledgerq-worker-sync", pool_size=config.db_pool),
-            my_engines.async_engine(settings, "ledgerq-worker-handlers", pool_size=config.db_pool),
+            my_engines.sync_engine(db, "ledgerq-worker-sync", pool_size=config.db_pool),
+            my_engines.async_engine(db, "ledgerq-worker-handlers", pool_size=config.db_pool),
         )
+        for db in settings.ledger_shards()
     ]
-    # No batched window on MySQL yet (its row locks and savepoints are PostgreSQL's
-    # statements): each ctx.session handler commits in a transaction of its own.
-    return WorkerStorage(ledger, watched, watched, claimer, engines, [], [claimer], windows=False)
+    one = len(shards) == 1
+    # Batched windows on MySQL too (ledger/mysql/window.py); with ledger shards the
+    # worker runs none, as on PostgreSQL (consumers/worker.py).
+    return WorkerStorage(
+        shards[0] if one else ShardedLedger(shards),
+        watched[0] if one else ShardedWorkerLedger(watched),
+        watched[0] if one else ShardedRouting(watched),
+        claimers[0] if one else ShardedDirectLedger(claimers),
+        engines,
+        [],
+        list(claimers),
+    )

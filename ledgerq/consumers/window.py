@@ -43,7 +43,8 @@ Races: a sync handler that outlives its timeout in a window cannot be stopped.
 The worker waits for the handler running in the window up to that handler's
 own timeout plus a margin (``margin_s``), then abandons the window: it
 ends the window's transaction from another connection (``end_window``:
-terminating the backend rolls it back and releases its row locks now, so no
+terminating the backend, on MySQL killing the connection, rolls it back and
+releases its row locks now, so no
 heartbeat, cancel or reconciler waits for the hung thread), sends the tasks the
 window ran before it to the ordinary path, uncharged (their handlers have
 returned); those it had not reached go back to the queue. The hung task is

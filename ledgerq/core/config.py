@@ -200,11 +200,19 @@ class Settings:
             )
 
     def _check_ledger_shards(self) -> None:
-        if self.on_mysql and (self.ledger_shard_count > 1 or self.pooled):
+        servers = {is_mysql_url(url) for url in self.database_urls}
+        if len(servers) > 1:
             raise ConfigError(
-                f"{self._label('database_url')} is a MySQL / MariaDB ledger, which takes one "
-                "database and no LEDGERQ_DATABASE_POOLER so far (ledger shards and poolers "
-                "are PostgreSQL's: docs/guarantees.md, 'On MySQL and MariaDB')"
+                f"{self._label('database_url')} lists MySQL / MariaDB and PostgreSQL "
+                "databases: the ledger shards are all on one kind of server (each server "
+                "has its own schema, revisions and statements; docs/howto.md, 'Split the "
+                "ledger across databases')"
+            )
+        if self.on_mysql and self.pooled:
+            raise ConfigError(
+                f"{self._label('database_url')} is a MySQL / MariaDB ledger, which takes no "
+                "LEDGERQ_DATABASE_POOLER (poolers are PostgreSQL's: docs/guarantees.md, "
+                "'On MySQL and MariaDB')"
             )
         if self.direct_database_url is None:
             return

@@ -65,6 +65,14 @@ def task_result(row: Any) -> TaskResult:
     )
 
 
+def children_params(parent_id: int, after: int, limit: int) -> dict[str, Any]:
+    """``child_results``' parameters (``ctx.children``), ``limit`` checked (1 to
+    10,000), on either server."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise ValueError(f"children(limit=...) is 1 to 10000, got {limit!r}")
+    return {"parent_id": parent_id, "after": after, "limit": limit}
+
+
 def not_found(task_id: int) -> TaskNotFoundError:
     return TaskNotFoundError(
         f"task {task_id} is not in the ledger (live or history): its enqueue has not "

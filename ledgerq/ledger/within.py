@@ -13,20 +13,24 @@ These are the worker's names for the seam's transaction-scoped part
 (:class:`~ledgerq.ledger.protocol.TxLedger`, on PostgreSQL
 :mod:`ledgerq.ledger.pg.tx`, on MySQL :mod:`ledgerq.ledger.mysql.tx`: the caller's
 bind picks, :mod:`ledgerq.ledger.binds`), which runs the statements; the handler savepoints
-(:class:`HandlerMarks`) and :func:`end_window` are the window's own plumbing.
+(:class:`HandlerMarks`) and :func:`end_window` are the window's own plumbing, whose
+statements each server names for itself (queries.sql on PostgreSQL; on MySQL and
+MariaDB :mod:`ledgerq.ledger.mysql.window`, which also says how a MySQL window's
+transaction is told apart for ``end_window``).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
-from ledgerq.ledger.binds import atx_for, tx_for
+from ledgerq.ledger.binds import MYSQL_DIALECTS, atx_for, tx_for
 from ledgerq.ledger.model import Fence
 from ledgerq.ledger.protocol import Locked
 from ledgerq.ledger.sql import Q
@@ -49,6 +53,28 @@ async def alock_within(session: AsyncSession | AsyncConnection, fences: Sequence
     return await atx_for(session, "alock_within").lock_running(fences)
 
 
+class MarkStatements(Protocol):
+    """The four savepoint statements of a window's handlers, as a server names them."""
+
+    @property
+    def open_handlers(self) -> TextClause: ...
+    @property
+    def close_handlers(self) -> TextClause: ...
+    @property
+    def mark_handler(self) -> TextClause: ...
+    @property
+    def undo_handler(self) -> TextClause: ...
+
+
+def mark_statements(conn: Connection | AsyncConnection) -> MarkStatements:
+    """The savepoint statements for ``conn``'s server."""
+    if conn.dialect.name in MYSQL_DIALECTS:
+        from ledgerq.ledger.mysql.window import WQ  # only on MySQL: no driver otherwise
+
+        return WQ
+    return Q
+
+
 class HandlerMarks:
     """The savepoints of a sync batched window's handlers, sent on the driver's
     connection (``open_handlers`` ... ``close_handlers``, ``mark_handler``,
@@ -63,9 +89,10 @@ class HandlerMarks:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self._root = conn.get_transaction()
+        self._sql = mark_statements(conn)
         driver: Any = conn.connection.driver_connection
         self._cursor = driver.cursor()  # one for the window: a fifth cheaper per statement
-        self._run(Q.open_handlers)
+        self._run(self._sql.open_handlers)
 
     def _run(self, statement: TextClause) -> None:
         self._cursor.execute(statement.text)
@@ -76,30 +103,36 @@ class HandlerMarks:
         return self._root is not None and self._root.is_active
 
     def mark(self) -> None:
-        self._run(Q.mark_handler)
+        self._run(self._sql.mark_handler)
 
     def undo(self) -> None:
         while (nested := self._conn.get_nested_transaction()) is not None:
             nested.rollback()
-        self._run(Q.undo_handler)
+        self._run(self._sql.undo_handler)
 
     def close(self) -> None:
-        self._run(Q.close_handlers)
+        self._run(self._sql.close_handlers)
 
 
 class AsyncHandlerMarks:
-    """:class:`HandlerMarks` for an async window, on the psycopg async connection
-    (no greenlet hop); open it with :meth:`open` once the rows are locked."""
+    """:class:`HandlerMarks` for an async window, on the driver's async connection
+    (psycopg's or aiomysql's: no greenlet hop); open it with :meth:`open` once the
+    rows are locked."""
 
-    def __init__(self, conn: AsyncConnection, driver: Any) -> None:
+    def __init__(self, conn: AsyncConnection, cursor: Any) -> None:
         self._conn = conn
-        self._cursor = driver.cursor()
+        self._cursor = cursor
         self._root = conn.get_transaction()
+        self._sql = mark_statements(conn)
 
     @classmethod
     async def open(cls, conn: AsyncConnection) -> AsyncHandlerMarks:
-        marks = cls(conn, (await conn.get_raw_connection()).driver_connection)
-        await marks._run(Q.open_handlers)
+        driver: Any = (await conn.get_raw_connection()).driver_connection
+        cursor = driver.cursor()
+        if inspect.isawaitable(cursor):  # aiomysql's cursor() is a coroutine
+            cursor = await cursor
+        marks = cls(conn, cursor)
+        await marks._run(marks._sql.open_handlers)
         return marks
 
     async def _run(self, statement: TextClause) -> None:
@@ -111,21 +144,27 @@ class AsyncHandlerMarks:
         return self._root is not None and self._root.is_active
 
     async def mark(self) -> None:
-        await self._run(Q.mark_handler)
+        await self._run(self._sql.mark_handler)
 
     async def undo(self) -> None:
         while (nested := self._conn.get_nested_transaction()) is not None:
             await nested.rollback()
-        await self._run(Q.undo_handler)
+        await self._run(self._sql.undo_handler)
 
     async def close(self) -> None:
-        await self._run(Q.close_handlers)
+        await self._run(self._sql.close_handlers)
 
 
 def end_window(engine: Engine, holder: tuple[int, datetime]) -> bool:
     """End (roll back, unlock) the transaction ``holder`` names, from a connection of
-    ``engine``; whether it was still there to end."""
+    ``engine``; whether it was still there to end. On MySQL and MariaDB: ``KILL`` of
+    its connection, if it is still in that transaction (:mod:`ledgerq.ledger.mysql.window`)."""
     pid, began = holder
+    if engine.dialect.name in MYSQL_DIALECTS:
+        from ledgerq.ledger.mysql import window
+
+        with engine.connect() as conn:
+            return window.end_window(conn, pid, began)
     with engine.connect() as conn:
         ended = conn.execute(Q.end_window, {"pid": pid, "began": began}).scalar()
         conn.commit()

@@ -3,7 +3,10 @@
 
 - ``my.effect`` (sync) writes one row of ``mariadb_effects`` through
   ``ctx.session``: the row and the task's ``succeeded`` commit together (the
-  worker's fenced finish runs in the handler's transaction, on MySQL);
+  worker's fenced finish runs in the handler's transaction, or its batched
+  window's, on MySQL); with ``payload["fail"]`` it raises after writing on its
+  first attempt (its write undone alone, the window's others kept) and is
+  retried at once;
 - ``my.async_effect`` does the same from an async handler;
 - ``my.crash_once`` marks its start in ``payload["dir"]`` (``started-<attempt>``),
   hangs on its first attempt (the test SIGKILLs its worker there), and on a later
@@ -24,9 +27,11 @@ from ledgerq import AsyncTaskContext, TaskContext, task
 EFFECT = text("INSERT INTO mariadb_effects (task_id, attempt, n) VALUES (:task_id, :attempt, :n)")
 
 
-@task("my.effect")
+@task("my.effect", retry=[0.0])
 def effect(payload: Any, ctx: TaskContext) -> dict[str, int]:
     ctx.session.execute(EFFECT, {"task_id": ctx.id, "attempt": ctx.attempt, "n": payload["n"]})
+    if payload.get("fail") and ctx.attempt == 1:
+        raise RuntimeError("one bad apple, after its write")
     return {"n": payload["n"]}
 
 

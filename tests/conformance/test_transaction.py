@@ -75,6 +75,7 @@ async def test_succeed_is_fenced_and_commits_with_the_callers_work(
     assert (await ledger.show(done))["result"] == {"ok": 1}
 
 
+@ON_MARIADB
 async def test_lock_running_locks_the_fenced_running_rows_for_the_transaction(
     ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
 ) -> None:

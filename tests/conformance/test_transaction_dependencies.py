@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from ledgerq import Action, TaskFilter, TaskSpec
+from ledgerq.compose.storage import sync_engine
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import InvalidTaskError
 from ledgerq.ledger.after import (
@@ -20,12 +23,12 @@ from ledgerq.ledger.after import (
     DependencyShardError,
     UnknownDependencyError,
 )
-from ledgerq.ledger.model import Outcome
-from ledgerq.ledger.pg.engines import libpq_url, sync_engine
-from ledgerq.ledger.pg.tx import PgTx
+from ledgerq.ledger.binds import tx_for
+from ledgerq.ledger.model import ClaimedTask, Outcome
+from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.protocol import LedgerWithHarness
 from ledgerq.ledger.split.ids import SHARD_SHIFT
-from tests.conformance.conftest import ONE_DATABASE, AsyncTransaction, Transaction
+from tests.conformance.conftest import ON_MARIADB, ONE_DATABASE, AsyncTransaction, Transaction
 from tests.conformance.support import UNKNOWN_ID, claim_one, publish
 
 IMPLEMENTATIONS = ONE_DATABASE
@@ -36,6 +39,7 @@ async def _succeed(ledger: LedgerWithHarness, task_id: int, result: str | None =
     assert [f.id for f in await ledger.finish([Outcome.succeeded(task.fence, result)])]
 
 
+@ON_MARIADB
 async def test_a_chain_and_a_join_wait_until_every_dependency_succeeded(
     ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
 ) -> None:
@@ -68,6 +72,7 @@ async def test_a_chain_and_a_join_wait_until_every_dependency_succeeded(
     assert [d["id"] for d in (await ledger.find(first))["dependents"]] == [second, join]
 
 
+@ON_MARIADB
 async def test_a_failed_dependency_cancels_its_dependents_down_the_chain_unless_always(
     ledger: LedgerWithHarness, transaction: Transaction
 ) -> None:
@@ -93,6 +98,7 @@ async def test_a_failed_dependency_cancels_its_dependents_down_the_chain_unless_
     assert await ledger.whereabouts([late]) == {late: "cancelled"}
 
 
+@ON_MARIADB
 async def test_a_dependent_the_ledger_cancels_keeps_its_tags_and_expiry_in_history(
     ledger: LedgerWithHarness, transaction: Transaction
 ) -> None:
@@ -113,8 +119,9 @@ async def test_a_dependent_the_ledger_cancels_keeps_its_tags_and_expiry_in_histo
     assert [int(t["id"]) for t in found] == [tagged]
 
 
+@ON_MARIADB
 async def test_bad_after_lists_are_refused_with_nothing_written(
-    ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
+    ledger: LedgerWithHarness, transaction: Transaction
 ) -> None:
     with transaction() as tx:
         real = tx.enqueue(TaskSpec("conf.dep"))
@@ -134,9 +141,16 @@ async def test_bad_after_lists_are_refused_with_nothing_written(
             TaskSpec("conf.dep.bad", **options)
     with pytest.raises(InvalidTaskError, match="unique"):
         TaskSpec("conf.dep.bad", business_key="k", unique=True, after=[real])
+    with transaction() as tx:
+        assert tx.list_tasks(TaskFilter(kind="conf.dep.bad")) == []
+
+
+async def test_the_ledger_refuses_a_task_naming_itself(
+    ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
+) -> None:
+    with transaction() as tx:
+        real = tx.enqueue(TaskSpec("conf.dep"))
     with psycopg.connect(libpq_url(databases[0].database_url)) as conn:
-        bad = conn.execute("SELECT count(*) FROM ledgerq_tasks WHERE kind = 'conf.dep.bad'")
-        assert bad.fetchone() == (0,)
         # The ledger's own guard: a task naming itself (SQLSTATE LQD01).
         with pytest.raises(psycopg.Error) as caught:
             conn.execute(
@@ -145,6 +159,7 @@ async def test_bad_after_lists_are_refused_with_nothing_written(
         assert caught.value.sqlstate == "LQD01"
 
 
+@ON_MARIADB
 async def test_two_dependencies_ending_at_once_release_their_join_exactly_once(
     ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
 ) -> None:
@@ -158,8 +173,9 @@ async def test_two_dependencies_ending_at_once_release_their_join_exactly_once(
     second_done = threading.Event()
 
     def second() -> None:
-        with other.begin() as conn:
-            assert PgTx(conn).succeed([fences[1]]) == {b}  # waits on the join's lock
+        with Session(other) as session, session.begin():
+            # waits on the join's lock
+            assert tx_for(session, "conformance").succeed([fences[1]]) == {b}
         second_done.set()
 
     def both() -> None:
@@ -201,6 +217,7 @@ async def test_release_stuck_makes_a_missed_release_once(
     assert await ledger.whereabouts([waiting]) == {waiting: "pending"}
 
 
+@ON_MARIADB
 async def test_a_waiting_task_keeps_its_place_in_its_ordering_key_without_holding_its_dependency(
     ledger: LedgerWithHarness, transaction: Transaction
 ) -> None:
@@ -216,13 +233,21 @@ async def test_a_waiting_task_keeps_its_place_in_its_ordering_key_without_holdin
 
 
 def _stamps(databases: list[Settings], task_id: int) -> list[datetime | None]:
-    """The ``ended_at`` of each edge of ``task_id`` (as the dependent), by dependency."""
-    with psycopg.connect(libpq_url(databases[0].database_url)) as conn:
-        rows = conn.execute(
-            "SELECT ended_at FROM ledgerq_dependencies WHERE task_id = %s ORDER BY depends_on",
-            (task_id,),
-        ).fetchall()
-    return [r[0] for r in rows]
+    """The ``ended_at`` of each edge of ``task_id`` (as the dependent), by dependency
+    (MySQL's DATETIME is UTC without a zone)."""
+    engine = sync_engine(databases[0], "ledgerq-conformance-stamps", pool_size=1)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT ended_at FROM ledgerq_dependencies WHERE task_id = :id"
+                    " ORDER BY depends_on"
+                ),
+                {"id": task_id},
+            ).all()
+    finally:
+        engine.dispose()
+    return [r[0] if r[0] is None or r[0].tzinfo else r[0].replace(tzinfo=UTC) for r in rows]
 
 
 def _finished(transaction: Transaction, task_id: int) -> datetime | None:
@@ -231,6 +256,7 @@ def _finished(transaction: Transaction, task_id: int) -> datetime | None:
     return found.finished_at
 
 
+@ON_MARIADB
 async def test_edges_are_stamped_when_their_dependent_ends_and_pruned_once_it_is_gone(
     ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
 ) -> None:
@@ -262,6 +288,7 @@ async def test_edges_are_stamped_when_their_dependent_ends_and_pruned_once_it_is
     assert (await ledger.find(dep))["dependents"] == []
 
 
+@ON_MARIADB
 async def test_a_dependent_retried_from_history_keeps_its_edges_and_is_stamped_again(
     ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
 ) -> None:
@@ -284,3 +311,134 @@ async def test_a_dependent_retried_from_history_keeps_its_edges_and_is_stamped_a
     assert second_end == _finished(transaction, dependent)
     assert second_end is not None and second_end > first_end
     assert await ledger.prune_dependencies(later, 10) == 1
+
+
+@ON_MARIADB
+async def test_a_dependency_ending_while_its_dependent_is_enqueued_releases_it_either_way(
+    ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
+) -> None:
+    """THE race: the producer's lock on the dependency and the finish's serialise
+    them. Producer first: the finish waits for its commit, then sees the new edge.
+    Finish first: the producer waits for its commit, then finds the dependency ended."""
+    first, second = await _claimed_pair(ledger, transaction)
+    other = sync_engine(databases[0], "ledgerq-conformance-tx2", pool_size=1)
+    done = threading.Event()
+    waiting: list[int] = []
+
+    def finish(fence: tuple[int, int]) -> None:
+        with Session(other) as session, session.begin():
+            assert tx_for(session, "conformance").succeed([fence]) == {fence[0]}
+        done.set()
+
+    def enqueue(after: int) -> None:
+        with Session(other) as session, session.begin():
+            waiting.append(
+                tx_for(session, "conformance").enqueue(TaskSpec("conf.dep", after=[after]))
+            )
+        done.set()
+
+    def producer_first() -> None:
+        with transaction() as tx:
+            waiting.append(tx.enqueue(TaskSpec("conf.dep", after=[first.id])))
+            thread = threading.Thread(target=finish, args=(first.fence,))
+            thread.start()
+            assert not done.wait(0.3)  # the finish waits for the producer's commit
+        thread.join(30)
+
+    def finish_first() -> None:
+        with transaction() as tx:
+            assert tx.succeed([second.fence]) == {second.id}
+            thread = threading.Thread(target=enqueue, args=(second.id,))
+            thread.start()
+            assert not done.wait(0.3)  # the producer waits for the finish's commit
+        thread.join(30)
+
+    try:
+        await asyncio.to_thread(producer_first)
+        assert done.is_set()
+        done.clear()
+        await asyncio.to_thread(finish_first)
+        assert done.is_set()
+    finally:
+        other.dispose()
+    assert await ledger.whereabouts([first.id, second.id, *waiting]) == {
+        first.id: "succeeded",
+        second.id: "succeeded",
+        waiting[0]: "pending",
+        waiting[1]: "pending",
+    }
+
+
+async def _claimed_pair(
+    ledger: LedgerWithHarness, transaction: Transaction
+) -> tuple[ClaimedTask, ClaimedTask]:
+    with transaction() as tx:
+        a, b = tx.enqueue_many([TaskSpec("conf.dep"), TaskSpec("conf.dep")])
+    return await claim_one(ledger, a), await claim_one(ledger, b)
+
+
+@ON_MARIADB
+async def test_release_stuck_makes_the_release_a_stale_snapshot_missed(
+    ledger: LedgerWithHarness, transaction: Transaction, databases: list[Settings]
+) -> None:
+    """A dependency ended in a REPEATABLE READ transaction whose snapshot predates
+    its dependent's commit: the end cannot see the edge (on both servers); the
+    reconciler's safety net makes the release, once."""
+    dep, _ = await _claimed_pair(ledger, transaction)
+    stale = sync_engine(databases[0], "ledgerq-conformance-stale", pool_size=1)
+    repeatable = stale.execution_options(isolation_level="REPEATABLE READ")
+    try:
+        with Session(repeatable) as session, session.begin():
+            old = tx_for(session, "conformance")
+            old.list_tasks(TaskFilter(kind="conf.dep"))  # the snapshot is taken here
+            with transaction() as tx:
+                waiting = tx.enqueue(TaskSpec("conf.dep", after=[dep.id]))
+            assert old.succeed([dep.fence]) == {dep.id}
+    finally:
+        stale.dispose()
+    assert await ledger.whereabouts([waiting]) == {waiting: "waiting"}
+    assert await ledger.release_stuck(10) == [(waiting, "released")]
+    assert await ledger.release_stuck(10) == []
+    assert await ledger.whereabouts([waiting]) == {waiting: "pending"}
+
+
+@ON_MARIADB
+async def test_a_cascading_cancel_follows_dependents_even_those_that_would_run_anyway(
+    ledger: LedgerWithHarness, transaction: Transaction
+) -> None:
+    with transaction() as tx:
+        root, other = tx.enqueue_many([TaskSpec("conf.dep"), TaskSpec("conf.dep")])
+        plain = tx.enqueue(TaskSpec("conf.dep", after=[root]))
+        anyway = tx.enqueue(TaskSpec("conf.dep", after=[root], after_policy="always"))
+        anyway_other = tx.enqueue(TaskSpec("conf.dep", after=[other], after_policy="always"))
+    with transaction() as tx:
+        cascaded = tx.act(Action.cancel(cascade=True), TaskFilter(ids=(root,)), actor="ops")
+        tx.act(Action.cancel(), TaskFilter(ids=(other,)), actor="ops")
+    assert (cascaded.changed, cascaded.cascaded) == (1, 1)
+    assert await ledger.whereabouts([root, plain, anyway, other, anyway_other]) == {
+        root: "cancelled",
+        plain: "cancelled",  # by the ledger: its dependency was cancelled
+        anyway: "cancelled",  # by the cascade (always would have run it)
+        other: "cancelled",
+        anyway_other: "pending",  # no cascade: always runs it
+    }
+
+
+@ON_MARIADB
+async def test_a_dependency_that_expires_cancels_its_dependents(
+    ledger: LedgerWithHarness, transaction: Transaction
+) -> None:
+    with transaction() as tx:
+        dep = tx.enqueue(TaskSpec("conf.dep", expires=60))
+        waiting = tx.enqueue(TaskSpec("conf.dep", after=[dep]))
+        always = tx.enqueue(TaskSpec("conf.dep", after=[dep], after_policy="always"))
+    await ledger.backdate([dep], "expires_at", 1)
+
+    assert await ledger.expire_due(10) == [dep]
+
+    assert await ledger.whereabouts([dep, waiting, always]) == {
+        dep: "cancelled",
+        waiting: "cancelled",  # in the expiry's own transaction, not by the safety net
+        always: "pending",
+    }
+    assert await ledger.release_stuck(10) == []

@@ -72,6 +72,7 @@ async def test_ended_results_reads_live_and_ended_tasks_in_one_snapshot(
     assert afound[done] == found[done]
 
 
+@ON_MARIADB
 async def test_child_results_pages_a_family_in_id_order(
     ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
 ) -> None:

@@ -153,7 +153,10 @@ def test_bench_direct_measures_the_direct_path_and_pgqueuer(settings: Settings) 
     """``--direct``: no broker at all (the AMQP URL names a closed port), no relay."""
     _drop_bench_database(settings)
     result = subprocess.run(
-        [sys.executable, "-m", "ledgerq", "bench", "--direct", "--tasks", "300", "--json"],
+        [
+            *(sys.executable, "-m", "ledgerq", "bench", "--direct", "--tasks", "300"),
+            *("--idle-rate", "100", "--json"),
+        ],
         env=ledgerq_env(settings, LEDGERQ_AMQP_URL="amqp://guest:guest@127.0.0.1:1/"),
         capture_output=True,
         text=True,
@@ -165,6 +168,8 @@ def test_bench_direct_measures_the_direct_path_and_pgqueuer(settings: Settings) 
     assert data["config"]["direct"] is True
     positive = ("direct_drain_per_s", "direct_drain_cpu_ms_per_task", "worker_rss_mb")
     assert all(data[key] > 0 for key in positive), data
+    # the idle latency of the direct path (woken by NOTIFY), its workers warmed up first
+    assert 0 < data["direct_latency_ms"]["p50"] <= data["direct_latency_ms"]["p99"]
     assert data["pgqueuer_per_s"] > 0  # pgqueuer comes with the dev extra
     assert data["direct_vs_pgqueuer"] == round(
         data["direct_drain_per_s"] / data["pgqueuer_per_s"], 2

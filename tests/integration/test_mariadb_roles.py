@@ -2,9 +2,9 @@
 MySQL and MariaDB"), applied with the exact statements of ``ledger/mysql/roles.sql``
 to a throwaway database on the real MariaDB, with throwaway roles and users: a
 migrator user runs ``ledgerq migrate``, a producer enqueues (plain, ``unique``,
-``once``, a batch) and waits with ``result()``, a ``--direct`` worker and the
-reconciler (rescue and retention's partitions) run as the service, an operator
-reads; and each is refused what its role does not grant.
+``once``, a batch, one ``after=`` another, a child of it) and waits with ``result()``, a
+``--direct`` worker and the reconciler (rescue and retention's partitions) run
+as the service, an operator reads; and each is refused what its role does not grant.
 
 Roles and users are server-wide, so each carries a suffix of its own run; the
 database, users and roles are dropped afterwards, even when a test fails."""
@@ -156,8 +156,10 @@ def test_each_process_runs_under_its_role_and_is_refused_the_rest(roles: Roles) 
             batch = ledgerq.enqueue_many(
                 session, [TaskSpec("my.effect", {"n": 10 + i}) for i in range(5)]
             )
+            after = ledgerq.enqueue(session, "my.effect", {"n": 5}, after=[plain])
+            child = ledgerq.enqueue(session, "my.effect", {"n": 6}, parent_id=plain)
         assert again == unique
-        ids = [plain, unique, once, *batch]
+        ids = [plain, unique, once, *batch, after, child]
 
         worker = spawn(roles.settings("service"), "worker", "--direct", "--app",
                        "tests.apps.mariadb_app")  # fmt: skip

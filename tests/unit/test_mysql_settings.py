@@ -37,10 +37,14 @@ def test_the_async_url_swaps_the_driver_and_keeps_the_rest() -> None:
     )
 
 
-def test_a_mysql_ledger_is_one_database_without_a_pooler() -> None:
-    with pytest.raises(ConfigError, match="takes one database"):
-        Settings(database_url=f"{URL},mariadb+pymysql://app@db2/shop")
-    with pytest.raises(ConfigError, match="takes one database"):
+def test_a_mysql_ledger_splits_across_mysql_databases_only_and_takes_no_pooler() -> None:
+    split = Settings(database_url=f"{URL},mariadb+pymysql://app@db2/shop")
+    assert split.on_mysql and split.ledger_shard_count == 2
+    assert split.ledger_shard(1).database_url == "mariadb+pymysql://app@db2/shop"
+    for mixed in (f"{URL},postgresql://app@db2/shop", f"postgresql://app@db2/shop,{URL}"):
+        with pytest.raises(ConfigError, match="lists MySQL / MariaDB and PostgreSQL databases"):
+            Settings(database_url=mixed)
+    with pytest.raises(ConfigError, match="takes no LEDGERQ_DATABASE_POOLER"):
         Settings(database_url=URL, database_pooler="transaction")
 
 

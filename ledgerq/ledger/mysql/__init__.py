@@ -13,8 +13,11 @@ audit; :mod:`.operations_pauses`: pauses and rate limits, which the pick honours
 (:mod:`.metering`: the token buckets), as it does ordering keys, and their
 release, :mod:`.keys`; :mod:`.expiry`: tasks not started by their expiry), inspection
 (:mod:`.inspection`: what ``ledgerq stats`` and ``ledgerq kinds list`` read),
-the dashboard's reads (:mod:`.overview`: no rollup, history read directly), and
-the testing protocol.
+the dashboard's reads (:mod:`.overview`: no rollup, history read directly), the
+ledger split across databases (each database's shard and id range:
+:mod:`.shards`), dependencies between tasks (:mod:`.dependencies`: ``after=``),
+fan-out (:mod:`.families`: ``parent_id``, ``on_children_done``), and the testing
+protocol.
 :class:`MyLedger` does not implement the whole
 :class:`~ledgerq.ledger.protocol.Ledger` yet: the composition root hands it
 only to what it serves.

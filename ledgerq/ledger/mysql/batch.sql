@@ -41,7 +41,7 @@ INSERT INTO ledgerq_tasks (kind, queue, payload, business_key, dedupe_key, prior
                            trace_context, ordering_key, expires_at, tags, created_at)
 SELECT r.kind, r.queue, r.payload, r.business_key, NULL, r.priority, COALESCE(r.shard, 0),
        COALESCE(r.run_at, UTC_TIMESTAMP(6) + INTERVAL r.delay_us MICROSECOND), 'pending',
-       r.max_attempts, r.retry, r.timeout_s, NULL, r.trace_context, r.ordering_key,
+       r.max_attempts, r.retry, r.timeout_s, r.parent_id, r.trace_context, r.ordering_key,
        COALESCE(r.expires_at, UTC_TIMESTAMP(6) + INTERVAL r.expires_us MICROSECOND), r.tags,
        UTC_TIMESTAMP(6)
 FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
@@ -57,6 +57,7 @@ FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
          max_attempts  INT          PATH '$.max_attempts',
          retry         LONGTEXT     PATH '$.retry',
          timeout_s     DOUBLE       PATH '$.timeout_s',
+         parent_id     BIGINT       PATH '$.parent_id',
          trace_context LONGTEXT     PATH '$.trace_context',
          ordering_key  LONGTEXT     PATH '$.ordering_key',
          expires_at    DATETIME(6)  PATH '$.expires_at',

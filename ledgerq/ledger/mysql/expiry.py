@@ -6,7 +6,10 @@ service ends the rest a page at a time (:func:`expire_page`, the reconciler's
 ``expire_due``). Either way the row goes to history ``cancelled`` with
 ``expired`` set and ``last_error`` "expired: not started by <time>", no attempt
 ended, and one audit record per statement's batch (actor ``ledgerq``, action
-``expire``, each task ``changed``), in the caller's transaction.
+``expire``, each task ``changed``), in the caller's transaction, which then
+judges what waited for them and their families, as every plan that ends tasks
+does (:func:`.families.after_ended`: a dependent of an expired task is cancelled,
+a family whose last member expired completes).
 
 Races: the rows are locked before they are judged (the claims' locks;
 ``expiring``'s ``SKIP LOCKED``), and judged on their latest version, so a row
@@ -26,6 +29,7 @@ from typing import Any
 
 from sqlalchemy import TextClause
 
+from ledgerq.ledger.mysql import families
 from ledgerq.ledger.mysql.answer import Answer
 from ledgerq.ledger.mysql.audit import AQ, SYSTEM_ACTOR
 from ledgerq.ledger.mysql.queries import LIBRARY
@@ -85,4 +89,5 @@ def _end(ids: list[int]) -> _Plan:
     yield AQ.count_audit_batch, {"audit_id": audit_id, **counts}
     rows = json.dumps([[task_id, "changed"] for task_id in ids])
     yield AQ.record_audit_tasks, {"audit_id": audit_id, "rows": rows}
+    yield from families.after_ended(dict.fromkeys(ids, "cancelled"))
     return ids

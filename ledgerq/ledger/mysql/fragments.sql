@@ -66,9 +66,9 @@ AND d.beat_at + INTERVAL CAST(d.silence_s * 1000000 AS SIGNED) MICROSECOND
 -- m0006's index (ordering_key, status, id) alone, without the rows. A dead or
 -- cancelled task has left the hot table and holds nothing, unless it is a
 -- dead task of a kind registered with ordering "block" (ledgerq_kinds.ordering,
--- migration m0009) with a smaller id that no operator released
+-- migration m0010) with a smaller id that no operator released
 -- (ledgerq_key_releases, by its epoch): that holds the key's later tasks. The
--- history probe (migration m0009's index, ordering_key, status, id) is made
+-- history probe (migration m0010's index, ordering_key, status, id) is made
 -- only while some kind blocks (the uncorrelated NOT EXISTS, read once).
 (NOT EXISTS (SELECT 1 FROM ledgerq_pauses)
  OR (NOT EXISTS (SELECT 1 FROM ledgerq_pauses p WHERE p.scope = 'queue' AND p.name = t.queue)

@@ -14,6 +14,8 @@ from sqlalchemy import TextClause
 
 from ledgerq.ledger.model import TaskTiming
 from ledgerq.ledger.mysql.base import MyBase, micros, translated
+from ledgerq.ledger.mysql.dependencies import DQ
+from ledgerq.ledger.mysql.families import FQ
 from ledgerq.ledger.mysql.operations_pauses import PQ
 from ledgerq.ledger.mysql.operations_plans import OPQ
 from ledgerq.ledger.mysql.queries import MQ
@@ -58,6 +60,7 @@ class MyHarness(MyBase):
     async def truncate(self, *, keep_subscriptions: bool = False) -> None:
         statements = [MQ.truncate_tasks, MQ.truncate_history, MQ.truncate_keys, MQ.truncate_kinds]
         statements += [OPQ.truncate_audit, PQ.truncate_pauses]  # the operator's (m0002, m0003)
+        statements += [DQ.truncate_dependencies, FQ.truncate_families]  # m0007
         if not keep_subscriptions:
             statements += [MQ.truncate_subscriptions, MQ.truncate_workers]
         with translated():

@@ -1,5 +1,5 @@
 """Ordering that blocks on the MySQL / MariaDB ledger (``keys.sql``, migration
-m0009): what a worker registers for its kinds (``@task(ordering=...)``), and
+m0010): what a worker registers for its kinds (``@task(ordering=...)``), and
 ``ledgerq tasks release-key``, as PostgreSQL's :mod:`ledgerq.ledger.keys`.
 
 A dead task of a kind registered ``ordering="block"`` holds its key's later

@@ -1,6 +1,6 @@
 -- Ordering that blocks on the MySQL / MariaDB ledger (ledger/mysql/keys.py): what
 -- a worker registers (ledgerq_kinds.ordering) and an operator's release of a
--- key held by dead tasks (ledgerq_key_releases), migration m0009. PostgreSQL's
+-- key held by dead tasks (ledgerq_key_releases), migration m0010. PostgreSQL's
 -- register_ordering (queries.sql), key_holders, key_tasks and release_key
 -- (operations.sql), without RETURNING or unnest.
 

@@ -1,5 +1,5 @@
 """Rate limits on the MySQL / MariaDB ledger: the token buckets of ``ledgerq_kinds``
-(migration m0008; statements in ``metering.sql``), as PostgreSQL's ``ledgerq_pick``
+(migration m0009; statements in ``metering.sql``), as PostgreSQL's ``ledgerq_pick``
 meters them (migration 0014), for every caller of the one pick rule: the relay's
 window and the reconciler's overdue pick (:func:`ledgerq.ledger.mysql.relay.pick`)
 and the direct claim (:func:`ledgerq.ledger.mysql.plans.claim_due`).

@@ -1,5 +1,5 @@
 -- Rate limits on the MySQL / MariaDB ledger (ledger/mysql/metering.py): the
--- token buckets of ledgerq_kinds (migration m0008), which the one pick rule's
+-- token buckets of ledgerq_kinds (migration m0009), which the one pick rule's
 -- callers (the relay's window, the reconciler's overdue pick, the direct claim)
 -- take tokens from, and the limits operators and workers write. PostgreSQL's
 -- buckets and taken (migration 0014, ledgerq_pick), set_limit

@@ -29,6 +29,8 @@ from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.mysql import keys
 from ledgerq.ledger.mysql import operations_plans as ops
 from ledgerq.ledger.mysql.base import MyBase, aware, decoded, translated
+from ledgerq.ledger.mysql.dependencies import DQ
+from ledgerq.ledger.mysql.families import FQ
 from ledgerq.ledger.mysql.plans import Answer, AsyncRunner, Runner, async_runner
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.mysql.rows import shown
@@ -120,8 +122,15 @@ class MyOperations(MyBase):
         task["audit"] = audit_rows(TASK_AUDIT_COLUMNS, audit)
         family = dict((await self._rows(ops.OPQ.family, {"id": task_id}))[0]._mapping)
         counts: dict[str, Any] = {k: int(v or 0) for k, v in family.items()}
-        task["children"] = children_summary({**counts, "completed_at": None, "callback_id": None})
-        task.update(graph([]))  # no dependencies (after=) on the MySQL ledger
+        row = await self._rows(FQ.family_row, {"id": task_id})
+        completed_at, callback_id = (
+            (row[0].completed_at, row[0].callback_id) if row else (None, None)
+        )
+        completed = None if completed_at is None else jsonable(aware(completed_at))
+        task["children"] = children_summary(
+            {**counts, "completed_at": completed, "callback_id": callback_id}
+        )
+        task.update(graph(await self._rows(DQ.task_graph, {"id": task_id})))
         return task
 
     async def audit(

@@ -40,9 +40,11 @@ ORDER BY id DESC
 LIMIT :limit
 
 -- name: lock_queued
--- cancel, first step: the batch's tasks that have not started.
+-- cancel, first step: the batch's tasks that have not started (waiting ones
+-- included: their dependents are judged in the same transaction,
+-- ledger/mysql/dependencies.py released_by).
 SELECT t.id FROM ledgerq_tasks t
-WHERE {{fenced}} AND t.status IN ('pending', 'published')
+WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published')
 ORDER BY t.id
 FOR UPDATE
 
@@ -51,7 +53,7 @@ FOR UPDATE
 -- column, no attempt ended (its log is kept), no de-duplication key (the key is
 -- free for a new task). Its message, if one is queued, claims nothing (the row
 -- is gone from the hot table: delete_cancelled).
--- transitions: pending -> cancelled, published -> cancelled
+-- transitions: waiting -> cancelled, pending -> cancelled, published -> cancelled
 INSERT INTO ledgerq_history (id, {{task_columns}})
 SELECT t.id, t.kind, t.queue, t.payload, t.business_key, NULL, t.priority, t.shard, t.run_at,
        'cancelled', t.attempts, t.max_attempts, t.retry, t.epoch, NULL, t.heartbeat_at,
@@ -60,12 +62,12 @@ SELECT t.id, t.kind, t.queue, t.payload, t.business_key, NULL, t.priority, t.sha
        t.attempt_log, UTC_TIMESTAMP(6), t.trace_context, t.ordering_key, t.progress, t.route,
        t.sticky_worker, t.sticky_until, t.expires_at, FALSE, t.tags
 FROM ledgerq_tasks t
-WHERE {{fenced}} AND t.status IN ('pending', 'published')
+WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published')
 
 -- name: delete_cancelled
 -- The rows bury_cancelled copied leave the hot table (locked since lock_queued).
 DELETE t FROM ledgerq_tasks t
-WHERE {{fenced}} AND t.status IN ('pending', 'published')
+WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published')
 
 -- name: lock_running
 -- cancel of a running task, first step.
@@ -132,7 +134,7 @@ WHERE {{fenced}} AND t.status IN ('pending', 'published')
 -- name: lock_live
 -- set-attempts and set-priority, first step: the batch's live tasks.
 SELECT t.id FROM ledgerq_tasks t
-WHERE {{fenced}} AND t.status IN ('pending', 'published', 'running')
+WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published', 'running')
 ORDER BY t.id
 FOR UPDATE
 
@@ -141,27 +143,32 @@ FOR UPDATE
 -- the new limit ends dead if this attempt fails.
 UPDATE ledgerq_tasks t
 SET t.max_attempts = :max_attempts
-WHERE {{fenced}} AND t.status IN ('pending', 'published', 'running')
+WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published', 'running')
 
 -- name: set_priority
 -- A live task's priority (a task already published keeps its message's).
 UPDATE ledgerq_tasks t
 SET t.priority = :priority
-WHERE {{fenced}} AND t.status IN ('pending', 'published', 'running')
+WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published', 'running')
 
 -- name: live_descendants
 -- The live tasks below :ids in the fan-out tree (children, their children,
--- ...), for a cascading cancel; the walk goes through finished tasks too (each
--- step reads the parent_id index of both tables). UNION (not ALL) stops at a
--- task already met.
+-- ...) and in the dependency graph (the tasks enqueued after=... one of them,
+-- their dependents, ...), for a cascading cancel; the walk goes through
+-- finished tasks too (each step reads the parent_id index of both tables and
+-- the edges' depends_on index). UNION (not ALL) stops at a task already met.
 WITH RECURSIVE tree (id) AS (
     SELECT c.id FROM ledgerq_tasks c WHERE c.parent_id IN :ids
     UNION
     SELECT c.id FROM ledgerq_history c WHERE c.parent_id IN :ids
     UNION
+    SELECT e.task_id FROM ledgerq_dependencies e WHERE e.depends_on IN :ids
+    UNION
     SELECT c.id FROM ledgerq_tasks c JOIN tree ON c.parent_id = tree.id
     UNION
     SELECT c.id FROM ledgerq_history c JOIN tree ON c.parent_id = tree.id
+    UNION
+    SELECT e.task_id FROM ledgerq_dependencies e JOIN tree ON e.depends_on = tree.id
 )
 SELECT t.id, t.epoch, t.status
 FROM ledgerq_tasks t
@@ -169,8 +176,8 @@ WHERE t.id IN (SELECT id FROM tree) AND t.id NOT IN :ids
 ORDER BY t.id
 
 -- name: family
--- A parent's children counted by status, live and finished (``show``). The
--- MySQL ledger keeps no family row: no completion, no callback.
+-- A parent's children counted by status, live and finished (``show``; its
+-- completion and callback: families.sql family_row).
 SELECT COALESCE(SUM(c.status = 'pending'), 0) AS pending,
        COALESCE(SUM(c.status = 'published'), 0) AS published,
        COALESCE(SUM(c.status = 'running'), 0) AS running,

@@ -1,6 +1,6 @@
 """The operator's pauses and rate limits on the MySQL / MariaDB ledger
 (``operations_pauses.sql``, table ``ledgerq_pauses`` of migration m0003;
-``metering.sql``, the buckets of migration m0008): ``pause``, ``resume``,
+``metering.sql``, the buckets of migration m0009): ``pause``, ``resume``,
 ``pauses``, ``set_limit`` and ``kinds`` (``ledgerq kinds list``), as PostgreSQL's
 :mod:`ledgerq.ledger.pg.scheduling`.
 

@@ -40,7 +40,7 @@ SELECT scope, name, paused_at, actor, reason FROM ledgerq_pauses ORDER BY scope,
 
 -- name: list_kinds
 -- Every kind with a limit, a pause or ordering "block", and how many of its
--- tasks wait (migrations m0008 and m0009 for the limits and orderings).
+-- tasks wait (migrations m0009 and m0010 for the limits and orderings).
 SELECT n.kind, k.rate_per_s, k.burst, p.paused_at IS NOT NULL AS paused,
        COALESCE(k.ordering, 'release') AS ordering,
        (SELECT COUNT(*) FROM ledgerq_tasks t WHERE t.kind = n.kind AND t.status = 'pending')

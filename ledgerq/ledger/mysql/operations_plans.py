@@ -48,6 +48,7 @@ from ledgerq.ledger.actions import (
     task_row,
 )
 from ledgerq.ledger.filters import STATUSES, TaskFilter
+from ledgerq.ledger.mysql import families
 from ledgerq.ledger.mysql.audit import AQ
 from ledgerq.ledger.mysql.base import aware, decoded
 from ledgerq.ledger.mysql.engines import utc
@@ -166,6 +167,13 @@ def compare_and_set(
     return won
 
 
+def _ended(statement: TextClause, won: set[int]) -> Generator[Step, Answer, None]:
+    """What the tasks a cancel just ended end in turn, in the same transaction:
+    their waiting dependents, their families (:func:`.families.after_ended`)."""
+    if statement is OQ.cancel_queued and won:
+        yield from families.after_ended(dict.fromkeys(sorted(won), "cancelled"))
+
+
 def _routed(action: Action, row: Mapping[str, Any], now: datetime) -> Any:
     """The route (or skip reason) of ``row``, with reschedule's time as MySQL binds it."""
     return action.route(row["status"], datetime.fromisoformat(row["run_at"]), now)
@@ -191,6 +199,7 @@ def _batch(
             won = {r["id"] for r in rows}
         else:
             won = yield from compare_and_set(ROUTES[id(statement)], rows, params)
+            yield from _ended(statement, won)
         for row in rows:
             outcome[row["id"]] = "changed" if row["id"] in won else MOVED_ON
         report.changed += len(won)
@@ -219,6 +228,7 @@ def _cascade(ids: list[int], report: Report) -> Generator[Step, Answer, dict[int
             won = {r["id"] for r in group}
         else:
             won = yield from compare_and_set(ROUTES[id(statement)], group, {})
+            yield from _ended(statement, won)
         for row in group:
             outcome[row["id"]] = CASCADED if row["id"] in won else MOVED_ON
         report.cascaded += len(won)

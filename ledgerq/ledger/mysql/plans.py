@@ -24,9 +24,10 @@ from sqlalchemy import Connection, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
 from sqlalchemy.orm import Session, scoped_session
 
-from ledgerq.core.errors import LedgerqError, NotBuiltOnMySQLError
+from ledgerq.core.errors import LedgerqError
+from ledgerq.ledger.after import After
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, Outcome
-from ledgerq.ledger.mysql import batch, expiry, metering
+from ledgerq.ledger.mysql import batch, dependencies, expiry, families, metering
 from ledgerq.ledger.mysql.answer import Answer as Answer
 from ledgerq.ledger.mysql.base import error_number, micros
 from ledgerq.ledger.mysql.engines import utc
@@ -170,22 +171,11 @@ def async_runner(executor: object, caller: str) -> AsyncRunner:
 
 # -- the producer's insert ------------------------------------------------------------
 
-#: What the MySQL ledger does not do yet, by TaskSpec field: refused at enqueue
-#: rather than stored and ignored (docs/guarantees.md, "On MySQL and MariaDB").
-_NOT_BUILT = {
-    "parent_id": "fan-out (parent_id)",
-}
-
 
 def insert_params(spec: TaskSpec) -> dict[str, Any]:
-    """The insert's parameters for ``spec`` (validated), or a refusal of what the MySQL
-    ledger does not do yet."""
+    """The insert's parameters for ``spec`` (validated): every TaskSpec field is
+    stored on MySQL as on PostgreSQL."""
     params = spec.params()
-    if spec.dependencies() is not None:
-        raise NotBuiltOnMySQLError("after= (task dependencies) is not built on MySQL yet")
-    for name, what in _NOT_BUILT.items():
-        if params.get(name) is not None:
-            raise NotBuiltOnMySQLError(f"{what} is not built on MySQL yet")
     params["run_at"] = utc(params["run_at"])
     params["delay_us"] = micros(params.pop("delay_s") or 0.0)
     params["expires_at"] = utc(params["expires_at"])
@@ -264,7 +254,8 @@ def _met_live_duplicate(params: dict[str, Any]) -> Plan[int | None]:
 
 def enqueue_many(specs: Sequence[TaskSpec]) -> Plan[list[int]]:
     """Insert ``specs`` in order: the new ids, in input order (duplicates left out);
-    every spec is validated before the first insert.
+    every spec is validated, and the tasks named in ``after`` locked
+    (:func:`.dependencies.check`), before the first insert.
 
     The tasks without a de-duplication key go in batches of one statement each
     (:mod:`ledgerq.ledger.mysql.batch`: ``INSERT ... SELECT FROM JSON_TABLE``, then
@@ -275,9 +266,15 @@ def enqueue_many(specs: Sequence[TaskSpec]) -> Plan[list[int]]:
     place in the order. On MySQL under its default mode 2 ("interleaved"), which
     has no ``RETURNING``: one insert per task, an id per row from the driver.
     The server is asked once per call, and only when a batch of two or more
-    tasks is to be inserted."""
+    tasks is to be inserted. The tasks with ``after`` then wait
+    (:func:`.dependencies.add`)."""
     rows = [insert_params(spec) for spec in specs]
+    afters = [spec.dependencies() for spec in specs]
+    yield from dependencies.check(afters)
+    yield from families.open_families(params["parent_id"] for params in rows)
+    position = {id(params): k for k, params in enumerate(rows)}
     ids: list[int] = []
+    new: dict[int, After] = {}
     back: batch.IdsBack | None = None
     for batched, run in batch.runs(rows):
         if batched and len(run) > 1:
@@ -286,12 +283,21 @@ def enqueue_many(specs: Sequence[TaskSpec]) -> Plan[list[int]]:
                 returning, consecutive, step = asked.rows[0]
                 back = batch.IdsBack(bool(consecutive), bool(returning), int(step))
             if back.batches:
-                ids.extend((yield from _insert_batch(run, back)))
+                run_ids = yield from _insert_batch(run, back)
+                ids.extend(run_ids)
+                for task_id, params in zip(run_ids, run, strict=True):
+                    after = afters[position[id(params)]]
+                    if after is not None:
+                        new[task_id] = after
                 continue
         for params in run:
             task_id, inserted = yield from enqueue_one(params)
             if inserted:
                 ids.append(task_id)
+                after = afters[position[id(params)]]
+                if after is not None:
+                    new[task_id] = after
+    yield from dependencies.add(new)
     return ids
 
 
@@ -321,7 +327,13 @@ def _insert_batch(run: Sequence[dict[str, Any]], back: batch.IdsBack) -> Plan[li
 
 def enqueue_single(spec: TaskSpec) -> Plan[int]:
     """One task: its id, or the id of the task holding its key (nothing inserted)."""
-    task_id, _ = yield from enqueue_one(insert_params(spec))
+    params = insert_params(spec)
+    after = spec.dependencies()
+    yield from dependencies.check([after])
+    yield from families.open_families([params["parent_id"]])
+    task_id, _ = yield from enqueue_one(params)
+    if after is not None:
+        yield from dependencies.add({task_id: after})
     return task_id
 
 
@@ -434,7 +446,8 @@ def claim_due(
 def finish(outcomes: Sequence[Outcome]) -> Plan[list[Finished]]:
     """How attempts ended, one verdict per row, fenced: lock the rows still running
     under their fences and decide where each goes (lock_finishing, which also reads
-    the database's clock: the attempts' end), then bury what ends and send the rest
+    the database's clock: the attempts' end), then bury what ends (and judge the
+    tasks waiting for them and their families: :func:`.families.after_ended`) and send the rest
     back to pending."""
     verdicts = {o.id: o for o in sorted(outcomes, key=lambda o: o.id)}
     if not verdicts:
@@ -472,6 +485,7 @@ def finish(outcomes: Sequence[Outcome]) -> Plan[list[Finished]]:
         ids = {"ids": list(ended), "batch": _keyed(ended), "at": at}
         yield MQ.bury, ids
         yield MQ.delete_ended, {"ids": list(ended)}
+        yield from families.after_ended({i: str(e["ended_as"]) for i, e in ended.items()})
     if retried:
         yield MQ.retry_tasks, {"ids": list(retried), "batch": _keyed(retried), "at": at}
     return finished

@@ -269,11 +269,14 @@ SELECT id, {{task_columns}}, 'history' AS location FROM ledgerq_history WHERE id
 
 -- name: try_reconciler_lock
 -- A named lock, held by the session that took it (not by a transaction):
--- one reconciler acts at a time. 0: do not wait for it.
-SELECT GET_LOCK('ledgerq.reconciler', 0)
+-- one reconciler acts at a time on this database. 0: do not wait for it. A
+-- lock's name is the server's, not the database's: the name carries the
+-- database's digest, so the ledgers of two databases on one server (two
+-- deployments, or two ledger shards) never skip each other's passes.
+SELECT GET_LOCK(CONCAT('ledgerq.reconciler.', MD5(DATABASE())), 0)
 
 -- name: release_reconciler_lock
-SELECT RELEASE_LOCK('ledgerq.reconciler')
+SELECT RELEASE_LOCK(CONCAT('ledgerq.reconciler.', MD5(DATABASE())))
 
 -- name: silent_workers
 -- Workers every one of whose running rows has an expired lease, and how many

@@ -24,8 +24,8 @@ version, then written by id, fenced on (id, epoch, status).
 - ``expire_due`` ends queued rows past their expiry, a page at a time, as
   PostgreSQL's: cancelled and expired, audited (:func:`.expiry.expire_page`;
   a row a relay or a worker holds is skipped, and its claim ends it).
-- ``release_stuck`` has nothing to do: dependencies (``after=``) are refused
-  at enqueue on MySQL, so no task waits.
+- ``release_stuck`` judges waiting tasks none of whose dependencies is live (a
+  release their ends missed), in one transaction: :func:`.families.release_stuck`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from sqlalchemy import TextClause
 
 from ledgerq.ledger.model import DueTask
-from ledgerq.ledger.mysql import expiry, plans
+from ledgerq.ledger.mysql import expiry, families, plans
 from ledgerq.ledger.mysql.audit import SYSTEM_ACTOR, record_audit
 from ledgerq.ledger.mysql.base import micros, translated
 from ledgerq.ledger.mysql.queries import LIBRARY
@@ -132,6 +132,7 @@ class MyReconcile(MyRelay):
                 return await plans.adrive(expiry.expire_page(limit), run)
 
     async def release_stuck(self, limit: int) -> list[tuple[int, str]]:
-        """Nothing: dependencies are refused at enqueue on MySQL (the module docstring)."""
-        del limit
-        return []
+        with translated():
+            async with self.engine.begin() as conn:
+                run = plans.async_runner(conn, "ledgerq")
+                return await plans.adrive(families.release_stuck(limit), run)

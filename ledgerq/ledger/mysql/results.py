@@ -32,7 +32,7 @@ from ledgerq.core.config import Settings
 from ledgerq.ledger.mysql.base import aware, decoded, translated
 from ledgerq.ledger.mysql.plans import Plan
 from ledgerq.ledger.sql import load_in_lists
-from ledgerq.ledger.task_result import TaskResult, not_found
+from ledgerq.ledger.task_result import TaskResult, children_params, not_found
 
 #: The first poll's wait, and how much longer each next one waits (up to poll_s).
 FIRST_POLL_S = 0.01
@@ -44,6 +44,7 @@ class ResultQueries:
     """``ledger/mysql/results.sql``."""
 
     ended_results: TextClause
+    child_results: TextClause
 
 
 RQ = load_in_lists(ResultQueries, "ledgerq.ledger.mysql", "results.sql")
@@ -83,6 +84,12 @@ def ended_results(ids: Sequence[int]) -> Plan[list[TaskResult]]:
     if not wanted:
         return []
     answer = yield RQ.ended_results, {"ids": wanted}
+    return [_task_result(row) for row in answer.rows]
+
+
+def child_results(parent_id: int, after: int, limit: int) -> Plan[list[TaskResult]]:
+    """``ctx.children``: a page of ``parent_id``'s children, live and finished."""
+    answer = yield RQ.child_results, children_params(parent_id, after, limit)
     return [_task_result(row) for row in answer.rows]
 
 

@@ -17,3 +17,23 @@ UNION ALL
 SELECT id, kind, status, result, last_error, attempts, max_attempts, created_at,
        started_at, finished_at, 'history' AS location
 FROM ledgerq_history WHERE id IN :ids
+
+-- name: child_results
+-- A parent's children (parent_id), live and finished, in id order from above
+-- :after (keyset paging), at most :limit; the same columns as ended_results.
+-- Each table by its parent_id index.
+SELECT id, kind, status, result, last_error, attempts, max_attempts, created_at,
+       started_at, finished_at, location
+FROM (
+    (SELECT id, kind, status, result, last_error, attempts, max_attempts, created_at,
+            started_at, finished_at, 'live' AS location
+     FROM ledgerq_tasks WHERE parent_id = :parent_id AND id > :after
+     ORDER BY id LIMIT :limit)
+    UNION ALL
+    (SELECT id, kind, status, result, last_error, attempts, max_attempts, created_at,
+            started_at, finished_at, 'history' AS location
+     FROM ledgerq_history WHERE parent_id = :parent_id AND id > :after
+     ORDER BY id LIMIT :limit)
+) c
+ORDER BY id
+LIMIT :limit

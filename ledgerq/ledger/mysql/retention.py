@@ -31,8 +31,9 @@ these differences from PostgreSQL:
 - On a server without partitioning (the migration then left history as one
   table) there are no days: :meth:`history_days` is empty, :meth:`add_history_day`
   and :meth:`drop_history_day` return None, and retention deletes in batches.
-- :meth:`prune_dependencies` returns 0: dependencies (``after=``) are refused on
-  MySQL, so there are no edges to prune.
+- :meth:`prune_dependencies` deletes edges (``after=``) whose dependent ended
+  before the cutoff and is not live, oldest first, one batch per statement
+  (``dependencies.sql``), as PostgreSQL's ``ledgerq_dependencies_prune``.
 
 Every statement but the partition changes (one connection, under the named
 lock) runs alone in autocommit.
@@ -54,6 +55,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ledgerq.core.errors import TransientStorageError
 from ledgerq.ledger.model import HistoryDay
 from ledgerq.ledger.mysql.base import MyBase, aware, translated
+from ledgerq.ledger.mysql.dependencies import DQ
 from ledgerq.ledger.mysql.engines import utc
 from ledgerq.ledger.sql import load
 
@@ -184,9 +186,10 @@ class MyRetention(MyBase):
                 return int((await conn.execute(RQ.purge_history_batch, params)).rowcount)
 
     async def prune_dependencies(self, before: datetime, limit: int) -> int:
-        """Nothing to prune: a task with dependencies (``after=``) is refused on
-        MySQL / MariaDB, so no dependency edge exists there."""
-        return 0
+        params = {"before": utc(before), "limit": limit}
+        with translated():
+            async with self._autocommit.connect() as conn:
+                return int((await conn.execute(DQ.prune_dependencies, params)).rowcount)
 
     async def count_purgeable(self, befores: Mapping[str, datetime]) -> dict[str, int]:
         counts = {}

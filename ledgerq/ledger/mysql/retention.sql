@@ -24,10 +24,10 @@ ORDER BY partition_ordinal_position
 -- name: take_lock
 -- One pass changes history's partitions at a time (a named lock, held by the
 -- session): another waits up to 2 s for it.
-SELECT GET_LOCK('ledgerq.retention', 2) AS taken
+SELECT GET_LOCK(CONCAT('ledgerq.retention.', MD5(DATABASE())), 2) AS taken
 
 -- name: release_lock
-SELECT RELEASE_LOCK('ledgerq.retention')
+SELECT RELEASE_LOCK(CONCAT('ledgerq.retention.', MD5(DATABASE())))
 
 -- name: short_lock_wait
 -- A partition change waits at most 2 s for history's metadata lock (a long

@@ -15,13 +15,19 @@ CREATE ROLE IF NOT EXISTS ledgerq_producer;
 CREATE ROLE IF NOT EXISTS ledgerq_service;
 CREATE ROLE IF NOT EXISTS ledgerq_operator;
 CREATE ROLE IF NOT EXISTS ledgerq_admin;
+-- The worker's batched window names its transaction in INNODB_TRX, which
+-- takes PROCESS, a server-wide right (it also lists every login's statements):
+-- ledger/mysql/window.py. Without it windows still run, but a window abandoned
+-- by a hung handler keeps its row locks until that handler returns.
+GRANT PROCESS ON *.* TO ledgerq_service;
 
 -- name: grant_database
 -- Once per ledger database, by an account holding these privileges WITH GRANT
 -- OPTION (root): the migrator creates, alters and drops ledgerq's tables in
 -- it (and Alembic's version table). MySQL grants on a database name, not on
 -- what a role owns: there is no owner whose objects the others are granted.
-GRANT CREATE, ALTER, DROP, INDEX, REFERENCES, SELECT, INSERT, UPDATE, DELETE
+GRANT CREATE, ALTER, DROP, INDEX, REFERENCES, SELECT, INSERT, UPDATE, DELETE,
+      CREATE ROUTINE, ALTER ROUTINE, EXECUTE
     ON ledgerq_database_name.* TO ledgerq_migrator;
 
 -- name: grant_objects
@@ -50,6 +56,18 @@ GRANT INSERT (kind, business_key, task_id, created_at),
       UPDATE (task_id),
       SELECT (kind, business_key, task_id)
     ON ledgerq_unique_keys TO ledgerq_producer;
+-- after=: the producer locks the named tasks (SELECT id, status above),
+-- inserts its tasks' edges, and the migrator's procedure (m0007, run as its
+-- definer) sets them waiting or judges them at once: no UPDATE or DELETE of a
+-- task, no write to history, for the producer itself.
+GRANT INSERT (task_id, depends_on, always) ON ledgerq_dependencies TO ledgerq_producer;
+GRANT EXECUTE ON PROCEDURE ledgerq_after_add TO ledgerq_producer;
+-- An after= naming a task found nowhere: is it another ledger shard's?
+GRANT SELECT ON ledgerq_ledger_shard TO ledgerq_producer;
+-- parent_id: a child's insert creates its family's row (or meets it) and reads
+-- whether the family has completed.
+GRANT INSERT (parent_id, created_at), SELECT (parent_id, completed_at)
+    ON ledgerq_families TO ledgerq_producer;
 --
 -- Service (relay, workers, reconciler): reads and writes the task tables,
 -- registrations and liveness. Retention drops and adds history's day
@@ -66,7 +84,11 @@ GRANT SELECT, INSERT, UPDATE ON ledgerq_audit TO ledgerq_service;
 GRANT SELECT, INSERT ON ledgerq_audit_tasks TO ledgerq_service;
 GRANT SELECT ON ledgerq_pauses TO ledgerq_service;
 GRANT SELECT ON ledgerq_key_releases TO ledgerq_service;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_dependencies TO ledgerq_service;
+GRANT SELECT, INSERT, UPDATE ON ledgerq_families TO ledgerq_service;
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service;
+-- The start check reads which ledger shard the database is (migration m0008).
+GRANT SELECT ON ledgerq_ledger_shard TO ledgerq_service;
 --
 -- Operator: reads everything ledgerq keeps, changes nothing.
 GRANT SELECT ON ledgerq_tasks TO ledgerq_operator;
@@ -79,7 +101,10 @@ GRANT SELECT ON ledgerq_audit TO ledgerq_operator;
 GRANT SELECT ON ledgerq_audit_tasks TO ledgerq_operator;
 GRANT SELECT ON ledgerq_pauses TO ledgerq_operator;
 GRANT SELECT ON ledgerq_key_releases TO ledgerq_operator;
+GRANT SELECT ON ledgerq_dependencies TO ledgerq_operator;
+GRANT SELECT ON ledgerq_families TO ledgerq_operator;
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_operator;
+GRANT SELECT ON ledgerq_ledger_shard TO ledgerq_operator;
 --
 -- Admin: the operator's reads (its role granted to it), and the operator's
 -- actions: fenced changes to live tasks, a retry from history, and their audit.
@@ -94,3 +119,5 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_pauses TO ledgerq_admin;
 GRANT SELECT, INSERT, UPDATE ON ledgerq_kinds TO ledgerq_admin;
 -- `ledgerq tasks release-key`: a death released (ledger/mysql/keys.sql).
 GRANT SELECT, INSERT ON ledgerq_key_releases TO ledgerq_admin;
+GRANT SELECT, UPDATE ON ledgerq_dependencies TO ledgerq_admin;
+GRANT SELECT, UPDATE ON ledgerq_families TO ledgerq_admin;

@@ -34,14 +34,14 @@ own, on a connection in READ COMMITTED (set for every connection of the engine,
   busy, not lost), as PostgreSQL's does.
 
 What the worker registers at its start: per-kind defaults
-(``@task(max_attempts=..., retry=..., timeout=...)``) and rate limits
+(``@task(max_attempts=..., retry=..., timeout=...)``), rate limits
 (``@task(rate_limit=...)``, the buckets every pick meters: :mod:`.metering`),
-and orderings (``@task(ordering="block")``: :mod:`.keys`), each written only
-where it differs from the stored one (a restart does not refill a bucket).
-The rest of what it registers for other processes' scheduling (sticky
-retries, fan-out callbacks) is not built on MySQL: a worker whose tasks
-declare one stops at its start with
-:class:`~ledgerq.core.errors.NotBuiltOnMySQLError` rather than run without it.
+orderings (``@task(ordering="block")``: :mod:`.keys`) and fan-out callbacks
+(``@task(on_children_done=...)``, :mod:`.families`), each written only where it
+differs from the stored one (a restart does not refill a bucket). Sticky
+retries are not built on MySQL: a worker whose tasks declare one stops at its
+start with :class:`~ledgerq.core.errors.NotBuiltOnMySQLError` rather than run
+without it.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from ledgerq.core.errors import NotBuiltOnMySQLError, TaskNotFoundError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, KindDefaults, Outcome
 from ledgerq.ledger.mysql import plans
 from ledgerq.ledger.mysql.base import MyBase, decoded, micros, translated
+from ledgerq.ledger.mysql.families import FQ
 from ledgerq.ledger.mysql.keys import KQ
 from ledgerq.ledger.mysql.metering import MeQ
 from ledgerq.ledger.mysql.queries import MQ
@@ -220,10 +221,23 @@ class MyServices(MyBase):
         return []
 
     async def register_children_done(self, callbacks: Mapping[str, str | None]) -> list[str]:
-        fanned = sorted(k for k, v in callbacks.items() if v is not None)
-        if fanned:
-            _not_built(f"fan-out callbacks (@task(on_children_done=...) of {', '.join(fanned)})")
-        return []
+        """Write each kind's callback that differs from the stored one (a kind without
+        one and without a row is not written); the kinds written."""
+        if not callbacks:
+            return []
+        rows = await self._rows(FQ.children_done_kinds, {"kinds": sorted(callbacks)})
+        stored = {str(r.kind): r.on_children_done for r in rows}
+        changed = sorted(
+            kind
+            for kind, callback in callbacks.items()
+            if stored.get(kind) != callback and (kind in stored or callback is not None)
+        )
+        if changed:
+            params = [{"kind": kind, "callback": callbacks[kind]} for kind in changed]
+            with translated():
+                async with self.engine.begin() as conn:
+                    await conn.execute(FQ.set_children_done, params)
+        return changed
 
     async def register_defaults(self, defaults: Mapping[str, KindDefaults]) -> list[str]:
         """Write each kind's defaults that differ from the stored ones; the kinds written."""

@@ -8,11 +8,13 @@ when the caller's transaction commits.
 Built so far: the producer's ``enqueue`` and ``enqueue_many`` (``unique`` and
 ``once`` included; ``enqueue_many`` batches on MariaDB: :func:`plans.enqueue_many`),
 the worker's writes inside a handler's transaction (``succeed``,
-``save_checkpoint``), and the operator's in-transaction API (``list_tasks``,
+``save_checkpoint``) and the batched window's row locks (``lock_running``:
+:mod:`.window`), and the operator's in-transaction API (``list_tasks``,
 ``act``: :mod:`.operations_plans`, every batch in the caller's transaction,
-which commits them all or none). The rest of
+which commits them all or none). ``ended_results``, ``dependency_results``
+(``ctx.dependencies``) and ``child_results`` (``ctx.children``) read. The rest of
 :class:`~ledgerq.ledger.protocol.TxLedger` (``release_key``,
-the batched window's row locks, results and dependencies) raises
+and the waiters' registry) raises
 :class:`~ledgerq.core.errors.NotBuiltOnMySQLError` before it runs anything.
 
 Isolation is the caller's: these statements run in whatever level the caller's
@@ -36,7 +38,7 @@ from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.model import Fence, Outcome
-from ledgerq.ledger.mysql import operations, operations_plans, plans, results
+from ledgerq.ledger.mysql import dependencies, operations, operations_plans, plans, results, window
 from ledgerq.ledger.options import AuditOptions
 from ledgerq.ledger.protocol import Locked
 from ledgerq.ledger.specs import TaskSpec, chunks
@@ -88,16 +90,16 @@ class MyTx:
         operations.release_key_not_built()
 
     def lock_running(self, fences: Sequence[Fence]) -> Locked:
-        _not_built("the batched window (lock_running)")
+        return plans.drive(window.lock_running(fences), self._run)
 
     def dependency_results(self, task_id: int) -> dict[int, Any]:
-        _not_built("ctx.dependencies")
+        return plans.drive(dependencies.dependency_results(task_id), self._run)
 
     def ended_results(self, ids: Sequence[int]) -> list[TaskResult]:
         return plans.drive(results.ended_results(ids), self._run)
 
     def child_results(self, parent_id: int, after: int = 0, limit: int = 100) -> list[TaskResult]:
-        _not_built("ctx.children")
+        return plans.drive(results.child_results(parent_id, after, limit), self._run)
 
     def announce_waiting(self, registry: str, until_s: float) -> None:
         _not_built("result() waiters' registry (a waiter polls on MySQL: mysql/results.py)")
@@ -144,10 +146,10 @@ class MyAsyncTx:
         operations.release_key_not_built()
 
     async def lock_running(self, fences: Sequence[Fence]) -> Locked:
-        _not_built("the batched window (lock_running)")
+        return await plans.adrive(window.lock_running(fences), self._run)
 
     async def dependency_results(self, task_id: int) -> dict[int, Any]:
-        _not_built("ctx.dependencies")
+        return await plans.adrive(dependencies.dependency_results(task_id), self._run)
 
     async def ended_results(self, ids: Sequence[int]) -> list[TaskResult]:
         return await plans.adrive(results.ended_results(ids), self._run)
@@ -155,7 +157,7 @@ class MyAsyncTx:
     async def child_results(
         self, parent_id: int, after: int = 0, limit: int = 100
     ) -> list[TaskResult]:
-        _not_built("ctx.children")
+        return await plans.adrive(results.child_results(parent_id, after, limit), self._run)
 
     async def announce_waiting(self, registry: str, until_s: float) -> None:
         _not_built("result() waiters' registry (a waiter polls on MySQL: mysql/results.py)")

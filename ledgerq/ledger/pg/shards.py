@@ -4,16 +4,13 @@
 (k, n) in ``ledgerq_ledger_shard`` and narrows the id sequence to shard k's
 range (:func:`ledgerq.ledger.split.ids.id_range`), in one transaction. A
 database that already records another index is refused
-(:class:`~ledgerq.core.errors.ConfigError`): its ids carry that index, and a
-database never changes shard. The count may change (databases appended to the
-list; keys then route anew, see docs/howto.md).
+(:func:`~ledgerq.ledger.split.identity.refuse_reassignment`): its ids carry
+that index, and a database never changes shard. The count may change
+(databases appended to the list; keys then route anew, see docs/howto.md).
 
-:func:`check_identity` is every service's start check (through
-:func:`~ledgerq.ledger.pg.migrate.check_schema`): the database at position k
-of ``LEDGERQ_DATABASE_URL`` must say (k, n). A reordered list, a database
-missing from it or a wrong one is a one-line ConfigError, never silent
-misrouting. A one-database ledger that ``migrate`` never assigned passes (a
-ledger migrated by Alembic directly, as some tools do).
+:func:`~ledgerq.ledger.split.identity.check_identity` is every service's start
+check (through :func:`~ledgerq.ledger.pg.migrate.check_schema`), the same on
+MySQL / MariaDB.
 """
 
 from __future__ import annotations
@@ -26,17 +23,13 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.pool import NullPool
 
 from ledgerq.core.config import Settings
-from ledgerq.core.errors import ConfigError, SchemaError, ServiceUnavailableError
-from ledgerq.core.masking import mask_url
+from ledgerq.core.errors import ServiceUnavailableError
 from ledgerq.ledger.pg.base import first_line
+from ledgerq.ledger.split.identity import Identity, check_identity, refuse_reassignment
 from ledgerq.ledger.split.ids import id_range
 from ledgerq.ledger.sql import HQ
 
 SHARD_TABLE = "ledgerq_ledger_shard"
-#: (shard_index, shard_count) as a database records it; None: not recorded.
-Identity = tuple[int, int] | None
-
-_SETTING = "LEDGERQ_DATABASE_URL"
 
 
 def identity_of(conn: psycopg.Connection[Any]) -> Identity:
@@ -62,33 +55,7 @@ def assign(settings: Settings, url: str, index: int, count: int) -> None:
         raise ServiceUnavailableError("PostgreSQL", url, first_line(exc.orig or exc)) from exc
     finally:
         engine.dispose()
-    if recorded is not None and recorded != index:
-        raise ConfigError(
-            f"{_SETTING} lists {mask_url(settings.database_url)} as ledger shard {index}, "
-            f"but it is ledger shard {recorded} (its task ids say so): list the databases "
-            "in their original order; a database never changes shard"
-        )
+    refuse_reassignment(settings.database_url, index, recorded)
 
 
-def check_identity(url: str, identity: Identity, index: int, count: int) -> None:
-    """Raise unless the database at ``url`` (position ``index`` of ``count``) says so."""
-    where = mask_url(url)
-    if identity is None:
-        if count == 1:
-            return
-        raise SchemaError(
-            f"{where} does not record which ledger shard it is: run `ledgerq migrate` "
-            f"with the full {_SETTING} list"
-        )
-    if identity[0] != index:
-        raise ConfigError(
-            f"{_SETTING} lists {where} as ledger shard {index}, but it is ledger shard "
-            f"{identity[0]} of {identity[1]}: restore the list's order (a reordered list "
-            "would send tasks to the wrong database)"
-        )
-    if identity[1] != count:
-        raise ConfigError(
-            f"{_SETTING} lists {count} ledger shard(s), but {where} was migrated as shard "
-            f"{index} of {identity[1]}: give every process the same list, and run "
-            "`ledgerq migrate` after adding a database"
-        )
+__all__ = ["SHARD_TABLE", "Identity", "assign", "check_identity", "identity_of"]

@@ -52,7 +52,7 @@ from ledgerq.ledger.plans import adrive, drive, list_params
 from ledgerq.ledger.protocol import Locked
 from ledgerq.ledger.specs import TaskSpec, chunks, rows_document
 from ledgerq.ledger.sql import AQ, OQ, XQ, Q
-from ledgerq.ledger.task_result import TaskResult, task_result
+from ledgerq.ledger.task_result import TaskResult, children_params, task_result
 
 
 def _succeeded(fences: Sequence[Fence], results: Sequence[str | None] | None) -> dict[str, Any]:
@@ -71,12 +71,6 @@ def _checkpoint(fence: Fence, state_json: str) -> dict[str, Any]:
 
 
 # -- the producer's insert ------------------------------------------------------------
-
-
-def _children(parent_id: int, after: int, limit: int) -> dict[str, Any]:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        raise ValueError(f"children(limit=...) is 1 to 10000, got {limit!r}")
-    return {"parent_id": parent_id, "after": after, "limit": limit}
 
 
 def _lookup(params: dict[str, Any]) -> tuple[TextClause, TextClause, dict[str, Any]]:
@@ -238,7 +232,7 @@ class PgTx:
         return [task_result(r) for r in self._run(XQ.ended_results, {"ids": list(ids)})]
 
     def child_results(self, parent_id: int, after: int = 0, limit: int = 100) -> list[TaskResult]:
-        params = _children(parent_id, after, limit)
+        params = children_params(parent_id, after, limit)
         return [task_result(r) for r in self._run(XQ.child_results, params)]
 
     def announce_waiting(self, registry: str, until_s: float) -> None:
@@ -319,7 +313,7 @@ class PgAsyncTx:
     async def child_results(
         self, parent_id: int, after: int = 0, limit: int = 100
     ) -> list[TaskResult]:
-        rows = await self._run(XQ.child_results, _children(parent_id, after, limit))
+        rows = await self._run(XQ.child_results, children_params(parent_id, after, limit))
         return [task_result(r) for r in rows]
 
     async def announce_waiting(self, registry: str, until_s: float) -> None:

@@ -14,8 +14,8 @@ migrations 0007 and 0015):
   keyed task while some kind blocks, from the index alone (one probe per
   partition of dead rows).
 
-Revision ID: m0009
-Revises: m0008
+Revision ID: m0010
+Revises: m0009
 Create Date: 2026-11-28
 """
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "m0009"
-down_revision = "m0008"
+revision = "m0010"
+down_revision = "m0009"
 branch_labels = None
 depends_on = None
 

@@ -10,8 +10,8 @@ PostgreSQL's ``ledgerq_kinds`` holds them (migration 0007).
   at most its whole tokens and writes the rest back in the same transaction as
   the rows it admits (ledger/mysql/metering.py).
 
-Revision ID: m0008
-Revises: m0006
+Revision ID: m0009
+Revises: m0008
 Create Date: 2026-11-28
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "m0008"
-down_revision = "m0006"
+revision = "m0009"
+down_revision = "m0008"
 branch_labels = None
 depends_on = None
 
