@@ -130,9 +130,9 @@ async def open_operator_ledger(
 def mysql_ledgers(settings: Settings, application_name: str, pool_size: int) -> list[MyLedger]:
     """One :class:`~ledgerq.ledger.mysql.MyLedger` per ledger shard of a MySQL / MariaDB
     URL list, in shard order (the MySQL modules imported only here: a PostgreSQL
-    process never loads them). What is not built there (pauses, rate limits,
-    ``release-key``) raises :class:`NotBuiltOnMySQLError` when asked, before it
-    touches anything."""
+    process never loads them). What is not built there (docs/guarantees.md, "On
+    MySQL and MariaDB") raises :class:`NotBuiltOnMySQLError` when asked, before
+    it touches anything."""
     from ledgerq.ledger.mysql import MyLedger  # a MySQL URL only
     from ledgerq.ledger.mysql import engines as my_engines
 
