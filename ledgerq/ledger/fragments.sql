@@ -154,7 +154,17 @@ SELECT kind FROM differing UNION ALL SELECT kind FROM defaulted
 -- that moved on since, claimed, retried, rescheduled, is left alone, and the
 -- statement's RETURNING leaves it out, so the caller counts it as skipped).
 -- The statement follows it with the statuses it expects (AND t.status ...).
-FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
+-- The rows are locked first, in id order (the sort below the lock), whatever
+-- plan joins them: a worker's finish locks in id order too (its planner joins
+-- the sorted arrays by primary key), and an UPDATE joined by hash would lock in
+-- heap order, where a row updated since lies after the rows beside it: the two
+-- would deadlock (tests/integration/test_operations.py, "id order"). A row
+-- gone meanwhile is not locked, and not changed.
+FROM (SELECT u.id, u.epoch
+      FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS u(id, epoch)
+      JOIN ledgerq_tasks x ON x.id = u.id
+      ORDER BY u.id
+      FOR UPDATE OF x) AS m
 WHERE t.id = m.id AND t.epoch = m.epoch
 
 -- fragment: status_and_kind(task)

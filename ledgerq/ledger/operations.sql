@@ -44,10 +44,13 @@ LIMIT :limit
 -- task (after=...) is cancelled likewise; its dependents are judged by the
 -- release trigger in this transaction (migration 0020).
 -- transitions: waiting -> cancelled, pending -> cancelled, published -> cancelled
-WITH m AS (
-    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS m(id, epoch)
-), ended AS (
-    DELETE FROM ledgerq_tasks t USING m
+WITH ended AS (
+    DELETE FROM ledgerq_tasks t
+    USING (SELECT u.id, u.epoch
+           FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS u(id, epoch)
+           JOIN ledgerq_tasks x ON x.id = u.id
+           ORDER BY u.id
+           FOR UPDATE OF x) AS m  -- locked in id order first (fragments.sql, fence)
     WHERE t.id = m.id AND t.epoch = m.epoch AND t.status IN ('waiting', 'pending', 'published')
     RETURNING t.*, 'cancelled' AS ended_as, now() AS ended_at,
               CAST(NULL AS text) AS ended_worker, t.last_error AS ended_error,

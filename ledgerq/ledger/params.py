@@ -1,7 +1,11 @@
 """Bound parameters for the batch statements: parallel arrays, in id order.
 
-Rows are always locked in id order, so two batches that touch the same rows
-cannot deadlock each other.
+Rows are locked in id order, so two batches that touch the same rows cannot
+deadlock each other. The sorted arrays give that order only to a plan that walks
+them (a nested loop into the primary key: the worker's and the direct claim's
+planner settings, ``ledger/pg/engines.py``); the statements of other connections
+(an operator's action, the relay's return of unpublished rows) lock their rows
+in id order explicitly first (``fence`` in ``fragments.sql``).
 """
 
 from __future__ import annotations

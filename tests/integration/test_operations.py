@@ -8,9 +8,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
+import psycopg
 import pytest
+from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
@@ -28,16 +31,18 @@ from ledgerq import (
     alist_tasks,
     list_tasks,
 )
-from ledgerq.compose import open_worker
+from ledgerq.compose import open_ledger, open_worker
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.core.config import Settings
 from ledgerq.ledger.actions import MOVED_ON, NOT_FOUND, plan
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import async_engine, sync_engine
+from ledgerq.ledger.pg.engines import async_engine, libpq_url, sync_engine
 from ledgerq.ledger.plans import adrive
+from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.sql import OQ
 from tests.harness import Pipeline, enqueue_committed, subscribe_like_worker
+
 
 FAST = WorkerConfig(concurrency=8, lease_s=5, heartbeat_s=0.2, grace_s=5)
 CANCEL = Action.cancel()
@@ -363,3 +368,48 @@ async def test_the_async_api_runs_inside_the_callers_transaction(settings: Setti
         await engine.dispose()
     assert report.changed == 1 and inside["status"] == "cancelled"
     assert after["status"] == "pending"  # rolled back with the caller's transaction
+
+
+async def test_an_action_locks_its_rows_in_id_order_whatever_the_plan(
+    settings: Settings, ledger: PgLedger
+) -> None:
+    """A worker's finish locks its rows in id order (its planner joins by primary key,
+    in the order of the sorted arrays). An action must too, or the two deadlock and
+    PostgreSQL aborts one: here the action's connection is made to scan the hot table
+    and hash-join it, which visits a row updated since later than the rows beside it."""
+    low, high = enqueue_committed(settings, [TaskSpec("ops.order"), TaskSpec("ops.order")])
+    await ledger.subscribe("ops-test", [Subscription("default", capacity=10)], 600.0)
+    async with ledger.publish_batch(10) as batch:
+        await batch.mark_published([r for r in batch.rows if r.id in (low, high)])
+    assert {t.id for t in await ledger.claim([(low, 0), (high, 0)], "ops-test", 30.0)} == {
+        low, high
+    }
+    scans = "-c enable_indexscan=off -c enable_bitmapscan=off -c enable_nestloop=off"
+    url = make_url(settings.database_url).update_query_dict({"options": scans})
+    hashing = replace(settings, database_url=url.render_as_string(False))
+    with psycopg.connect(libpq_url(settings.database_url)) as worker:
+        # the newest version of ``low`` now lies after ``high``'s in the heap
+        worker.execute("UPDATE ledgerq_tasks SET progress = NULL WHERE id = %s", (low,))
+        worker.commit()
+        worker.execute("SELECT id FROM ledgerq_tasks WHERE id = %s FOR UPDATE", (low,))
+        async with open_ledger(hashing, "ledgerq-ops-hashing", pool_size=1) as operator:
+            acting = asyncio.ensure_future(
+                operator.act(CANCEL, TaskFilter(ids=(low, high)), actor="ops-test")
+            )
+
+            async def waits_for_a_row() -> bool:
+                assert not acting.done(), acting
+                with psycopg.connect(libpq_url(settings.database_url)) as probe:
+                    row = probe.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                        "'ledgerq-ops-hashing' AND wait_event_type = 'Lock'"
+                    ).fetchone()
+                return bool(row and row[0])
+
+            await wait_for(waits_for_a_row)
+            # The worker, in id order, goes on to ``high``: free unless the action
+            # took it before waiting for ``low`` (then: deadlock detected).
+            worker.execute("SELECT id FROM ledgerq_tasks WHERE id = %s FOR UPDATE", (high,))
+            worker.commit()
+            report = await acting
+    assert (report.changed, report.asked_to_stop) == (2, 2)
