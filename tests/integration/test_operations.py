@@ -43,7 +43,6 @@ from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.sql import OQ
 from tests.harness import Pipeline, enqueue_committed, subscribe_like_worker
 
-
 FAST = WorkerConfig(concurrency=8, lease_s=5, heartbeat_s=0.2, grace_s=5)
 CANCEL = Action.cancel()
 
@@ -382,7 +381,8 @@ async def test_an_action_locks_its_rows_in_id_order_whatever_the_plan(
     async with ledger.publish_batch(10) as batch:
         await batch.mark_published([r for r in batch.rows if r.id in (low, high)])
     assert {t.id for t in await ledger.claim([(low, 0), (high, 0)], "ops-test", 30.0)} == {
-        low, high
+        low,
+        high,
     }
     scans = "-c enable_indexscan=off -c enable_bitmapscan=off -c enable_nestloop=off"
     url = make_url(settings.database_url).update_query_dict({"options": scans})
