@@ -23,7 +23,7 @@ from typing import Any, TypeVar, Unpack
 from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.actions import Action, Report, children_summary, jsonable
 from ledgerq.ledger.after import graph
-from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter
+from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter, task_to_find
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.mysql import keys
 from ledgerq.ledger.mysql import operations_plans as ops
@@ -97,13 +97,7 @@ class MyOperations(MyBase):
     async def find(
         self, task_id: int | None = None, *, business_key: str | None = None
     ) -> dict[str, Any]:
-        if task_id is None:
-            if business_key is None:
-                raise TaskNotFoundError("name a task id or a business key")
-            newest = await self.list_tasks(TaskFilter(business_key=business_key, limit=1))
-            if not newest:
-                raise TaskNotFoundError(f"no task with business key {business_key!r}")
-            task_id = int(newest[0]["id"])
+        task_id = await task_to_find(task_id, business_key, self.list_tasks)
         rows = await self._rows(MQ.show_task, {"id": task_id})
         if not rows:
             raise TaskNotFoundError(f"no task with id {task_id}")
