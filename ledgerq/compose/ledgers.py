@@ -38,10 +38,8 @@ def postgresql_only(settings: Settings, what: str) -> None:
     (docs/guarantees.md, "On MySQL and MariaDB"): one line, exit 78."""
     if settings.on_mysql:
         raise NotBuiltOnMySQLError(
-            f"{what}: not built on the MySQL ledger yet (what is: enqueue in the "
-            "application's transaction, `ledgerq migrate`, `relay`, `worker` (with or "
-            "without --direct), `reconcile`, `purge`, `stats`, `show`, `tasks`, `dashboard`; "
-            "docs/guarantees.md, 'On MySQL and MariaDB')"
+            f"{what}: not built on the MySQL ledger yet (what is: docs/guarantees.md, "
+            "'On MySQL and MariaDB')"
         )
 
 

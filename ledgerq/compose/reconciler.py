@@ -5,9 +5,9 @@ from the settings, the dashboard's rollup: the maintenance loop and its
 services, :mod:`ledgerq.relay.maintenance`); :func:`serve_reconciler` is
 ``ledgerq reconcile``: one pass over every shard, or one every N seconds until
 SIGTERM. On MySQL / MariaDB the same reconciler runs on
-:class:`~ledgerq.ledger.mysql.MyLedger` (one per shard, MySQL's named lock), with
-no rollup (the dashboard is not built there); its expiry and waiting-task
-steps find nothing, as expiry and dependencies are refused at enqueue there.
+:class:`~ledgerq.ledger.mysql.MyLedger` (one per shard, MySQL's named lock), its
+expiry and waiting-task steps included (:mod:`ledgerq.ledger.mysql.reconcile`),
+with no rollup (the dashboard reads history there).
 
 The loop (``--every N``) lives through a lost database as the relay does, by the
 rule every loop shares (:mod:`ledgerq.ledger.outages`): a failed pass (a
@@ -106,7 +106,7 @@ async def open_reconciler(
         raise
     try:
         retention = Retention(ledger, retention_config(settings))
-        # The dashboard's rollup is PostgreSQL's only (no dashboard on MySQL yet).
+        # The dashboard's rollup is PostgreSQL's only (on MySQL it reads history).
         rollup = Rollup(ledger) if isinstance(ledger, PgLedger) else None
         reconciler = Reconciler(ledger, publisher, config, Hooks(alert=alert), retention, rollup)
         await warn_if_no_autovacuum(ledger)

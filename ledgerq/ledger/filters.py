@@ -1,7 +1,8 @@
 """Which tasks an operator means: :class:`TaskFilter`, and the times it is given in.
 
 One filter serves ``ledgerq tasks list`` and every action (``cancel``, ``retry``,
-...), in the CLI and in Python. Criteria combine with AND; an empty criterion
+...), in the CLI and in Python; ``show`` names one task by its id or its
+business key (:func:`task_to_find`). Criteria combine with AND; an empty criterion
 matches everything. Live and finished tasks are searched together, newest
 (highest id) first; ``before`` pages: the next page is ``before=<last id shown>``
 (keyset paging, so a page costs the same deep into a large history).
@@ -16,12 +17,12 @@ with one line that says what is accepted.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ledgerq.core.errors import InvalidFilterError, InvalidTaskError
+from ledgerq.core.errors import InvalidFilterError, InvalidTaskError, TaskNotFoundError
 from ledgerq.ledger.states import Status
 from ledgerq.ledger.validation import check_tag
 
@@ -177,3 +178,22 @@ class TaskFilter:
             "before": cursor if cursor is not None else MAX_BIGINT,
             "limit": limit,
         }
+
+
+#: A ledger's ``list_tasks``: the rows a filter matches, newest first.
+ListTasks = Callable[[TaskFilter], Awaitable[list[dict[str, Any]]]]
+
+
+async def task_to_find(task_id: int | None, business_key: str | None, list_tasks: ListTasks) -> int:
+    """The id ``find`` shows (one database's ledger): ``task_id`` if given, else that
+    of the newest task (highest id, live or finished) with ``business_key``, read by
+    ``list_tasks``. Naming neither, or a key no task has, is
+    :class:`~ledgerq.core.errors.TaskNotFoundError`."""
+    if task_id is not None:
+        return task_id
+    if business_key is None:
+        raise TaskNotFoundError("name a task id or a business key")
+    newest = await list_tasks(TaskFilter(business_key=business_key, limit=1))
+    if not newest:
+        raise TaskNotFoundError(f"no task with business key {business_key!r}")
+    return int(newest[0]["id"])

@@ -3,7 +3,9 @@
 Like ``enqueue``, these take the caller's open Session or Connection (sync:
 SQLAlchemy ``Session``/``Connection`` or ``psycopg.Connection``; async:
 ``AsyncSession``/``AsyncConnection`` or ``psycopg.AsyncConnection``; see
-:mod:`ledgerq.ledger.executors`) and never begin, commit or roll back::
+:mod:`ledgerq.ledger.executors`; on a MySQL / MariaDB ledger the executors
+``enqueue`` takes there, raw PyMySQL, mysqlclient, aiomysql and Django
+connections included) and never begin, commit or roll back::
 
     from ledgerq import Action, TaskFilter, act
 
@@ -20,8 +22,8 @@ runs), which commits every :data:`~.actions.BATCH_SIZE` tasks.
 
 Each function runs through the seam's transaction-scoped part
 (:class:`~ledgerq.ledger.protocol.TxLedger`; on PostgreSQL
-:mod:`ledgerq.ledger.pg.tx`), which drives the plan on the caller's transaction
-with :func:`drive` / :func:`adrive`.
+:mod:`ledgerq.ledger.pg.tx`, on MySQL / MariaDB :mod:`ledgerq.ledger.mysql.tx`),
+which drives the plan on the caller's transaction.
 """
 
 from __future__ import annotations

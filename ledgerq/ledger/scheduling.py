@@ -21,6 +21,10 @@ Contract:
   (SKIP LOCKED), so several relays share it without taking a token twice; the
   waiting tasks stay ``pending`` in the ledger.
 
+A rate limit set or removed by an operator (``ledgerq kinds limit``) is written
+with its audit record in the operator's one transaction (:func:`write_limit`,
+each ledger's statement and audit writer).
+
 Races: a pause and a relay batch in flight. The batch that read the pause list
 before the pause committed may still publish; the pause's take-back runs after
 and skips rows a relay holds locked (SKIP LOCKED), so ``pause`` reports how
@@ -32,8 +36,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol
+
+from sqlalchemy import TextClause
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ledgerq.core.errors import InvalidTaskError
 from ledgerq.ledger.validation import check_name
@@ -117,3 +125,38 @@ class PauseReport:
             "unpublished": self.unpublished,
             "audit_id": self.audit_id,
         }
+
+
+class AuditWriter(Protocol):
+    """A ledger's ``record_audit``: one audit record in ``conn``'s transaction; its id."""
+
+    async def __call__(
+        self,
+        conn: AsyncConnection,
+        action: str,
+        selection: Mapping[str, Any],
+        *,
+        actor: str,
+        options: dict[str, Any] | None = None,
+    ) -> int: ...
+
+
+async def write_limit(
+    conn: AsyncConnection,
+    statement: TextClause,
+    record_audit: AuditWriter,
+    kind: str,
+    limit: RateLimit | None,
+    *,
+    actor: str,
+) -> None:
+    """Set ``kind``'s rate limit (None: remove it) in ``conn``'s transaction, with
+    its audit record (action ``set-limit``, options the limit): ``statement`` is the
+    ledger's ``set_limit`` (binds ``kind``, ``rate``, ``burst``), ``record_audit`` its
+    audit writer. The kind is validated before any statement runs."""
+    kind = check_name(kind, "kind")
+    rate = None if limit is None else limit.rate_per_s
+    burst = None if limit is None else limit.burst
+    await conn.execute(statement, {"kind": kind, "rate": rate, "burst": burst})
+    options = {"rate_per_s": rate, "burst": burst}
+    await record_audit(conn, "set-limit", {"kind": kind}, actor=actor, options=options)

@@ -45,10 +45,14 @@ async def test_find_by_id_or_business_key_with_the_audit_trail(
     assert (by_id["id"], by_id["payload"], by_id["audit"]) == (second, {"x": 1}, [])
     assert by_id["attempt_log"] == []
     assert (await ledger.find(business_key="order-9"))["id"] == first
+    [newer] = enqueue(TaskSpec("conf.find", business_key="order-9"))
+    assert (await ledger.find(business_key="order-9"))["id"] == newer  # the newest
     with pytest.raises(TaskNotFoundError):
         await ledger.find(10**12)
     with pytest.raises(TaskNotFoundError):
         await ledger.find(business_key="no-such-order")
+    with pytest.raises(TaskNotFoundError, match="name a task id or a business key"):
+        await ledger.find()
 
 
 @ON_MARIADB

@@ -3,7 +3,10 @@ and the periodic enqueuer's ``enqueue``, on every implementation."""
 
 from __future__ import annotations
 
+import pytest
+
 from ledgerq import TaskSpec
+from ledgerq.core.errors import InvalidTaskError
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import RateLimit
 from ledgerq.ledger.split.ledger import ShardLedger
@@ -57,6 +60,16 @@ async def test_limits_set_by_an_operator_and_registered_by_workers_show_in_kinds
     assert "conf.limited" not in {k["kind"] for k in await ledger.kinds()} or all(
         k.get("rate_per_s") is None for k in await ledger.kinds() if k["kind"] == "conf.limited"
     )
+    with pytest.raises(InvalidTaskError, match="kind"):
+        await ledger.set_limit("no such kind", RateLimit(1.0, 1.0), actor="conformance")
+    audited = [
+        (r["actor"], r["options"])
+        for r in await ledger.audit()
+        if (r["action"], r["selection"]) == ("set-limit", {"kind": "conf.limited"})
+    ]  # newest first; on shards, one record per shard
+    assert audited[0] == ("conformance", {"rate_per_s": None, "burst": None})
+    assert audited[-1] == ("conformance", {"rate_per_s": 2.0, "burst": 2.0})
+    assert {r["selection"]["kind"] for r in await ledger.audit()} == {"conf.limited"}
 
 
 @ON_MARIADB

@@ -19,6 +19,7 @@ from ledgerq import Action, TaskFilter, TaskSpec, aenqueue, aenqueue_many, enque
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.model import Outcome
+from ledgerq.ledger.operations import arelease_key, release_key
 from ledgerq.ledger.pg.engines import libpq_url
 from ledgerq.ledger.protocol import LedgerWithHarness
 from tests.conformance.conftest import (
@@ -109,6 +110,7 @@ async def test_save_checkpoint_in_the_callers_transaction_is_fenced(
     assert (await ledger.show(task_id))["checkpoint"] == {"step": 1}  # rolled back
 
 
+@ON_MARIADB
 async def test_act_list_and_release_key_run_in_the_callers_transaction(
     ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
 ) -> None:
@@ -142,6 +144,69 @@ async def test_act_list_and_release_key_run_in_the_callers_transaction(
         assert tx.release_key("acct-9", actor="ops", dry_run=True).released == []
         with pytest.raises(TaskNotFoundError):
             tx.release_key("no-such-key", actor="ops")
+
+
+async def _held_keys(ledger: LedgerWithHarness, transaction: Transaction, *keys: str) -> list[int]:
+    """One dead task of a blocking kind per key in ``keys``, each holding its key
+    (a pending task of the key behind it); their ids, in ``keys``' order."""
+    await ledger.register_ordering({"conf.block": "block"})
+    specs = [TaskSpec("conf.block", ordering_key=k, max_attempts=1) for k in keys]
+    with transaction() as tx:
+        ids = tx.enqueue_many([*specs, *(TaskSpec("conf.after", ordering_key=k) for k in keys)])
+    for held in ids[: len(keys)]:
+        task = await claim_one(ledger, held)
+        await ledger.finish([Outcome.failed(task.fence, "poison", final=True)])
+    return ids[: len(keys)]
+
+
+async def _holders(ledger: LedgerWithHarness, key: str) -> list[int]:
+    """The dead tasks that hold ``key`` now (a dry run: it writes nothing)."""
+    return (await ledger.release_key(key, actor="conformance", dry_run=True)).released
+
+
+@ON_MARIADB
+async def test_release_key_in_the_callers_transaction_commits_or_rolls_back_with_it(
+    ledger: LedgerWithHarness, transaction: Transaction, atransaction: AsyncTransaction
+) -> None:
+    sync_held, async_held = await _held_keys(ledger, transaction, "acct-s", "acct-a")
+
+    with transaction(commit=False) as tx:
+        undone = tx.release_key("acct-s", actor="ops")
+        assert undone.released == [sync_held] and undone.audit_id is not None
+    async with atransaction(commit=False) as atx:
+        aundone = await atx.release_key("acct-a", actor="ops")
+        assert aundone.released == [async_held] and aundone.audit_id is not None
+    assert await _holders(ledger, "acct-s") == [sync_held]  # rolled back: still held
+    assert await _holders(ledger, "acct-a") == [async_held]
+    assert await ledger.audit() == []  # and the audit records with them
+
+    with transaction() as tx:
+        done = tx.release_key("acct-s", actor="ops", reason="sync")
+    async with atransaction() as atx:
+        adone = await atx.release_key("acct-a", actor="ops", reason="async")
+    assert (done.released, done.moved_on, done.waiting, done.live) == ([sync_held], 0, 1, 1)
+    assert (adone.released, adone.moved_on, adone.waiting, adone.live) == ([async_held], 0, 1, 1)
+    assert await _holders(ledger, "acct-s") == [] and await _holders(ledger, "acct-a") == []
+    records = {r["id"]: r for r in await ledger.audit()}
+    assert set(records) == {done.audit_id, adone.audit_id}
+    for report, reason in ((done, "sync"), (adone, "async")):
+        record = records[report.audit_id]
+        assert (record["action"], record["actor"], record["reason"]) == (
+            "release-key",
+            "ops",
+            reason,
+        )
+        assert (record["matched"], record["changed"], record["skipped"]) == (1, 1, 0)
+        assert record["selection"] == {"ordering_key": report.key}
+    task_audit = (await ledger.find(sync_held))["audit"]
+    assert [(a["action"], a["outcome"]) for a in task_audit] == [("release-key", "changed")]
+
+    with transaction() as tx:  # nothing holds it now: not an error, nothing written
+        again = tx.release_key("acct-s", actor="ops")
+    assert (again.held, again.audit_id) == (False, None)
+    async with atransaction() as atx:
+        with pytest.raises(TaskNotFoundError):
+            await atx.release_key("no-such-key", actor="ops")
 
 
 @ON_MARIADB
@@ -236,6 +301,32 @@ async def test_enqueue_on_a_raw_dbapi_connection_commits_with_it_or_not_at_all(
         {"n": 2},
         {"n": 4},
     ]
+
+
+@ON_MARIADB
+async def test_release_key_on_a_raw_dbapi_connection_commits_with_it_or_not_at_all(
+    ledger: LedgerWithHarness,
+    transaction: Transaction,
+    raw_connection: Any,
+    araw_connection: Any,
+) -> None:
+    sync_held, async_held = await _held_keys(ledger, transaction, "acct-s", "acct-a")
+
+    assert release_key(raw_connection, "acct-s", actor="ops").released == [sync_held]
+    raw_connection.rollback()
+    assert (await arelease_key(araw_connection, "acct-a", actor="ops")).released == [async_held]
+    await araw_connection.rollback()
+    assert await _holders(ledger, "acct-s") == [sync_held]
+    assert await _holders(ledger, "acct-a") == [async_held]
+    assert await ledger.audit() == []
+
+    done = release_key(raw_connection, "acct-s", actor="ops")
+    raw_connection.commit()
+    adone = await arelease_key(araw_connection, "acct-a", actor="ops")
+    await araw_connection.commit()
+    assert done.released == [sync_held] and adone.released == [async_held]
+    assert await _holders(ledger, "acct-s") == [] and await _holders(ledger, "acct-a") == []
+    assert {r["id"] for r in await ledger.audit()} == {done.audit_id, adone.audit_id}
 
 
 @ON_MARIADB

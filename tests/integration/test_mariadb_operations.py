@@ -2,8 +2,10 @@
 ledger/mysql/operations_plans.py), against the races between them: a task that
 moves on after the action listed it is skipped, never overwritten, and a task
 another transaction holds makes the action wait for it, then judge its latest
-version. And the pauses (ledger/mysql/operations_pauses.py): stored, audited, and
-their published tasks taken back."""
+version; a release of an ordering key in the caller's transaction holds a second
+release of it until that transaction ends (ledger/mysql/keys.py). And the pauses
+(ledger/mysql/operations_pauses.py): stored, audited, and their published tasks
+taken back."""
 
 from __future__ import annotations
 
@@ -23,10 +25,12 @@ from ledgerq.compose.storage import async_engine, sync_engine
 from ledgerq.core.config import Settings
 from ledgerq.ledger.actions import MOVED_ON
 from ledgerq.ledger.binds import tx_for
+from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.mysql import MyLedger
 from ledgerq.ledger.mysql.operations import adrive
 from ledgerq.ledger.mysql.operations_plans import OPQ, act
 from ledgerq.ledger.mysql.plans import Answer, async_runner
+from ledgerq.ledger.operations import release_key
 from tests.support import until
 
 WORKER = "ops-race-worker"
@@ -117,6 +121,38 @@ async def test_a_task_held_by_another_transaction_is_waited_for_then_judged_anew
     assert (report.matched, report.changed, report.reasons) == (1, 0, {MOVED_ON: 1})
     assert report.asked_to_stop == 0
     assert await ledger.whereabouts([task_id]) == {task_id: "succeeded"}
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["committed", "rolled-back"])
+async def test_a_release_in_the_callers_transaction_holds_a_second_release_until_it_ends(
+    ledger: MyLedger, engine: Engine, mariadb_settings: Settings, commit: bool
+) -> None:
+    await ledger.register_ordering({"ops.block": "block"})
+    with Session(engine) as session, session.begin():
+        [held] = ledgerq.enqueue_many(session, [TaskSpec("ops.block", ordering_key="k-1")])
+    [task] = await ledger.claim([(held, 0)], WORKER, 30.0)
+    await ledger.finish([Outcome.failed(task.fence, "poison", final=True)])
+
+    with Session(engine) as caller, caller.begin():
+        first = release_key(caller, "k-1", actor="ops:caller")
+        assert first.released == [held]
+        second = asyncio.create_task(ledger.release_key("k-1", actor="ops:second"))
+        # the second saw the death unreleased (not committed) and waits on its release row
+        await until("the second release waits", lambda: lock_waits(mariadb_settings) > 0)
+        assert not second.done()
+        if not commit:
+            caller.rollback()
+    report = await second
+
+    if commit:  # the caller's release stands; the second's insert met it and wrote none
+        assert (report.released, report.moved_on) == ([], 1)
+    else:  # rolled back: the second releases the death itself
+        assert (report.released, report.moved_on) == ([held], 0)
+    outcomes = [(a["actor"], a["outcome"]) for a in (await ledger.find(held))["audit"]]
+    expected = [("ops:caller", "changed"), ("ops:second", MOVED_ON)]  # by audit id
+    assert outcomes == (expected if commit else [("ops:second", "changed")])
+    after = await ledger.release_key("k-1", actor="ops", dry_run=True)
+    assert (after.held, after.released) == (False, [])
 
 
 async def test_pauses_are_stored_audited_and_take_back_published_tasks(

@@ -10,21 +10,20 @@ holds locks for long, and an action interrupted half-way leaves an audit record
 whose counts say how far it got. ``progress`` is called after each commit.
 
 ``release_key`` releases an ordering key held by dead tasks of a blocking kind
-in one transaction of the ledger's own (:mod:`.keys`). In the caller's
-transaction (:mod:`.tx`) it is not built: it raises
-:class:`~ledgerq.core.errors.NotBuiltOnMySQLError` (:func:`release_key_not_built`).
+in one transaction of the ledger's own: :func:`.keys.release`'s plan, the one
+:mod:`.tx` drives in the caller's transaction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
-from ledgerq.core.errors import NotBuiltOnMySQLError, TaskNotFoundError
+from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.actions import Action, Report, children_summary, jsonable
 from ledgerq.ledger.after import graph
-from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter
+from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter, task_to_find
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.mysql import keys
 from ledgerq.ledger.mysql import operations_plans as ops
@@ -43,14 +42,6 @@ AUDIT_COLUMNS = (
 )  # fmt: skip
 TASK_AUDIT_COLUMNS = ("id", "at", "actor", "action", "reason", "outcome")
 _JSON_AUDIT = frozenset({"selection", "options"})
-RELEASE_KEY = (
-    "release_key in the caller's transaction: not built on the MySQL ledger yet "
-    "(the ledger's own, `ledgerq tasks release-key`, is)"
-)
-
-
-def release_key_not_built() -> NoReturn:
-    raise NotBuiltOnMySQLError(RELEASE_KEY)
 
 
 def _value(name: str, value: Any) -> Any:
@@ -106,13 +97,7 @@ class MyOperations(MyBase):
     async def find(
         self, task_id: int | None = None, *, business_key: str | None = None
     ) -> dict[str, Any]:
-        if task_id is None:
-            if business_key is None:
-                raise TaskNotFoundError("name a task id or a business key")
-            newest = await self.list_tasks(TaskFilter(business_key=business_key, limit=1))
-            if not newest:
-                raise TaskNotFoundError(f"no task with business key {business_key!r}")
-            task_id = int(newest[0]["id"])
+        task_id = await task_to_find(task_id, business_key, self.list_tasks)
         rows = await self._rows(MQ.show_task, {"id": task_id})
         if not rows:
             raise TaskNotFoundError(f"no task with id {task_id}")
@@ -162,4 +147,4 @@ class MyOperations(MyBase):
     async def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
         with translated():
             async with self.engine.begin() as conn:
-                return await keys.release_key(conn, key, **options)
+                return await adrive(keys.release(key, **options), async_runner(conn, "ledgerq"))

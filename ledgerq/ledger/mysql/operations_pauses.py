@@ -21,8 +21,9 @@ stops the row there). A task already claimed runs on; one published before the
 pause is taken back here (the message claims nothing).
 
 A rate limit (``set_limit``) is written with its audit record in one
-transaction, its bucket full; it waits for a pick holding the kind's bucket
-(:mod:`.metering`) to commit. The picks meter it from their next transaction.
+transaction (:func:`ledgerq.ledger.scheduling.write_limit`), its bucket full; it
+waits for a pick holding the kind's bucket (:mod:`.metering`) to commit. The
+picks meter it from their next transaction.
 """
 
 from __future__ import annotations
@@ -38,9 +39,8 @@ from ledgerq.ledger.mysql.audit import record_audit
 from ledgerq.ledger.mysql.base import MyBase, aware, translated
 from ledgerq.ledger.mysql.metering import MeQ
 from ledgerq.ledger.mysql.queries import LIBRARY
-from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope
+from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope, write_limit
 from ledgerq.ledger.sql import load
-from ledgerq.ledger.validation import check_name
 
 
 @dataclass(frozen=True)
@@ -109,16 +109,6 @@ class MyPauses(MyBase):
         return [{**r._mapping, "paused": bool(r.paused), "pending": int(r.pending)} for r in rows]
 
     async def set_limit(self, kind: str, limit: RateLimit | None, *, actor: str) -> None:
-        kind = check_name(kind, "kind")
-        rate = None if limit is None else limit.rate_per_s
-        burst = None if limit is None else limit.burst
         with translated():
             async with self.engine.begin() as conn:
-                await conn.execute(MeQ.set_limit, {"kind": kind, "rate": rate, "burst": burst})
-                await record_audit(
-                    conn,
-                    "set-limit",
-                    {"kind": kind},
-                    actor=actor,
-                    options={"rate_per_s": rate, "burst": burst},
-                )
+                await write_limit(conn, MeQ.set_limit, record_audit, kind, limit, actor=actor)

@@ -11,10 +11,11 @@ the worker's writes inside a handler's transaction (``succeed``,
 ``save_checkpoint``) and the batched window's row locks (``lock_running``:
 :mod:`.window`), and the operator's in-transaction API (``list_tasks``,
 ``act``: :mod:`.operations_plans`, every batch in the caller's transaction,
-which commits them all or none). ``ended_results``, ``dependency_results``
+which commits them all or none; ``release_key``: :func:`.keys.release`, the
+release and its audit record committed or rolled back with the caller's
+transaction). ``ended_results``, ``dependency_results``
 (``ctx.dependencies``) and ``child_results`` (``ctx.children``) read. The rest of
-:class:`~ledgerq.ledger.protocol.TxLedger` (``release_key``,
-and the waiters' registry) raises
+:class:`~ledgerq.ledger.protocol.TxLedger` (the waiters' registry) raises
 :class:`~ledgerq.core.errors.NotBuiltOnMySQLError` before it runs anything.
 
 Isolation is the caller's: these statements run in whatever level the caller's
@@ -38,7 +39,15 @@ from ledgerq.ledger.actions import Action, Report
 from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.model import Fence, Outcome
-from ledgerq.ledger.mysql import dependencies, operations, operations_plans, plans, results, window
+from ledgerq.ledger.mysql import (
+    dependencies,
+    keys,
+    operations,
+    operations_plans,
+    plans,
+    results,
+    window,
+)
 from ledgerq.ledger.options import AuditOptions
 from ledgerq.ledger.protocol import Locked
 from ledgerq.ledger.specs import TaskSpec, chunks
@@ -87,7 +96,7 @@ class MyTx:
         return operations.drive(operations_plans.act(action, selection, **options), self._run)
 
     def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
-        operations.release_key_not_built()
+        return plans.drive(keys.release(key, **options), self._run)
 
     def lock_running(self, fences: Sequence[Fence]) -> Locked:
         return plans.drive(window.lock_running(fences), self._run)
@@ -143,7 +152,7 @@ class MyAsyncTx:
         return await operations.adrive(plan, self._run)
 
     async def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
-        operations.release_key_not_built()
+        return await plans.adrive(keys.release(key, **options), self._run)
 
     async def lock_running(self, fences: Sequence[Fence]) -> Locked:
         return await plans.adrive(window.lock_running(fences), self._run)

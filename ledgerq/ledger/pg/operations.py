@@ -28,7 +28,7 @@ from ledgerq.ledger.actions import (
     task_row,
 )
 from ledgerq.ledger.after import graph
-from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter
+from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter, task_to_find
 from ledgerq.ledger.keys import KeyRelease, release_plan
 from ledgerq.ledger.options import AuditOptions, BatchedActOptions, PlanOptions
 from ledgerq.ledger.pg.base import PgBase, translated
@@ -49,13 +49,7 @@ class PgOperations(PgBase):
     async def find(
         self, task_id: int | None = None, *, business_key: str | None = None
     ) -> dict[str, Any]:
-        if task_id is None:
-            if business_key is None:
-                raise TaskNotFoundError("name a task id or a business key")
-            newest = await self.list_tasks(TaskFilter(business_key=business_key, limit=1))
-            if not newest:
-                raise TaskNotFoundError(f"no task with business key {business_key!r}")
-            task_id = int(newest[0]["id"])
+        task_id = await task_to_find(task_id, business_key, self.list_tasks)
         rows = await self._rows(IQ.show_task, {"id": task_id})
         if not rows:
             raise TaskNotFoundError(f"no task with id {task_id}")

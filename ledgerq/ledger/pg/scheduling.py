@@ -18,9 +18,8 @@ from ledgerq.ledger.actions import jsonable
 from ledgerq.ledger.model import KindDefaults
 from ledgerq.ledger.pg.audit import record_audit
 from ledgerq.ledger.pg.base import PgBase, translated
-from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope
+from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope, write_limit
 from ledgerq.ledger.sql import SQ, Q
-from ledgerq.ledger.validation import check_name
 
 
 class PgScheduling(PgBase):
@@ -55,19 +54,9 @@ class PgScheduling(PgBase):
         return [{k: jsonable(v) for k, v in r._mapping.items()} for r in rows]
 
     async def set_limit(self, kind: str, limit: RateLimit | None, *, actor: str) -> None:
-        kind = check_name(kind, "kind")
-        rate = None if limit is None else limit.rate_per_s
-        burst = None if limit is None else limit.burst
         with translated():
             async with self.engine.begin() as conn:
-                await conn.execute(SQ.set_limit, {"kind": kind, "rate": rate, "burst": burst})
-                await record_audit(
-                    conn,
-                    "set-limit",
-                    {"kind": kind},
-                    actor=actor,
-                    options={"rate_per_s": rate, "burst": burst},
-                )
+                await write_limit(conn, SQ.set_limit, record_audit, kind, limit, actor=actor)
 
     async def register_limits(self, limits: Mapping[str, RateLimit]) -> list[str]:
         if not limits:
