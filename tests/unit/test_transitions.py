@@ -489,13 +489,18 @@ def test_inspection_sql_changes_no_live_tasks_status() -> None:
         )
         assert writes_live is None, f"inspection.sql {name} writes live tasks: {writes_live}"
     # Emptying every table is the one maintenance statement that touches live rows
-    # (tests, demo and benchmark only); it removes them, never sets their status.
+    # (tests, demo and benchmark only); it removes them (a DELETE or a TRUNCATE of
+    # each table it names), never sets their status.
     touching_live = sorted(
         name
         for name, sql in INSPECTION.items()
         if re.search(r"\bTRUNCATE\b[^;]*\bledgerq_tasks\b", sql, re.I)
+        or re.search(r"ARRAY\[[^\]]*'ledgerq_tasks'", sql)  # a table list to empty
     )
     assert touching_live == ["truncate"]
+    emptying = INSPECTION["truncate"]
+    assert "format('DELETE FROM %I', t)" in emptying and "'TRUNCATE '" in emptying
+    assert not re.search(r"\b(UPDATE|INSERT)\b", emptying, re.I)
 
 
 # -- the reader itself: it sees a transition, and refuses what it cannot read ---------
