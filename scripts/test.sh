@@ -50,8 +50,7 @@ slow=(tests/integration/test_bench.py tests/integration/test_fanout.py
       tests/integration/test_ledger_shards.py tests/integration/test_routing.py
       tests/integration/test_direct.py tests/integration/test_auto_shards.py
       tests/integration/test_window.py tests/integration/test_django.py
-      tests/integration/test_cli_tasks.py tests/integration/test_pauses.py
-      tests/integration/test_misconfiguration.py
+      tests/integration/test_pauses.py
       tests/integration/test_unserved_views.py tests/integration/test_cli.py
       tests/integration/test_rate_limits.py tests/integration/test_mariadb.py
       tests/integration/test_mariadb_races.py tests/integration/test_mariadb_retention.py
