@@ -1,6 +1,7 @@
 """The ``ledgerq`` command group, the global options, and how errors reach a person.
 
-Commands are registered explicitly in :mod:`ledgerq.cli`. The global options
+Commands are registered explicitly in :mod:`ledgerq.cli`, each imported when it
+runs (:class:`~ledgerq.cli.lazy.LazyGroup`). The global options
 are the settings of :data:`ledgerq.core.config.SETTINGS` that have a flag;
 each also reads its environment variable, and every value is validated before
 any command runs. An error a person can act on prints one line per problem,
@@ -39,6 +40,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy.exc import OperationalError
 
 from ledgerq.broker.base import BrokerConnectionError
+from ledgerq.cli.lazy import LazyGroup
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import (
     ConfigError,
@@ -123,7 +125,7 @@ def _help(field: str, default: str = "") -> str:
     return f"{setting.help[0].upper()}{setting.help[1:]} ({where})."
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 @click.version_option(package_name="ledgerq", prog_name="ledgerq")
 @click.option("--database-url", metavar="URL", default=None, help=_help("database_url"))
 @click.option("--amqp-url", metavar="URL", default=None, help=_help("amqp_url"))
