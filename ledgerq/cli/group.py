@@ -32,11 +32,9 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy.exc import OperationalError
 
 from ledgerq.broker.base import BrokerConnectionError
@@ -54,6 +52,12 @@ from ledgerq.core.errors import (
 from ledgerq.core.logs import JsonFormatter, TaskFields
 from ledgerq.core.masking import SecretFilter, mask_text, secrets_of
 from ledgerq.core.settings_table import BY_FIELD
+
+if TYPE_CHECKING:
+    # Imported where they render: the service commands (relay, worker, reconcile)
+    # print no table and no progress bar.
+    from rich.console import Console
+    from rich.progress import Progress
 
 EX_OK = 0
 EX_FAILURE = 1
@@ -244,11 +248,15 @@ def emit(data: Any, as_json: bool, render: Callable[[Console], None]) -> None:
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
     else:
+        from rich.console import Console
+
         render(Console())
 
 
 def progress_bar(console: Console, *, width: int = 0, transient: bool = False) -> Progress:
     """The progress bar every long command shows: description, bar, n/total, elapsed."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     description = f"{{task.description:<{width}}}" if width else "{task.description}"
     return Progress(
         TextColumn(description),

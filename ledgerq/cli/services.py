@@ -15,7 +15,7 @@ import click
 
 from ledgerq.cli.group import json_option, pass_settings
 from ledgerq.cli.options import load_tracing, metrics_port_option
-from ledgerq.compose import serve_reconciler, serve_relay
+from ledgerq.compose import serve_relay
 from ledgerq.compose.relay import GRACE_S as RELAY_GRACE_S
 from ledgerq.core.config import Settings
 from ledgerq.ledger.validation import check_name
@@ -169,6 +169,10 @@ def reconcile(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
+
+    # Here, not at the top: `ledgerq relay` loads neither the reconciler's blocking
+    # broker client nor the alert channels.
+    from ledgerq.compose import serve_reconciler
 
     def report(counts: ReconcileCounts) -> None:
         click.echo(json.dumps(counts.as_dict()) if as_json else counts.line())

@@ -97,7 +97,7 @@ def test_ledgerq_help_imports_no_command_module() -> None:
         "cli.get_command(click.Context(cli), 'bench')\n"
         "snapshots.append(loaded())\n"
     )
-    assert found(help_only, (*HEAVY, "ledgerq.admin", "psycopg")) == []
+    assert found(help_only, (*HEAVY, "ledgerq.admin", "psycopg", "rich")) == []
     assert sorted(m for m in help_only if m.startswith("ledgerq.cli.")) == [
         "ledgerq.cli.group",
         "ledgerq.cli.lazy",
