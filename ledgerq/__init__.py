@@ -19,12 +19,16 @@ and an application registers handlers for ``ledgerq worker --app``::
 Operators' scripts use :mod:`ledgerq.admin` (``from ledgerq import admin``):
 every admin command of the CLI as a function, sync and async.
 
-Importing this module loads no broker client.
+Importing this module loads no broker client, and not :mod:`ledgerq.admin`:
+that package is imported the first time ``ledgerq.admin`` is used (PEP 562), so
+a producer's process pays for the producer's modules only.
 """
 
 from __future__ import annotations
 
-from ledgerq import admin
+import importlib
+from typing import TYPE_CHECKING
+
 from ledgerq.consumers.context import AsyncTaskContext, TaskContext
 from ledgerq.consumers.execute import Abort
 from ledgerq.consumers.handles import TaskHandle
@@ -72,6 +76,16 @@ from ledgerq.ledger.retry import RetryPolicy
 from ledgerq.ledger.split.router import Shards
 from ledgerq.ledger.states import Status
 from ledgerq.ledger.validation import MAX_PAYLOAD_BYTES
+
+if TYPE_CHECKING:
+    from ledgerq import admin
+
+
+def __getattr__(name: str) -> object:
+    if name == "admin":
+        return importlib.import_module("ledgerq.admin")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",

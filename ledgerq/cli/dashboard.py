@@ -13,7 +13,7 @@ import importlib.util
 import click
 
 from ledgerq.cli.group import EX_CONFIG, SECRETS, fail, pass_settings
-from ledgerq.cli.services import metrics_port_option
+from ledgerq.cli.options import metrics_port_option
 from ledgerq.core.config import Settings
 from ledgerq.runtime import run_service
 

@@ -1,6 +1,7 @@
 """The ``ledgerq`` command group, the global options, and how errors reach a person.
 
-Commands are registered explicitly in :mod:`ledgerq.cli`. The global options
+Commands are registered explicitly in :mod:`ledgerq.cli`, each imported when it
+runs (:class:`~ledgerq.cli.lazy.LazyGroup`). The global options
 are the settings of :data:`ledgerq.core.config.SETTINGS` that have a flag;
 each also reads its environment variable, and every value is validated before
 any command runs. An error a person can act on prints one line per problem,
@@ -31,14 +32,13 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy.exc import OperationalError
 
 from ledgerq.broker.base import BrokerConnectionError
+from ledgerq.cli.lazy import LazyGroup
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import (
     ConfigError,
@@ -52,6 +52,12 @@ from ledgerq.core.errors import (
 from ledgerq.core.logs import JsonFormatter, TaskFields
 from ledgerq.core.masking import SecretFilter, mask_text, secrets_of
 from ledgerq.core.settings_table import BY_FIELD
+
+if TYPE_CHECKING:
+    # Imported where they render: the service commands (relay, worker, reconcile)
+    # print no table and no progress bar.
+    from rich.console import Console
+    from rich.progress import Progress
 
 EX_OK = 0
 EX_FAILURE = 1
@@ -123,7 +129,7 @@ def _help(field: str, default: str = "") -> str:
     return f"{setting.help[0].upper()}{setting.help[1:]} ({where})."
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 @click.version_option(package_name="ledgerq", prog_name="ledgerq")
 @click.option("--database-url", metavar="URL", default=None, help=_help("database_url"))
 @click.option("--amqp-url", metavar="URL", default=None, help=_help("amqp_url"))
@@ -242,11 +248,15 @@ def emit(data: Any, as_json: bool, render: Callable[[Console], None]) -> None:
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
     else:
+        from rich.console import Console
+
         render(Console())
 
 
 def progress_bar(console: Console, *, width: int = 0, transient: bool = False) -> Progress:
     """The progress bar every long command shows: description, bar, n/total, elapsed."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     description = f"{{task.description:<{width}}}" if width else "{task.description}"
     return Progress(
         TextColumn(description),

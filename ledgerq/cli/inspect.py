@@ -13,7 +13,6 @@ from rich.text import Text
 
 from ledgerq import admin
 from ledgerq.cli.group import emit, json_option, pass_settings
-from ledgerq.compose import storage as ledger_migrate
 from ledgerq.core.config import Settings
 from ledgerq.core.masking import mask_url
 from ledgerq.ledger.actions import children_text, progress_text, status_text
@@ -72,6 +71,10 @@ def shown(value: Any) -> str:
 @pass_settings
 def migrate(settings: Settings, revision: str) -> None:
     """Create the database if missing and upgrade the ledger schema."""
+    # Here, not at the top: `stats` and `show` need neither the storage module nor
+    # the broker client it names.
+    from ledgerq.compose import storage as ledger_migrate
+
     try:
         ledger_migrate.check_revision(revision, settings)
     except ValueError as exc:

@@ -14,7 +14,7 @@ import sys
 import click
 
 from ledgerq.cli.group import pass_settings
-from ledgerq.cli.services import ProcessesError, load_app, metrics_port_option
+from ledgerq.cli.options import ProcessesError, load_app, metrics_port_option
 from ledgerq.compose import serve_worker
 from ledgerq.compose.supervisor import MAX_PROCESSES, SupervisorConfig, supervise
 from ledgerq.consumers.direct import DirectConfig, FallbackConfig

@@ -24,23 +24,59 @@ for what watches and stops a service (``monitoring``). The names below are the
 ones the CLI, the demo, the benchmark and the tests use.
 """
 
-from ledgerq.compose.alerting import alert_hook
-from ledgerq.compose.ledgers import (
-    one_shard,
-    open_dashboard_ledger,
-    open_ledger,
-    open_operator_ledger,
-    topology,
-    warn_if_no_autovacuum,
-)
-from ledgerq.compose.monitoring import monitoring
-from ledgerq.compose.reconciler import open_reconciler, retention_config, serve_reconciler
-from ledgerq.compose.relay import open_relay, serve_relay
-from ledgerq.compose.worker import open_worker, scheduling, serve_worker
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ledgerq.compose.alerting import alert_hook
+    from ledgerq.compose.ledgers import (
+        one_shard,
+        open_dashboard_ledger,
+        open_ledger,
+        open_operator_ledger,
+        topology,
+        warn_if_no_autovacuum,
+    )
+    from ledgerq.compose.reconciler import open_reconciler, retention_config, serve_reconciler
+    from ledgerq.compose.relay import open_relay, serve_relay
+    from ledgerq.compose.worker import open_worker, scheduling, serve_worker
+
+#: Where each name below lives: imported on first use (PEP 562), so a process that
+#: needs one module of the composition root (``ledgerq stats`` opens the operator's
+#: ledger, ``ledgerq migrate`` the storage) does not load the others' worlds (the
+#: broker client, the worker, the relay, Alembic).
+_HOMES = {
+    "alert_hook": "alerting",
+    "one_shard": "ledgers",
+    "open_dashboard_ledger": "ledgers",
+    "open_ledger": "ledgers",
+    "open_operator_ledger": "ledgers",
+    "topology": "ledgers",
+    "warn_if_no_autovacuum": "ledgers",
+    "open_reconciler": "reconciler",
+    "retention_config": "reconciler",
+    "serve_reconciler": "reconciler",
+    "open_relay": "relay",
+    "serve_relay": "relay",
+    "open_worker": "worker",
+    "scheduling": "worker",
+    "serve_worker": "worker",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "alert_hook",
-    "monitoring",
     "one_shard",
     "open_dashboard_ledger",
     "open_ledger",

@@ -3,17 +3,31 @@ its scripts live, its head, and the check of a revision a person typed.
 PostgreSQL's history is ``ledger/migrations`` (:mod:`ledgerq.ledger.pg.migrate`),
 MySQL's ``ledger/mysql/migrations`` (:mod:`ledgerq.ledger.mysql.migrate`); each
 module holds one :class:`History` and runs its own upgrades (what differs: shards,
-poolers, how a database is created)."""
+poolers, how a database is created).
+
+Alembic is imported by what runs or lists migrations only (``ledgerq migrate``, a
+revision a person typed, the message about a schema at an unknown revision):
+every other command's start check needs the head alone, and :meth:`History.head`
+reads it from the scripts' own ``revision = "..."`` / ``down_revision = ...``
+lines when they form one chain (the way ledgerq writes them), which is what
+Alembic computes (tests/unit/test_startup_imports.py compares the two); anything
+else is left to Alembic."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import TYPE_CHECKING
 
-from alembic.config import Config
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+#: A script's own ``revision = "id"`` and ``down_revision = "id"`` (or ``None``) lines.
+_REVISION = re.compile(r'^revision = "([^"]+)"$', re.MULTILINE)
+_DOWN_REVISION = re.compile(r'^down_revision = (?:"([^"]+)"|None)$', re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -28,6 +42,8 @@ class History:
 
     def config(self, database_url: str) -> Config:
         """Alembic's configuration for this history on ``database_url``."""
+        from alembic.config import Config
+
         config = Config()
         config.set_main_option("script_location", str(resources.files(self.package) / "migrations"))
         # Alembic's config uses ConfigParser interpolation, so '%' must be doubled.
@@ -38,8 +54,9 @@ class History:
         return _scripts(self)
 
     def head(self) -> str:
-        """The revision this ledgerq's history ends at."""
-        head = self.scripts().get_current_head()
+        """The revision this ledgerq's history ends at (Alembic asked only when the
+        scripts do not form one chain)."""
+        head = _chain_head(self.package) or self.scripts().get_current_head()
         assert head is not None, f"ledgerq ships at least one {self.label}migration"
         return head
 
@@ -50,6 +67,8 @@ class History:
     def check(self, revision: str) -> None:
         """Raise ValueError unless ``revision`` names one of the history's migrations
         (or head)."""
+        from alembic.util import CommandError
+
         try:
             found = self.scripts().get_revisions(revision)
         except CommandError:
@@ -63,4 +82,33 @@ class History:
 
 @cache
 def _scripts(history: History) -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(history.config(history.dialect_url))
+
+
+@cache
+def _chain_head(package: str) -> str | None:
+    """The last revision of ``package``'s scripts if each names its revision and its
+    parent on lines of their own and, followed parent by parent from the one
+    revision no script names as its parent, they form one chain through every
+    script down to a root; None otherwise (Alembic decides then)."""
+    parents: dict[str, str | None] = {}
+    for script in (resources.files(package) / "migrations" / "versions").iterdir():
+        if not script.name.endswith(".py") or script.name == "__init__.py":
+            continue
+        text = script.read_text(encoding="utf-8")
+        revision, down = _REVISION.findall(text), _DOWN_REVISION.findall(text)
+        if len(revision) != 1 or len(down) != 1 or revision[0] in parents:
+            return None
+        parents[revision[0]] = down[0] or None
+    heads = set(parents) - set(parents.values())
+    if len(heads) != 1:
+        return None
+    head = heads.pop()
+    at: str | None = head
+    for _ in parents:
+        if at not in parents:
+            return None
+        at = parents[at]
+    return head if at is None else None

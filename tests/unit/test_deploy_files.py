@@ -56,7 +56,7 @@ def test_every_deployed_command_exists_with_its_options() -> None:
     names = {c[0] for c in commands if c}
     assert {"migrate", "relay", "worker", "reconcile"} <= names, names
     for argv in commands:
-        command = cli.commands.get(argv[0])
+        command = cli.get_command(click.Context(cli), argv[0])
         assert isinstance(command, click.Command), f"no such command: ledgerq {argv[0]}"
         known = {opt for p in command.params for opt in p.opts}
         for arg in argv[1:]:

@@ -309,7 +309,9 @@ def test_importing_the_public_api_loads_no_broker_client(site: Path | None) -> N
 
 def test_the_broker_check_would_see_a_broker_client() -> None:
     # The check above can fail: importing the worker does load aio-pika's adapter.
-    script = PUBLIC_IMPORT.replace("import ledgerq\n", "import ledgerq\nimport ledgerq.compose\n")
+    script = PUBLIC_IMPORT.replace(
+        "import ledgerq\n", "import ledgerq\nimport ledgerq.compose.worker\n"
+    )
     done = run_python(script)
     assert done.returncode == 0, done.stderr
     assert "aio_pika" in done.stdout.split("\n")[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ledgerq.cli.services import TracingSetupError, load_tracing
+from ledgerq.cli.options import TracingSetupError, load_tracing
 
 
 def test_the_module_is_imported_and_the_function_called(

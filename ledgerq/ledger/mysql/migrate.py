@@ -18,7 +18,6 @@ database the shard its position in the list says
 from __future__ import annotations
 
 import pymysql
-from alembic import command
 from sqlalchemy.engine import make_url
 
 from ledgerq.core.config import Settings
@@ -72,6 +71,8 @@ def ensure_database(settings: Settings) -> bool:
 def upgrade(settings: Settings, revision: str = "head") -> None:
     """Migrate every ledger shard's database to ``revision`` (each created if missing),
     and record each one's shard once it has the table (:func:`assign`)."""
+    from alembic import command  # migrating only: the start check needs no Alembic
+
     check_revision(revision)
     count = settings.ledger_shard_count
     for index, shard in enumerate(settings.ledger_shards()):

@@ -4,10 +4,13 @@
 the head. :func:`check_schema` is the start check of every command that needs
 the ledger (``stats``, ``show``, ``relay``, ``worker``, ``reconcile``; ``demo``
 and ``bench`` migrate first): PostgreSQL reachable within the connect wait, the
-revision in ``ledgerq_alembic_version`` equal to this ledgerq's Alembic head,
-and the hot and history tables present. Anything else is a
-:class:`~ledgerq.core.errors.SchemaError` whose line says what to do (run
-``ledgerq migrate``, or upgrade ledgerq when the database is newer than it).
+revision in ``ledgerq_alembic_version`` equal to this ledgerq's Alembic head
+(read from the scripts without importing Alembic,
+:meth:`~ledgerq.ledger.revisions.History.head`: only :func:`upgrade` and a
+revision a person typed import it), and the hot and history tables present.
+Anything else is a :class:`~ledgerq.core.errors.SchemaError` whose line says
+what to do (run ``ledgerq migrate``, or upgrade ledgerq when the database is
+newer than it).
 A schema that disappears while a service runs is caught later, statement by
 statement, as :class:`~ledgerq.core.errors.SchemaMissingError`
 (:mod:`ledgerq.ledger.pg.base`).
@@ -16,7 +19,6 @@ statement, as :class:`~ledgerq.core.errors.SchemaMissingError`
 from __future__ import annotations
 
 import psycopg
-from alembic import command
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
@@ -86,6 +88,8 @@ def check_revision(revision: str) -> None:
 def upgrade(settings: Settings, revision: str = "head") -> None:
     """Migrate every ledger shard's database (Alembic runs per database), and record
     each one's shard (:func:`~ledgerq.ledger.pg.shards.assign`) once it has the table."""
+    from alembic import command  # migrating only: the start check needs no Alembic
+
     check_revision(revision)
     count = settings.ledger_shard_count
     for index, shard in enumerate(settings.ledger_shards()):
