@@ -124,7 +124,8 @@ async def test_killed_connections_lose_nothing_and_double_nothing(
     try:
         deadline = time.monotonic() + 240
         while True:
-            assert all(w.poll() is None for w in workers), "a worker exited"
+            exited = [w for w in workers if w.poll() is not None]
+            assert not exited, f"a worker exited: {exited[0].communicate()[0][-6000:]}"
             assert time.monotonic() < deadline, f"not drained: {killed=}"
             ended = int(_query(mariadb, "SELECT COUNT(*) FROM ledgerq_history")[0][0])
             if ended >= TASKS:
