@@ -78,7 +78,8 @@ async def test_the_rollup_reads_as_history_does_in_minutes_and_hours(
     upto = await ledger.rolled_upto()
     assert upto is not None and upto > now
     again = await ledger.roll_up(settle_s=-120.0, max_span_s=86_400.0, backfill_s=3600.0)
-    assert (again.tasks, again.rows, again.rolled_upto) == (0, 0, upto)  # counted once
+    assert (again.tasks, again.rows) == (0, 0)  # counted once
+    assert again.rolled_upto is not None and again.rolled_upto >= upto  # a minute on, at most
 
     rolled = [await figures(ledger, since, step, upto, grain) for since, step, grain in windows]
     assert rolled == exact
