@@ -91,7 +91,7 @@ async def open_dashboard_ledger(
 ) -> AsyncIterator[DashboardLedger]:
     """What the dashboard and its ledger gauges read and act through: one database's
     ledger (:func:`open_ledger`), or on a MySQL / MariaDB URL its one database
-    (:class:`~ledgerq.ledger.mysql.MyLedger`, no rollup), its schema checked first."""
+    (:class:`~ledgerq.ledger.mysql.MyLedger`), its schema checked first."""
     if not settings.on_mysql:
         async with open_ledger(settings, application_name, pool_size) as ledger:
             yield ledger

@@ -7,7 +7,7 @@ services, :mod:`ledgerq.relay.maintenance`); :func:`serve_reconciler` is
 SIGTERM. On MySQL / MariaDB the same reconciler runs on
 :class:`~ledgerq.ledger.mysql.MyLedger` (one per shard, MySQL's named lock), its
 expiry and waiting-task steps included (:mod:`ledgerq.ledger.mysql.reconcile`),
-with no rollup (the dashboard reads history there).
+and its rollup (:mod:`ledgerq.ledger.mysql.rollup`).
 
 The loop (``--every N``) lives through a lost database as the relay does, by the
 rule every loop shares (:mod:`ledgerq.ledger.outages`): a failed pass (a
@@ -106,8 +106,8 @@ async def open_reconciler(
         raise
     try:
         retention = Retention(ledger, retention_config(settings))
-        # The dashboard's rollup is PostgreSQL's only (on MySQL it reads history).
-        rollup = Rollup(ledger) if isinstance(ledger, PgLedger) else None
+        # The dashboard's rollup, on PostgreSQL and on MySQL / MariaDB alike.
+        rollup = Rollup(ledger)
         reconciler = Reconciler(ledger, publisher, config, Hooks(alert=alert), retention, rollup)
         await warn_if_no_autovacuum(ledger)
         yield reconciler

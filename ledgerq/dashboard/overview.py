@@ -9,9 +9,9 @@ latency percentiles per kind and hop, dead tasks by error -- is read from the
 rollup (``ledgerq/relay/rollup.py``) plus history's few rows since its mark, so
 the page costs the same on a history of ten million rows
 (docs/performance.md). Latency percentiles are bucket bounds: at most 41 % over
-the true value (:mod:`ledgerq.ledger.rollup`). On a MySQL / MariaDB ledger there
-is no rollup: the same figures are read from history alone
-(:mod:`ledgerq.ledger.mysql.overview`), and the page says so.
+the true value (:mod:`ledgerq.ledger.rollup`). The MySQL / MariaDB ledger has the
+same rollup (:mod:`ledgerq.ledger.mysql.rollup`); a ledger without one has its
+figures read from history alone, and the page says so.
 
 The chart data goes into the page as JSON in a ``<script type="application/json">``
 block (escaped by Jinja2's ``tojson``), read by ``static/overview.js``: no inline
@@ -171,7 +171,7 @@ async def overview_data(
             for row in routes
         ],
         "rollup_lag_s": lag,
-        # The MySQL / MariaDB ledger has no rollup: its figures are history's.
+        # A ledger without a rollup reads its figures from history.
         "rollup": isinstance(ledger, RollupLedger),
         "now": now.isoformat(),
         "step": f"{step_s // 60} min" if step_s < 3600 else f"{step_s // 3600} h",

@@ -537,7 +537,8 @@ class OperationsLedger(Protocol):
 
 @runtime_checkable
 class RollupLedger(Protocol):
-    """The dashboard's rollup (``overview.sql``, migration 0008)."""
+    """The dashboard's rollup (``overview.sql``, migration 0008; on MySQL / MariaDB
+    ``ledger/mysql/rollup.sql``, migration m0011r)."""
 
     async def roll_up(self, settle_s: float, max_span_s: float, backfill_s: float) -> RollupStep:
         """Count the tasks that finished in the next span (at most ``max_span_s``,
@@ -593,7 +594,7 @@ class OverviewLedger(Protocol):
 
 class DashboardLedger(OperationsLedger, InspectionLedger, OverviewLedger, Protocol):
     """What the dashboard's pages, actions and ledger gauges read and act through
-    (on PostgreSQL and on MySQL / MariaDB, which has no rollup)."""
+    (on PostgreSQL and on MySQL / MariaDB)."""
 
     async def dispose(self) -> None:
         """Close every connection the ledger opened."""

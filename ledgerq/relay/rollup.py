@@ -4,7 +4,8 @@ reads a small table instead of scanning history.
 :meth:`Rollup.run_once` is part of the reconciler's upkeep, after its locked
 steps (like :mod:`~ledgerq.relay.retention`): it calls the ``roll_up`` step
 (``overview.sql``) until the mark is ``settle_s`` behind now or ``budget_s`` is
-spent. Each step counts the tasks that finished in the next span of at most
+spent (on MySQL / MariaDB, :mod:`ledgerq.ledger.mysql.rollup`: the same step in
+MySQL's SQL). Each step counts the tasks that finished in the next span of at most
 ``max_span_s`` -- per (minute, queue, kind, status, error) and per (minute,
 queue, kind, hop, latency bucket), see migration 0008 -- and moves the mark past
 them in the same transaction, so a step is counted whole or not at all and a

@@ -4,6 +4,7 @@ single-database implementation."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from ledgerq import TaskSpec
 from ledgerq.ledger.model import Outcome
@@ -30,6 +31,7 @@ async def finish_some(ledger: LedgerWithHarness, enqueue: Enqueue) -> list[int]:
     return ids
 
 
+@ON_MARIADB
 async def test_the_rollup_counts_settled_finishes_and_prunes_old_rows(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:
@@ -41,6 +43,46 @@ async def test_the_rollup_counts_settled_finishes_and_prunes_old_rows(
     assert step.rolled_upto is not None and await ledger.rolled_upto() == step.rolled_upto
     assert await ledger.prune_rollup(keep_s=86_400.0) == 0  # nothing that old
     assert await ledger.prune_rollup(keep_s=0.0) >= 0
+
+
+async def figures(
+    ledger: LedgerWithHarness, since: datetime, step_s: float, upto: datetime | None, grain: str
+) -> list[list[dict[str, Any]]]:
+    """What the overview reads over time since ``since``: throughput, latency buckets
+    and dead errors (their ``last_at`` left out: the hour grain's is the hour)."""
+    errors = await ledger.dead_errors(since, upto, grain)
+    return [
+        await ledger.throughput(since, step_s, upto, grain),
+        await ledger.latency(since, upto, grain),
+        [{k: v for k, v in e.items() if grain == "minute" or k != "last_at"} for e in errors],
+    ]
+
+
+@ON_MARIADB
+async def test_the_rollup_reads_as_history_does_in_minutes_and_hours(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    await finish_some(ledger, enqueue)
+    now = await ledger.database_now()
+    windows = [  # the 1 h window's minutes, and hours as the 7 d window reads them
+        (now.replace(second=0, microsecond=0) - timedelta(hours=1), 60.0, "minute"),
+        (now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=1), 3600.0, "hour"),
+    ]
+    exact = [await figures(ledger, since, step, None, grain) for since, step, grain in windows]
+    assert [sum(r["n"] for r in throughput) for throughput, _, _ in exact] == [3, 3]
+
+    # A mark two minutes ahead (a settle_s of -120, which only a test passes): every
+    # finished task is the rollup's to count, none is left to the fresh tail.
+    step = await ledger.roll_up(settle_s=-120.0, max_span_s=86_400.0, backfill_s=3600.0)
+    assert (step.tasks, step.caught_up) == (3, True) and step.rows >= 2 * (2 + 4)
+    upto = await ledger.rolled_upto()
+    assert upto is not None and upto > now
+    again = await ledger.roll_up(settle_s=-120.0, max_span_s=86_400.0, backfill_s=3600.0)
+    assert (again.tasks, again.rows) == (0, 0)  # counted once
+    assert again.rolled_upto is not None and again.rolled_upto >= upto  # a minute on, at most
+
+    rolled = [await figures(ledger, since, step, upto, grain) for since, step, grain in windows]
+    assert rolled == exact
 
 
 @ON_MARIADB

@@ -5,10 +5,12 @@ the ASGI app over the ledger :func:`~ledgerq.compose.open_dashboard_ledger` open
 direct claim and a finish, as a worker writes them): no broker, no process.
 
 What holds on MySQL as on PostgreSQL (tests/integration/test_dashboard_http.py):
-the overview's figures (from history: there is no rollup, and the page says so),
-the task list's filters, the task page (escaped), the actions with their CSRF
-check and their audit rows, and the gauges' queue depth, oldest due age,
-unserved backlog and broker windows."""
+the overview's figures, from history until the rollup runs (the page says it has
+never run) and from the rollup and history's fresh tail after, the same either
+way; the rollup's rule for a finish that commits late, and a finish committed
+while a step runs counted once; the task list's filters, the task page
+(escaped), the actions with their CSRF check and their audit rows, and the
+gauges' queue depth, oldest due age, unserved backlog and broker windows."""
 
 from __future__ import annotations
 
@@ -17,11 +19,13 @@ import re
 import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import httpx
+import pymysql
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import make_url
 from sqlalchemy.orm import Session
 
 import ledgerq
@@ -37,6 +41,7 @@ from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.mysql import MyLedger
 from ledgerq.ledger.rollup import WINDOWS, bucket_of
 from ledgerq.ledger.routing import Subscription
+from ledgerq.relay.rollup import Rollup, RollupConfig
 from tests.mariadb_broker import query
 from tests.pki import free_port
 from tests.support import until
@@ -120,7 +125,7 @@ def listed(page: httpx.Response) -> set[int]:
     return set(map(int, re.findall(r'href="/tasks/(\d+)"', page.text)))
 
 
-async def test_the_overview_reads_history_and_says_there_is_no_rollup(
+async def test_the_overview_reads_history_until_the_rollup_runs(
     ledger: MyLedger, shop: Shop
 ) -> None:
     data = await overview_data(ledger, WINDOWS["1h"])
@@ -137,12 +142,116 @@ async def test_the_overview_reads_history_and_says_there_is_no_rollup(
     assert {(u["queue"], u["kind"], u["tasks"]) for u in data["unserved"]} == {
         ("other", "shop.refund", 2)
     }
-    assert data["rollup"] is False and data["rollup_lag_s"] is None
+    assert data["rollup"] is True and data["rollup_lag_s"] is None  # never ran
     async with client(ledger) as http:
         page = await http.get("/", params={"window": "7d"})
     assert page.status_code == 200
-    assert "has no rollup" in page.text and "has never run" not in page.text
+    assert "has never run" in page.text and "has no rollup" not in page.text
     assert SYNC_ERROR in page.text and WORKER in page.text
+
+
+async def test_the_overview_is_the_same_from_the_rollup_as_from_history(
+    mariadb_settings: Settings, ledger: MyLedger, shop: Shop
+) -> None:
+    # Age the finished tasks by five minutes, so whole minutes are there to roll up.
+    query(
+        mariadb_settings,
+        "UPDATE ledgerq_history SET created_at = created_at - INTERVAL 5 MINUTE, "
+        "run_at = run_at - INTERVAL 5 MINUTE, "
+        "published_at = published_at - INTERVAL 5 MINUTE, "
+        "started_at = started_at - INTERVAL 5 MINUTE, "
+        "finished_at = finished_at - INTERVAL 5 MINUTE",
+    )
+    # The same figures from history alone and from the rollup (its minute rows for
+    # the hour's window, its hour rows for the week's).
+    now = datetime.now(UTC)
+    windows = (WINDOWS["1h"], WINDOWS["7d"])
+    before = [await overview_data(ledger, w, now) for w in windows]
+    assert before[0]["finished"] == {"succeeded": 4, "dead": 3, "cancelled": 0}
+    rollup = Rollup(ledger, RollupConfig(settle_s=60, backfill_s=3600))
+    first = await rollup.run_once()
+    assert (first.tasks, first.caught_up) == (7, True) and first.rows > 0
+    again = await rollup.run_once()
+    assert again.tasks == 0
+    after = [await overview_data(ledger, w, now) for w in windows]
+    for old, new in zip(before, after, strict=True):
+        for key in ("finished", "success_rate", "series", "latency"):
+            assert new[key] == old[key], (new["window"], key)
+    assert after[0]["errors"] == before[0]["errors"]
+    assert after[0]["rollup_lag_s"] is not None and after[0]["rollup_lag_s"] < 130
+    assert counted(mariadb_settings) == {"minute": 7, "hour": 7}
+    async with client(ledger) as http:
+        page = await http.get("/")
+    assert "has never run" not in page.text and "has no rollup" not in page.text
+    # The testing protocol's truncate empties the rollup and clears its mark.
+    await ledger.truncate()
+    assert await ledger.rolled_upto() is None and counted(mariadb_settings) == {}
+
+
+def counted(settings: Settings) -> dict[str, int]:
+    """The finished tasks the rollup's count rows hold, per grain."""
+    rows = query(settings, "SELECT grain, SUM(n) FROM ledgerq_rollup_counts GROUP BY grain")
+    return {str(grain): int(n) for grain, n in rows}
+
+
+async def test_a_late_commit_is_never_counted_and_one_during_a_step_is_counted_once(
+    mariadb_settings: Settings, ledger: MyLedger
+) -> None:
+    """The finish writes finished_at at its statement's start and commits after: a
+    row committed behind the mark is never counted (PostgreSQL's rule: settle_s is
+    the commit lag allowed), one committed after a step read history is counted by
+    a later step, once; the step waits for neither."""
+    [template] = enqueue(mariadb_settings, [TaskSpec("dash.race")])
+    [claimed] = await ledger.claim_due(["default"], 10, WORKER, 30.0)
+    await ledger.finish([Outcome.succeeded(claimed.fence)])
+    query(
+        mariadb_settings,
+        "UPDATE ledgerq_history SET finished_at = finished_at - INTERVAL 10 MINUTE "
+        f"WHERE id = {template}",
+    )
+    settle = {"settle_s": 60.0, "max_span_s": 86_400.0, "backfill_s": 3600.0}
+    first = await ledger.roll_up(**settle)
+    assert first.tasks == 1 and first.rolled_upto is not None
+    mark = first.rolled_upto.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+    # Two finishes in flight (copies of the template's history row): one that
+    # finished before the mark, one half a minute ago.
+    url = make_url(mariadb_settings.database_url)
+    tx = pymysql.connect(
+        host=url.host or "127.0.0.1", port=url.port or 3306, user=url.username or "root",
+        password=url.password or "", database=url.database, autocommit=False,
+    )  # fmt: skip
+    try:
+        with tx.cursor() as cursor:
+            cursor.execute(
+                "CREATE TEMPORARY TABLE lq_copy AS "
+                f"SELECT * FROM ledgerq_history WHERE id = {template}"
+            )
+            for copy, finished in (
+                (-1, f"TIMESTAMP('{mark}') - INTERVAL 30 SECOND"),  # late: behind the mark
+                (-2, "UTC_TIMESTAMP(6) - INTERVAL 30 SECOND"),
+            ):
+                cursor.execute(f"UPDATE lq_copy SET id = {copy}, finished_at = {finished}")
+                cursor.execute("INSERT INTO ledgerq_history SELECT * FROM lq_copy")
+            # A step while they are uncommitted: it sees neither and waits for neither.
+            during = await asyncio.wait_for(ledger.roll_up(**settle), timeout=30)
+            assert during.tasks == 0
+        tx.commit()
+    finally:
+        tx.close()
+
+    since = await ledger.database_now() - timedelta(hours=1)
+    mark_now = await ledger.rolled_upto()
+    assert mark_now is not None
+    tail = await ledger.throughput(since, 60.0, mark_now)
+    assert sum(r["n"] for r in tail) == 2  # the template (rollup) and -2 (tail), not -1
+    # A mark two minutes ahead (a settle_s of -120: a test's) takes in everything.
+    later = await ledger.roll_up(settle_s=-120.0, max_span_s=86_400.0, backfill_s=3600.0)
+    assert later.tasks == 1  # -2, once; -1 stays behind the mark
+    upto = await ledger.rolled_upto()
+    rolled = await ledger.throughput(since, 60.0, upto)
+    assert sum(r["n"] for r in rolled) == 2
+    assert sum(r["n"] for r in await ledger.throughput(since, 60.0, None)) == 3  # history's
 
 
 async def test_the_task_list_filters_and_the_task_page_escapes_its_payload(

@@ -3,7 +3,7 @@ MySQL and MariaDB"), applied with the exact statements of ``ledger/mysql/roles.s
 to a throwaway database on the real MariaDB, with throwaway roles and users: a
 migrator user runs ``ledgerq migrate``, a producer enqueues (plain, ``unique``,
 ``once``, a batch, one ``after=`` another, a child of it) and waits with ``result()``, a
-``--direct`` worker and the reconciler (rescue and retention's partitions) run
+``--direct`` worker and the reconciler (rescue, retention's partitions, the rollup) run
 as the service, an operator reads; and each is refused what its role does not grant.
 
 Roles and users are server-wide, so each carries a suffix of its own run; the
@@ -11,6 +11,7 @@ database, users and roles are dropped afterwards, even when a test fails."""
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import signal
@@ -174,8 +175,9 @@ def test_each_process_runs_under_its_role_and_is_refused_the_rest(roles: Roles) 
     finally:
         producer.dispose()
 
-    reconciled = run_ledgerq(roles.settings("service"), "reconcile")
+    reconciled = run_ledgerq(roles.settings("service"), "reconcile", "--json")
     assert reconciled.returncode == 0, reconciled.stdout + reconciled.stderr
+    assert json.loads(reconciled.stdout)["rollup"] is not None  # the service may roll up
 
     # what each role is refused
     producer_url, operator_url = roles.url("producer"), roles.url("operator")

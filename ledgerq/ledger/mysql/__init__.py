@@ -13,7 +13,7 @@ audit; :mod:`.operations_pauses`: pauses and rate limits, which the pick honours
 (:mod:`.metering`: the token buckets), as it does ordering keys, and their
 release, :mod:`.keys`; :mod:`.expiry`: tasks not started by their expiry), inspection
 (:mod:`.inspection`: what ``ledgerq stats`` and ``ledgerq kinds list`` read),
-the dashboard's reads (:mod:`.overview`: no rollup, history read directly), the
+the dashboard's reads (:mod:`.overview`) and its rollup (:mod:`.rollup`), the
 ledger split across databases (each database's shard and id range:
 :mod:`.shards`), dependencies between tasks (:mod:`.dependencies`: ``after=``),
 fan-out (:mod:`.families`: ``parent_id``, ``on_children_done``), and the testing
@@ -35,6 +35,7 @@ from ledgerq.ledger.mysql.overview import MyOverview
 from ledgerq.ledger.mysql.reconcile import MyReconcile
 from ledgerq.ledger.mysql.rescue import MyRescue
 from ledgerq.ledger.mysql.retention import MyRetention
+from ledgerq.ledger.mysql.rollup import MyRollup
 from ledgerq.ledger.mysql.services import MyServices
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
         ReconcilerLedger,
         RelayLedger,
         RetentionLedger,
+        RollupLedger,
         RoutingLedger,
         SchedulingLedger,
     )
@@ -61,11 +63,13 @@ class MyLedger(
     MyPauses,
     MyInspection,
     MyOverview,
+    MyRollup,
     MyHarness,
 ):
     """The seam on MySQL / MariaDB, as far as it is built (the relay's, the
-    worker's, the reconciler's and the operator's parts, retention and the
-    testing protocol), over one aiomysql engine."""
+    worker's, the reconciler's and the operator's parts, retention, the
+    dashboard's reads and rollup, and the testing protocol), over one aiomysql
+    engine."""
 
 
 if TYPE_CHECKING:
@@ -80,6 +84,7 @@ if TYPE_CHECKING:
     _relay: type[RelayLedger] = MyLedger
     _reconciler: type[ReconcilerLedger] = MyLedger
     _dashboard: type[DashboardLedger] = MyLedger
+    _rollup: type[RollupLedger] = MyLedger
 
 
 __all__ = ["MyLedger"]

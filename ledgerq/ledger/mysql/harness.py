@@ -1,5 +1,6 @@
 """The testing protocol on MySQL / MariaDB, as far as it is built: emptying the
-ledger, its audit trail included, and moving time (``truncate``, ``backdate``),
+ledger, its audit trail and the dashboard's rollup included, and moving time
+(``truncate``, ``backdate``),
 filling history with synthetic finished tasks (``seed_history``,
 ``seed_varied_history``: negative ids, ``harness.sql``), and measuring a drain
 (``count_finished``, ``drain_span``, ``timings``, ``clear_finished``: the
@@ -19,6 +20,7 @@ from ledgerq.ledger.mysql.families import FQ
 from ledgerq.ledger.mysql.operations_pauses import PQ
 from ledgerq.ledger.mysql.operations_plans import OPQ
 from ledgerq.ledger.mysql.queries import MQ
+from ledgerq.ledger.mysql.rollup import UQ
 from ledgerq.ledger.protocol import TimeColumn
 from ledgerq.ledger.sql import load_in_lists
 
@@ -61,6 +63,8 @@ class MyHarness(MyBase):
         statements = [MQ.truncate_tasks, MQ.truncate_history, MQ.truncate_keys, MQ.truncate_kinds]
         statements += [OPQ.truncate_audit, PQ.truncate_pauses]  # the operator's (m0002, m0003)
         statements += [DQ.truncate_dependencies, FQ.truncate_families]  # m0007
+        # the dashboard's rollup, its mark cleared: it starts again from its backfill (m0011r)
+        statements += [UQ.truncate_rollup_counts, UQ.truncate_rollup_latency, UQ.reset_rollup]
         if not keep_subscriptions:
             statements += [MQ.truncate_subscriptions, MQ.truncate_workers]
         with translated():

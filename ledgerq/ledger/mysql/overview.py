@@ -1,19 +1,24 @@
 """What the dashboard's overview and task page read on the MySQL / MariaDB ledger
 (``overview.sql``): PostgreSQL's :class:`~ledgerq.ledger.pg.overview.PgOverview`
-reads, the rollup excepted.
+reads.
 
-There is no rollup on the MySQL ledger (no ``ledgerq_rollup_*`` tables): the
-reconciler does not run one, :meth:`MyOverview.rolled_upto` is always None, and
-throughput, latencies and dead errors are read from history since the window's
-start, through its ``finished_at`` index. The figures are exact, as PostgreSQL's
-fresh tail is; their cost grows with what finished in the window (retention
-bounds history), where PostgreSQL's stays flat. ``upto`` and ``grain`` are
-taken for the seam's sake and change nothing here.
+Throughput, latencies and dead errors come from the rollup (:mod:`.rollup`,
+which the reconciler's pass keeps) for the minutes before ``upto`` -- its
+``grain`` rows, minutes or, for bins of an hour or more, hours -- plus the rows
+of history that finished since (the fresh tail, read through history's
+``finished_at`` index), as on PostgreSQL: exact up to the last second, and the
+cost flat however much finished in the window. ``upto`` None (the rollup never
+ran) reads everything from history since the window's start. The tail and the
+rollup count with the same rules (``overview_fragments.sql``), so a minute
+reads the same from either.
 
 Each answer is one statement in a transaction of its own, so one snapshot: the
 overview's parts, read concurrently, may disagree by what moved between them,
-as on PostgreSQL. Rows come back as PostgreSQL's do (:func:`~ledgerq.ledger.actions.jsonable`):
-times as ISO text in UTC, counts as int, ages as float seconds.
+as on PostgreSQL. ``upto`` is read before them: a step that commits meanwhile
+adds rows after it, which the rollup side leaves out and the tail reads, so
+nothing is counted twice. Rows come back as PostgreSQL's do
+(:func:`~ledgerq.ledger.actions.jsonable`): times as ISO text in UTC, counts as
+int, ages as float seconds.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from sqlalchemy import Row, TextClause
 
 from ledgerq.ledger.actions import jsonable
 from ledgerq.ledger.mysql.base import MyBase, aware, micros
+from ledgerq.ledger.mysql.rollup import OVERVIEW_LIBRARY
 from ledgerq.ledger.sql import load
 
 
@@ -42,7 +48,9 @@ class OverviewQueries:
     children: TextClause
 
 
-VQ: OverviewQueries = load(OverviewQueries, "ledgerq.ledger.mysql", "overview.sql")
+VQ: OverviewQueries = load(
+    OverviewQueries, "ledgerq.ledger.mysql", "overview.sql", OVERVIEW_LIBRARY
+)
 
 #: The counts of a ``live_counts`` row (MySQL's SUM answers a DECIMAL).
 _LIVE = ("pending", "due", "scheduled", "published", "running", "waiting")
@@ -51,6 +59,14 @@ _LIVE = ("pending", "due", "scheduled", "published", "running", "waiting")
 def _utc(value: datetime) -> datetime:
     """A time as the naive UTC a ``DATETIME(6)`` parameter takes."""
     return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
+
+
+def _window(since: datetime, upto: datetime | None, grain: str) -> dict[str, Any]:
+    """The parameters that split a window between the rollup (``:since`` to
+    ``:upto``) and history's fresh tail (from ``:tail``); no mark: all history."""
+    start = _utc(since)
+    mark = start if upto is None else _utc(upto)
+    return {"since": start, "upto": mark, "tail": max(start, mark), "grain": grain}
 
 
 def _row(row: Row[Any], counts: tuple[str, ...] = ("n",)) -> dict[str, Any]:
@@ -65,10 +81,6 @@ def _row(row: Row[Any], counts: tuple[str, ...] = ("n",)) -> dict[str, Any]:
 
 
 class MyOverview(MyBase):
-    async def rolled_upto(self) -> datetime | None:
-        """None: the MySQL ledger has no rollup; everything is read from history."""
-        return None
-
     async def live_counts(self) -> list[dict[str, Any]]:
         rows = [_row(r, _LIVE) for r in await self._rows(VQ.live_counts, {})]
         for row in rows:
@@ -79,20 +91,19 @@ class MyOverview(MyBase):
     async def throughput(
         self, since: datetime, step_s: float, upto: datetime | None, grain: str = "minute"
     ) -> list[dict[str, Any]]:
-        params = {"since": _utc(since), "step_s": step_s}
+        params = {**_window(since, upto, grain), "step_s": step_s}
         return [_row(r) for r in await self._rows(VQ.throughput, params)]
 
     async def latency(
         self, since: datetime, upto: datetime | None, grain: str = "minute"
     ) -> list[dict[str, Any]]:
-        return [
-            _row(r, ("bucket", "n")) for r in await self._rows(VQ.latency, {"since": _utc(since)})
-        ]
+        rows = await self._rows(VQ.latency, _window(since, upto, grain))
+        return [_row(r, ("bucket", "n")) for r in rows]
 
     async def dead_errors(
         self, since: datetime, upto: datetime | None, grain: str = "minute", limit: int = 20
     ) -> list[dict[str, Any]]:
-        params = {"since": _utc(since), "limit": limit}
+        params = {**_window(since, upto, grain), "limit": limit}
         return [_row(r) for r in await self._rows(VQ.dead_errors, params)]
 
     async def workers(self, recent_s: float = 300.0) -> list[dict[str, Any]]:

@@ -1,10 +1,13 @@
 -- The dashboard's overview and task page on the MySQL / MariaDB ledger
--- (ledger/mysql/overview.py): PostgreSQL's overview.sql in MySQL's SQL, without
--- the rollup. The MySQL ledger has no rollup tables, so everything over time is
--- read from history since :since, through its finished_at index: exact, and its
--- cost grows with what finished in the window (retention bounds it). Nothing
--- here changes anything. Timestamps are DATETIME(6) in UTC; :since is bound
--- naive UTC.
+-- (ledger/mysql/overview.py): PostgreSQL's overview.sql in MySQL's SQL. Anything
+-- over time comes from the rollup (rollup.sql, migration m0011r) for the minutes
+-- before :upto (rolled_upto, read first by the caller; the year 1 if the rollup
+-- never ran), plus the rows of history that finished since (the fresh tail,
+-- through history's finished_at index), so the figures are exact up to the last
+-- second and their cost does not grow with history. :grain picks the rollup's
+-- minute or hour rows (hours for bins of an hour or more; :since is then on an
+-- hour). Nothing here changes anything. Timestamps are DATETIME(6) in UTC;
+-- :since, :upto and :tail are bound naive UTC.
 
 -- name: live_counts
 -- Per queue and kind, from the hot table: pending, of them due now (the
@@ -28,59 +31,66 @@ ORDER BY queue, kind
 
 -- name: throughput
 -- Finished tasks per :step_s bin since :since (bins start at :since, as
--- PostgreSQL's date_bin), by status.
-SELECT DATE_ADD(CAST(:since AS DATETIME(6)), INTERVAL FLOOR(TIMESTAMPDIFF(MICROSECOND, :since, h.finished_at)
-                                       / (:step_s * 1000000)) * :step_s SECOND) AS at,
-       h.status, COUNT(*) AS n
-FROM ledgerq_history h
-WHERE h.finished_at >= :since
-GROUP BY 1, 2
-ORDER BY 1, 2
+-- PostgreSQL's date_bin), by status: the rollup's :grain rows before :upto,
+-- history's fresh tail from :tail (the later of :upto and :since). Each side
+-- is counted per bin before the two are added: MySQL materialises a UNION, so
+-- it holds a row per bin, not one per finished task.
+SELECT t.at, t.status, SUM(t.n) AS n
+FROM (
+    SELECT {{bin_of(r.at)}} AS at, r.status, SUM(r.n) AS n
+    FROM ledgerq_rollup_counts r
+    WHERE r.grain = :grain AND r.at >= :since AND r.at < :upto
+    GROUP BY 1, 2
+    UNION ALL
+    SELECT {{bin_of(h.finished_at)}}, h.status, COUNT(*)
+    FROM ledgerq_history h
+    WHERE h.finished_at >= :tail
+    GROUP BY 1, 2
+) t
+GROUP BY t.at, t.status
+ORDER BY t.at, t.status
 
 -- name: latency
--- Latency histogram buckets per kind and hop since :since: each finished task's
--- four hops (PostgreSQL's ledgerq_hops: due to published, published to started,
--- started to finished, created to finished; a hop it never took is left out),
--- each in its log-scale bucket (PostgreSQL's ledgerq_latency_bucket, Python's
--- ledgerq.ledger.rollup.bucket_of).
-SELECT t.kind, t.hop,
-       LEAST(47, GREATEST(0, FLOOR(2 * LOG2(GREATEST(t.seconds, 0.0001) / 0.001)) + 1))
-           AS bucket,
-       COUNT(*) AS n
+-- Latency histogram buckets per kind and hop since :since (rollup + fresh
+-- tail, each counted per bucket first, as throughput's): each finished task's
+-- hops (a hop it never took left out), each in its log-scale bucket
+-- (overview_fragments.sql, Python's ledgerq.ledger.rollup.bucket_of).
+SELECT t.kind, t.hop, t.bucket, SUM(t.n) AS n
 FROM (
-    SELECT h.kind, x.hop,
-           CASE x.hop
-               WHEN 'due_publish' THEN TIMESTAMPDIFF(MICROSECOND, GREATEST(h.created_at, h.run_at),
-                                                     h.published_at)
-               WHEN 'publish_start' THEN TIMESTAMPDIFF(MICROSECOND, h.published_at, h.started_at)
-               WHEN 'start_end' THEN TIMESTAMPDIFF(MICROSECOND, h.started_at, h.finished_at)
-               ELSE TIMESTAMPDIFF(MICROSECOND, h.created_at, h.finished_at)
-           END / 1000000 AS seconds
-    FROM ledgerq_history h
-    CROSS JOIN (SELECT 'due_publish' AS hop UNION ALL SELECT 'publish_start'
-                UNION ALL SELECT 'start_end' UNION ALL SELECT 'total') x
-    WHERE h.finished_at >= :since
+    SELECT r.kind, r.hop, r.bucket, SUM(r.n) AS n
+    FROM ledgerq_rollup_latency r
+    WHERE r.grain = :grain AND r.at >= :since AND r.at < :upto
+    GROUP BY 1, 2, 3
+    UNION ALL
+    SELECT x.kind, x.hop, {{latency_bucket(x.seconds)}}, COUNT(*)
+    FROM (
+        SELECT h.kind, hh.hop, {{hop_seconds(h, hh)}} AS seconds
+        FROM ledgerq_history h
+        CROSS JOIN {{hops}} hh
+        WHERE h.finished_at >= :tail
+    ) x
+    WHERE x.seconds IS NOT NULL
+    GROUP BY 1, 2, 3
 ) t
-WHERE t.seconds IS NOT NULL
-GROUP BY t.kind, t.hop, bucket
-ORDER BY t.kind, t.hop, bucket
+GROUP BY t.kind, t.hop, t.bucket
+ORDER BY t.kind, t.hop, t.bucket
 
 -- name: dead_errors
--- Dead tasks since :since grouped by their error's last line (PostgreSQL's
--- ledgerq_error_line: spaces and newlines trimmed, the last line, 200
--- characters) and kind, most common first, with the minute the last one died.
-SELECT t.error, t.kind, COUNT(*) AS n,
-       MAX(t.finished_at) - INTERVAL (SECOND(MAX(t.finished_at)) * 1000000
-                                      + MICROSECOND(MAX(t.finished_at))) MICROSECOND AS last_at
+-- Dead tasks since :since grouped by their error's last line and kind
+-- (overview_fragments.sql error_line), most common first, with the minute (the
+-- hour, for :grain hour) the last one died.
+SELECT t.error, t.kind, SUM(t.n) AS n, MAX(t.at) AS last_at
 FROM (
-    SELECT LEFT(SUBSTRING_INDEX(REGEXP_REPLACE(COALESCE(h.last_error, ''),
-                                               '^[ \n]+|[ \n]+$', ''), '\n', -1), 200) AS error,
-           h.kind, h.finished_at
+    SELECT r.error, r.kind, r.n, r.at
+    FROM ledgerq_rollup_counts r
+    WHERE r.grain = :grain AND r.status = 'dead' AND r.at >= :since AND r.at < :upto
+    UNION ALL
+    SELECT {{error_line(h)}}, h.kind, 1, {{minute_of(h.finished_at)}}
     FROM ledgerq_history h
-    WHERE h.status = 'dead' AND h.finished_at >= :since
+    WHERE h.status = 'dead' AND h.finished_at >= :tail
 ) t
 GROUP BY t.error, t.kind
-ORDER BY n DESC, t.error
+ORDER BY 3 DESC, 1
 LIMIT :limit
 
 -- name: workers

@@ -89,6 +89,11 @@ GRANT SELECT, INSERT, UPDATE ON ledgerq_families TO ledgerq_service;
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service;
 -- The start check reads which ledger shard the database is (migration m0008).
 GRANT SELECT ON ledgerq_ledger_shard TO ledgerq_service;
+-- The dashboard's rollup (migration m0011r), counted by the reconciler's pass
+-- from history (ledger/mysql/rollup.sql) and pruned after its keep.
+GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_rollup_counts TO ledgerq_service;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_rollup_latency TO ledgerq_service;
+GRANT SELECT, UPDATE ON ledgerq_rollup_state TO ledgerq_service;
 --
 -- Operator: reads everything ledgerq keeps, changes nothing.
 GRANT SELECT ON ledgerq_tasks TO ledgerq_operator;
@@ -105,6 +110,9 @@ GRANT SELECT ON ledgerq_dependencies TO ledgerq_operator;
 GRANT SELECT ON ledgerq_families TO ledgerq_operator;
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_operator;
 GRANT SELECT ON ledgerq_ledger_shard TO ledgerq_operator;
+GRANT SELECT ON ledgerq_rollup_counts TO ledgerq_operator;
+GRANT SELECT ON ledgerq_rollup_latency TO ledgerq_operator;
+GRANT SELECT ON ledgerq_rollup_state TO ledgerq_operator;
 --
 -- Admin: the operator's reads (its role granted to it), and the operator's
 -- actions: fenced changes to live tasks, a retry from history, and their audit.
