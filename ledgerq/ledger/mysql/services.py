@@ -38,19 +38,19 @@ What the worker registers at its start: per-kind defaults
 (``@task(rate_limit=...)``, the buckets every pick meters: :mod:`.metering`),
 orderings (``@task(ordering="block")``: :mod:`.keys`) and fan-out callbacks
 (``@task(on_children_done=...)``, :mod:`.families`), each written only where it
-differs from the stored one (a restart does not refill a bucket). Sticky
-retries are not built on MySQL: a worker whose tasks declare one stops at its
-start with :class:`~ledgerq.core.errors.NotBuiltOnMySQLError` rather than run
-without it.
+differs from the stored one (a restart does not refill a bucket), and sticky
+retries (``@task(sticky_retry=...)``: each kind's window, :mod:`.sticky`; the
+finish's retry holds the task for the attempt's worker, the pick honours the
+hold until it lapses).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NoReturn, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
-from ledgerq.core.errors import NotBuiltOnMySQLError, TaskNotFoundError
+from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, KindDefaults, Outcome
 from ledgerq.ledger.mysql import plans
 from ledgerq.ledger.mysql.base import MyBase, decoded, micros, translated
@@ -59,6 +59,7 @@ from ledgerq.ledger.mysql.keys import KQ
 from ledgerq.ledger.mysql.metering import MeQ
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.mysql.rows import shown
+from ledgerq.ledger.mysql.sticky import SQ, windows_to_write
 from ledgerq.ledger.options import DueOptions
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, RateLimit
@@ -66,10 +67,6 @@ from ledgerq.ledger.specs import TaskSpec
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 
 R = TypeVar("R")
-
-
-def _not_built(what: str) -> NoReturn:
-    raise NotBuiltOnMySQLError(f"{what}: not built on the MySQL ledger yet")
 
 
 class MyServices(MyBase):
@@ -215,10 +212,18 @@ class MyServices(MyBase):
         return changed
 
     async def register_sticky(self, windows: Mapping[str, float | None]) -> list[str]:
-        sticky = sorted(k for k, v in windows.items() if v is not None)
-        if sticky:
-            _not_built(f"sticky retries (@task(sticky_retry=...) of {', '.join(sticky)})")
-        return []
+        """Write each kind's ``@task(sticky_retry=...)`` window that differs from the
+        stored one (:mod:`.sticky`); the kinds written."""
+        if not windows:
+            return []
+        stored = await self._rows(SQ.kind_windows, {"kinds": sorted(windows)})
+        changed = windows_to_write(windows, stored)
+        if changed:
+            params = [{"kind": kind, "seconds": windows[kind]} for kind in changed]
+            with translated():
+                async with self.engine.begin() as conn:
+                    await conn.execute(SQ.set_window, params)
+        return changed
 
     async def register_children_done(self, callbacks: Mapping[str, str | None]) -> list[str]:
         """Write each kind's callback that differs from the stored one (a kind without
