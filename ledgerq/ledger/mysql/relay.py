@@ -49,7 +49,7 @@ from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ledgerq.ledger.model import DueTask
-from ledgerq.ledger.mysql import metering, plans
+from ledgerq.ledger.mysql import claims, metering, plans
 from ledgerq.ledger.mysql.base import MyBase, translated
 from ledgerq.ledger.mysql.queries import LIBRARY
 from ledgerq.ledger.mysql.relay_pick import Candidate, kept, open_windows
@@ -97,7 +97,7 @@ def pick(limit: int, aging_s: float, min_wait_s: float = 0.0) -> plans.Plan[list
             if window.covers(kind)
         ]
         for kinds, excluded, aged_after, most in lanes:
-            params = plans.pick_params(
+            params = claims.pick_params(
                 [window.queue], kinds, window.shards, excluded, aged_after, min_wait_s, most
             )
             if window.sticky is None:

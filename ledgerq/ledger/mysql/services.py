@@ -3,8 +3,9 @@
 ``whereabouts``, checkpoints, what a worker registers at its start, and its
 subscriptions and liveness beats.
 
-Each operation is a plan (:mod:`.plans`) run in one transaction of the ledger's
-own, on a connection in READ COMMITTED (set for every connection of the engine,
+Each operation is a plan (:mod:`.claims`, :mod:`.attempts`, :mod:`.inserts`,
+driven by :mod:`.plans`) run in one transaction of the ledger's own, on a
+connection in READ COMMITTED (set for every connection of the engine,
 :mod:`.engines`). Why that level, statement by statement:
 
 - ``claim_due`` reads its candidates with a plain read, then locks them by
@@ -52,7 +53,7 @@ from typing import Any, TypeVar, Unpack
 
 from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, KindDefaults, Outcome
-from ledgerq.ledger.mysql import plans
+from ledgerq.ledger.mysql import attempts, claims, inserts, plans
 from ledgerq.ledger.mysql.base import MyBase, decoded, micros, translated
 from ledgerq.ledger.mysql.families import FQ
 from ledgerq.ledger.mysql.keys import KQ
@@ -80,7 +81,7 @@ class MyServices(MyBase):
     async def claim(
         self, fences: Iterable[Fence], worker: str, lease_s: float
     ) -> list[ClaimedTask]:
-        plan = plans.claim_fenced(list(fences), worker, lease_s, MAX_CLAIM_PAYLOAD_BYTES)
+        plan = claims.claim_fenced(list(fences), worker, lease_s, MAX_CLAIM_PAYLOAD_BYTES)
         return await self._transaction(plan)
 
     async def claim_due(
@@ -92,7 +93,7 @@ class MyServices(MyBase):
         **options: Unpack[DueOptions],
     ) -> list[ClaimedTask]:
         kinds = options.get("kinds")
-        plan = plans.claim_due(
+        plan = claims.claim_due(
             list(queues),
             None if kinds is None else sorted(kinds),
             limit,
@@ -113,15 +114,15 @@ class MyServices(MyBase):
     async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
         if not outcomes:
             return []
-        return await self._transaction(plans.finish(outcomes))
+        return await self._transaction(attempts.finish(outcomes))
 
     async def heartbeat(
         self, fences: Iterable[Fence], lease_s: float, progress: Mapping[int, str] | None = None
     ) -> Held:
-        return await self._transaction(plans.heartbeat(list(fences), lease_s, progress))
+        return await self._transaction(attempts.heartbeat(list(fences), lease_s, progress))
 
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
-        return await self._transaction(plans.save_checkpoint(fence, json.dumps(state)))
+        return await self._transaction(attempts.save_checkpoint(fence, json.dumps(state)))
 
     # -- routing ---------------------------------------------------------------------
     async def subscribe(
@@ -277,7 +278,7 @@ class MyServices(MyBase):
 
     async def enqueue(self, specs: Sequence[TaskSpec]) -> list[int]:
         """Insert ``specs`` in one committed transaction of the ledger's own."""
-        return await self._transaction(plans.enqueue_many(list(specs)))
+        return await self._transaction(inserts.enqueue_many(list(specs)))
 
     # -- inspection -------------------------------------------------------------------
     async def show(self, task_id: int) -> dict[str, Any]:
