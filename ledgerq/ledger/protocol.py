@@ -538,7 +538,7 @@ class OperationsLedger(Protocol):
 @runtime_checkable
 class RollupLedger(Protocol):
     """The dashboard's rollup (``overview.sql``, migration 0008; on MySQL / MariaDB
-    ``ledger/mysql/rollup.sql``, migration m0011r)."""
+    ``ledger/mysql/rollup.sql``, migration m0012)."""
 
     async def roll_up(self, settle_s: float, max_span_s: float, backfill_s: float) -> RollupStep:
         """Count the tasks that finished in the next span (at most ``max_span_s``,

@@ -83,6 +83,7 @@ async def test_registered_orderings_report_only_what_changed_and_show_in_kinds(
     assert await ledger.kinds() == []
 
 
+@ON_MARIADB
 async def test_registered_windows_and_callbacks_report_only_what_changed(
     ledger: ShardLedger,
 ) -> None:

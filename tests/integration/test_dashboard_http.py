@@ -253,7 +253,7 @@ async def test_the_overview_is_the_same_from_the_rollup_as_from_history(
             assert new[key] == old[key], (new["window"], key)
     assert after[0]["errors"] == before[0]["errors"]
     assert after[0]["rollup_lag_s"] is not None and after[0]["rollup_lag_s"] < 130
-    assert after[0]["rollup"] is True  # the ledger has one (MySQL's too: m0011r)
+    assert after[0]["rollup"] is True  # the ledger has one (MySQL's too: m0012)
 
 
 async def test_sql_buckets_agree_with_python(settings: Settings) -> None:

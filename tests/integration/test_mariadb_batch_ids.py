@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from ledgerq import TaskSpec
 from ledgerq.compose.storage import sync_engine
 from ledgerq.core.config import Settings
-from ledgerq.ledger.mysql import batch, plans
+from ledgerq.ledger.mysql import batch, inserts, plans
 
 
 @pytest.fixture
@@ -30,9 +30,9 @@ def engine(mariadb_settings: Settings) -> Iterator[Engine]:
 @pytest.mark.parametrize("back", [batch.IdsBack(True, True, 1), batch.IdsBack(False, True, 1)])
 def test_a_batch_gets_its_ids_in_input_order(engine: Engine, back: batch.IdsBack) -> None:
     specs = [TaskSpec("batch.ids", {"n": n}) for n in range(300)]
-    run = [plans.insert_params(spec) for spec in specs]
+    run = [inserts.insert_params(spec) for spec in specs]
     with Session(engine) as session, session.begin():
-        ids = plans.drive(plans._insert_batch(run, back), plans.runner(session, "test"))
+        ids = plans.drive(inserts._insert_batch(run, back), plans.runner(session, "test"))
     with engine.connect() as conn:
         stored: dict[int, str] = dict(
             conn.execute(

@@ -21,7 +21,7 @@ from ledgerq import Action, TaskFilter, TaskSpec, admin
 from ledgerq.compose.storage import async_engine, sync_engine
 from ledgerq.core.config import Settings
 from ledgerq.ledger.actions import MOVED_ON
-from ledgerq.ledger.mysql import MyLedger, plans
+from ledgerq.ledger.mysql import MyLedger, claims, plans
 from ledgerq.ledger.routing import Subscription
 from tests.support import until
 
@@ -79,7 +79,7 @@ async def test_a_row_another_transaction_holds_is_waited_for_and_judged_anew(
     [task_id] = _enqueue(mariadb_settings, TaskSpec("ops.held"))
     async with engine.connect() as holder:
         # a worker's claim, not yet committed: the row locked, its epoch bumped
-        claim = plans.claim_fenced([(task_id, 0)], WORKER, LEASE_S, 1 << 20)
+        claim = claims.claim_fenced([(task_id, 0)], WORKER, LEASE_S, 1 << 20)
         assert await plans.adrive(claim, plans.async_runner(holder, "claim"))
         acting = asyncio.create_task(ledger.act(action, TaskFilter(ids=(task_id,)), actor="ops"))
         await until("the action waits for the claim's lock", lambda: _waiting_for_a_lock(engine))

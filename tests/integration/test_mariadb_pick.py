@@ -28,7 +28,8 @@ from ledgerq.compose.storage import async_engine, sync_engine
 from ledgerq.core.config import Settings
 from ledgerq.ledger.model import ClaimedTask, Outcome
 from ledgerq.ledger.mysql import MyLedger
-from ledgerq.ledger.mysql.plans import Answer, adrive, async_runner, claim_due
+from ledgerq.ledger.mysql.claims import claim_due
+from ledgerq.ledger.mysql.plans import Answer, adrive, async_runner
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import RateLimit

@@ -30,26 +30,31 @@ def _candidate(
 
 def test_a_window_has_its_capacity_less_its_published_rows_as_credit() -> None:
     routes = [
-        ("default", "", None, None, 10, 2, 4),
-        ("default", "r-1", '["a", "b"]', "[1]", 3, 1, 3),  # full: no window
-        ("other", "", None, None, 5, 1, 0),
+        ("default", "", None, None, 10, 2, 4, None),
+        ("default", "r-1", '["a", "b"]', "[1]", 3, 1, 3, None),  # full: no window
+        ("other", "", None, None, 5, 1, 0, None),
+        ("other", "s-1", None, None, 2, 1, 1, "w-1"),  # a personal route
     ]
     windows = open_windows(routes, [])
     assert windows == [
         Window("default", "", None, None, frozenset(), 6, 2),
         Window("other", "", None, None, frozenset(), 5, 1),
+        Window("other", "s-1", None, None, frozenset(), 1, 1, "w-1"),
     ]
 
 
 def test_direct_workers_take_their_kinds_out_and_a_whole_queue_away() -> None:
-    routes = [("default", "", None, None, 10, 1, 0), ("other", "", None, None, 10, 1, 0)]
+    routes = [
+        ("default", "", None, None, 10, 1, 0, None),
+        ("other", "", None, None, 10, 1, 0, None),
+    ]
     direct = [("default", '["a"]'), ("default", '["b"]'), ("other", None)]
     [window] = open_windows(routes, direct)
     assert (window.queue, window.excluded) == ("default", frozenset({"a", "b"}))
 
 
 def test_a_route_lists_its_kinds_and_shards() -> None:
-    [window] = open_windows([("q", "r-1", '["b", "a"]', "[2, 0]", 4, 1, 0)], [])
+    [window] = open_windows([("q", "r-1", '["b", "a"]', "[2, 0]", 4, 1, 0, None)], [])
     assert (window.kinds, window.shards) == (frozenset({"a", "b"}), frozenset({0, 2}))
 
 

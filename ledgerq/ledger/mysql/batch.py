@@ -29,7 +29,7 @@ from ledgerq.ledger.sql import load_in_lists
 MAX_ROWS = 1000
 MAX_BYTES = 4 * 1024 * 1024
 #: What a batch row carries of insert_task's parameters (the rest is fixed: no
-#: dedupe_key in a batch: ledger/mysql/plans.py). A batch goes in input order,
+#: dedupe_key in a batch: ledger/mysql/inserts.py). A batch goes in input order,
 #: so the tasks of one ordering key are in line by id as the single inserts
 #: would put them.
 _FIELDS = (

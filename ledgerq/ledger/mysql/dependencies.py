@@ -10,7 +10,7 @@ PostgreSQL releases from a trigger on history. MySQL's triggers cannot change
 ``ledgerq_tasks`` from a statement that reads it (every bury does), so here the
 plans that end tasks call :func:`released_by` themselves in the same
 transaction (through :func:`.families.after_ended`): the worker's finish and the
-reconciler's (:func:`.plans.finish`), the operator's cancel
+reconciler's (:func:`.attempts.finish`), the operator's cancel
 (:mod:`.operations_plans`), and this module's own cancels.
 
 The judge reads no dependency's row: each edge carries its dependency's end as

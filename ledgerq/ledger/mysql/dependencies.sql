@@ -87,7 +87,7 @@ SELECT t.id, t.kind, t.queue, t.payload, t.business_key, NULL, t.priority, t.sha
        NULL, t.checkpoint, {{field(error)}}, t.timeout_s, t.parent_id, t.created_at,
        t.published_at, t.started_at, UTC_TIMESTAMP(6), t.publishes, t.suspect, NULL,
        t.attempt_log, NULL, t.trace_context, t.ordering_key, t.progress, t.route,
-       t.sticky_worker, t.sticky_until, t.expires_at, FALSE, t.tags
+       NULL, NULL, t.expires_at, FALSE, t.tags
 FROM ledgerq_tasks t
 WHERE t.id IN :ids AND t.status = 'waiting'
 

@@ -41,7 +41,7 @@ SELECT t.id, t.kind, t.queue, t.payload, t.business_key, NULL, t.priority, t.sha
        t.timeout_s, t.parent_id, t.created_at, t.published_at, t.started_at,
        UTC_TIMESTAMP(6), t.publishes, t.suspect, t.result, t.attempt_log,
        t.cancel_requested_at, t.trace_context, t.ordering_key, t.progress, t.route,
-       t.sticky_worker, t.sticky_until, t.expires_at, TRUE, t.tags
+       NULL, NULL, t.expires_at, TRUE, t.tags
 FROM ledgerq_tasks t
 WHERE t.id IN :ids
 

@@ -95,10 +95,28 @@ WHERE h.ordering_key = {{key}} AND h.status = 'dead'
                   WHERE r.task_id = h.id AND r.epoch = h.epoch)
   {{tail}}
 
+-- fragment: held
+-- Whether the pending row t is held for its sticky_worker (a retry of a kind
+-- with @task(sticky_retry=...), queries.sql retry_tasks; PostgreSQL's view
+-- ledgerq_ready, sticky_to, migration 0018): its sticky_until is ahead and that
+-- worker has a live personal subscription of its queue (a sticky_route, not
+-- expired, not --direct, not presumed dead: fragment worker_dead). Otherwise
+-- the hold has lapsed and the row is anyone's. Probed only for a row with a
+-- sticky_worker (a retry of a sticky kind), by the subscriptions' primary key.
+(t.sticky_worker IS NOT NULL AND t.sticky_until > UTC_TIMESTAMP(6)
+ AND EXISTS (SELECT 1 FROM ledgerq_subscriptions s
+             WHERE s.worker = t.sticky_worker AND s.queue = t.queue
+               AND s.sticky_route IS NOT NULL AND NOT s.direct
+               AND s.expires_at > UTC_TIMESTAMP(6)
+               AND NOT EXISTS (SELECT 1 FROM ledgerq_workers d
+                               WHERE d.worker = s.worker AND {{worker_dead}})))
+
 -- fragment: due_lane(priority, attempts)
 -- One lane of the pick: the due pending rows of one priority, first attempts
 -- (attempts "= 0") or retries ("> 0"), oldest first, at most :limit, that are
--- ready (fragment ready: not paused, first of their ordering key); the rest
+-- ready (fragment ready: not paused, first of their ordering key) and held for
+-- nobody (fragment held: a held row goes only to its worker's window,
+-- held_pick); the rest
 -- of the pick's conditions as due_pick says. Read along the pick index
 -- (migration m0005: status, queue, priority, attempts, run_at, id): a lane of
 -- first attempts in its order, stopping after :limit ready rows; a lane of
@@ -115,13 +133,15 @@ WHERE h.ordering_key = {{key}} AND h.status = 'dead'
    AND (:none_excluded OR t.kind NOT IN :excluded)
    AND t.run_at <= UTC_TIMESTAMP(6) - INTERVAL :min_wait_us MICROSECOND
    AND {{ready}}
+   AND NOT {{held}}
  ORDER BY t.run_at, t.id
  LIMIT :limit)
 
 -- fragment: due_pick
--- The one rule that picks due tasks on MySQL (PostgreSQL's ledgerq_pick, less
--- what MySQL refuses at a worker's start: sticky retries; pauses, ordering
--- keys and ordering that blocks honoured, fragment ready; an expired row
+-- The one rule that picks due tasks on MySQL (PostgreSQL's ledgerq_pick: pauses,
+-- ordering keys and ordering that blocks honoured, fragment ready; a row held
+-- for a worker's sticky retry left to that worker's window, fragment held and
+-- held_pick, until its hold lapses; an expired row
 -- is picked, and its claim ends it, as on PostgreSQL; a rate-limited kind is
 -- in :excluded of the ordinary pick and read by this rule for itself alone,
 -- within its bucket: ledger/mysql/metering.py): for the
@@ -164,13 +184,36 @@ ORDER BY {{aged}} DESC, CASE WHEN {{aged}} THEN 10 ELSE t.priority END DESC,
          (NOT {{aged}} AND t.attempts > 0), t.run_at, t.id
 LIMIT :limit
 
+-- fragment: held_pick
+-- A worker's personal window (its sticky_route; PostgreSQL's ledgerq_pick's
+-- fourth scan, migration 0018): the rows of :queues held for :held_for
+-- (fragment held), of :kinds, :shards, not :excluded, due for :min_wait_us
+-- or longer and ready, in due_pick's order and columns, at most :limit. Read
+-- through the index ledgerq_tasks_held (sticky_worker, status, queue,
+-- migration m0011): only the worker's held retries, never the due set.
+SELECT t.id, t.kind, t.queue, t.priority, t.epoch, t.suspect, t.trace_context, t.attempts,
+       t.run_at, {{aged}} AS aged
+FROM ledgerq_tasks t
+WHERE t.sticky_worker = :held_for AND t.status = 'pending' AND t.queue IN :queues
+  AND (:every_kind OR t.kind IN :kinds)
+  AND (:every_shard OR t.shard IN :shards)
+  AND (:none_excluded OR t.kind NOT IN :excluded)
+  AND t.run_at <= UTC_TIMESTAMP(6) - INTERVAL :min_wait_us MICROSECOND
+  AND {{ready}}
+  AND {{held}}
+ORDER BY {{aged}} DESC, CASE WHEN {{aged}} THEN 10 ELSE t.priority END DESC,
+         (NOT {{aged}} AND t.attempts > 0), t.run_at, t.id
+LIMIT :limit
+
 -- fragment: route_served
 -- Whether a live broker route serves the row t where it was published (its
--- queue and route, '' for the queue's own): a live subscription that is not
--- --direct, and no live --direct worker claiming the whole queue itself
--- (PostgreSQL's view ledgerq_windows).
+-- queue and route, '' for the queue's own, or a worker's personal route for a
+-- sticky retry): a live subscription that is not --direct, and no live
+-- --direct worker claiming the whole queue itself (PostgreSQL's view
+-- ledgerq_windows).
 (EXISTS (SELECT 1 FROM ledgerq_subscriptions s
-         WHERE s.queue = t.queue AND COALESCE(s.route, '') = COALESCE(t.route, '')
+         WHERE s.queue = t.queue
+           AND (COALESCE(s.route, '') = COALESCE(t.route, '') OR s.sticky_route = t.route)
            AND NOT s.direct AND s.expires_at > UTC_TIMESTAMP(6))
  AND NOT EXISTS (SELECT 1 FROM ledgerq_subscriptions d
                  WHERE d.queue = t.queue AND d.direct AND d.kinds IS NULL

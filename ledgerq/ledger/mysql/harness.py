@@ -63,7 +63,7 @@ class MyHarness(MyBase):
         statements = [MQ.truncate_tasks, MQ.truncate_history, MQ.truncate_keys, MQ.truncate_kinds]
         statements += [OPQ.truncate_audit, PQ.truncate_pauses]  # the operator's (m0002, m0003)
         statements += [DQ.truncate_dependencies, FQ.truncate_families]  # m0007
-        # the dashboard's rollup, its mark cleared: it starts again from its backfill (m0011r)
+        # the dashboard's rollup, its mark cleared: it starts again from its backfill (m0012)
         statements += [UQ.truncate_rollup_counts, UQ.truncate_rollup_latency, UQ.reset_rollup]
         if not keep_subscriptions:
             statements += [MQ.truncate_subscriptions, MQ.truncate_workers]

@@ -31,14 +31,19 @@ ORDER BY g.queue, g.kind, g.shard
 -- Each live broker route's window (PostgreSQL's view ledgerq_windows): its
 -- live broker subscribers' capacity and what is published to it and not yet
 -- claimed (published); the room left is what the relay may still publish. A
--- queue a live direct worker serves whole has no broker window.
+-- queue a live direct worker serves whole has no broker window. A worker's
+-- personal route (sticky retries, migration m0011) is a window of its own.
 SELECT w.queue, w.route, w.capacity,
        (SELECT COUNT(*) FROM ledgerq_tasks p
         WHERE p.status = 'published' AND p.queue = w.queue AND p.route = w.route) AS published
 FROM (SELECT queue, COALESCE(route, '') AS route, SUM(capacity) AS capacity
       FROM ledgerq_subscriptions
       WHERE expires_at > UTC_TIMESTAMP(6) AND NOT direct
-      GROUP BY queue, COALESCE(route, ''), kinds, shards) w
+      GROUP BY queue, COALESCE(route, ''), kinds, shards
+      UNION ALL
+      SELECT queue, sticky_route, capacity
+      FROM ledgerq_subscriptions
+      WHERE expires_at > UTC_TIMESTAMP(6) AND NOT direct AND sticky_route IS NOT NULL) w
 WHERE NOT EXISTS (SELECT 1 FROM ledgerq_subscriptions d
                   WHERE d.direct AND d.queue = w.queue AND d.expires_at > UTC_TIMESTAMP(6)
                     AND d.kinds IS NULL)

@@ -2,7 +2,7 @@
 (migration m0009; statements in ``metering.sql``), as PostgreSQL's ``ledgerq_pick``
 meters them (migration 0014), for every caller of the one pick rule: the relay's
 window and the reconciler's overdue pick (:func:`ledgerq.ledger.mysql.relay.pick`)
-and the direct claim (:func:`ledgerq.ledger.mysql.plans.claim_due`).
+and the direct claim (:func:`ledgerq.ledger.mysql.claims.claim_due`).
 
 A pick that meters, in its one transaction:
 

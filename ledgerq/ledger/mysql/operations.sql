@@ -60,7 +60,7 @@ SELECT t.id, t.kind, t.queue, t.payload, t.business_key, NULL, t.priority, t.sha
        t.worker, t.checkpoint, t.last_error, t.timeout_s, t.parent_id, t.created_at,
        t.published_at, t.started_at, UTC_TIMESTAMP(6), t.publishes, t.suspect, t.result,
        t.attempt_log, UTC_TIMESTAMP(6), t.trace_context, t.ordering_key, t.progress, t.route,
-       t.sticky_worker, t.sticky_until, t.expires_at, FALSE, t.tags
+       NULL, NULL, t.expires_at, FALSE, t.tags
 FROM ledgerq_tasks t
 WHERE {{fenced}} AND t.status IN ('waiting', 'pending', 'published')
 

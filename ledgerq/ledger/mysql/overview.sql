@@ -1,6 +1,6 @@
 -- The dashboard's overview and task page on the MySQL / MariaDB ledger
 -- (ledger/mysql/overview.py): PostgreSQL's overview.sql in MySQL's SQL. Anything
--- over time comes from the rollup (rollup.sql, migration m0011r) for the minutes
+-- over time comes from the rollup (rollup.sql, migration m0012) for the minutes
 -- before :upto (rolled_upto, read first by the caller; the year 1 if the rollup
 -- never ran), plus the rows of history that finished since (the fresh tail,
 -- through history's finished_at index), so the figures are exact up to the last

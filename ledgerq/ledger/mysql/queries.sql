@@ -192,7 +192,8 @@ FOR UPDATE
 -- once here. From :batch: ended_as (the status), error (the attempt's, else
 -- the task's last), result (the handler's JSON, text), attempt_error and
 -- outcome (the attempt's record, appended to the log). A finished task has no
--- lease and no de-duplication key (its key is free for a new task).
+-- lease and no de-duplication key (its key is free for a new task), and is held
+-- for nobody (sticky_worker, sticky_until NULL, as PostgreSQL's history insert).
 -- transitions: running -> succeeded, running -> cancelled, running -> dead
 INSERT INTO ledgerq_history (id, {{task_columns}})
 SELECT t.id, t.kind, t.queue, t.payload, t.business_key, NULL, t.priority, t.shard, t.run_at,
@@ -200,8 +201,7 @@ SELECT t.id, t.kind, t.queue, t.payload, t.business_key, NULL, t.priority, t.sha
        t.worker, t.checkpoint, COALESCE({{field(error)}}, t.last_error), t.timeout_s,
        t.parent_id, t.created_at, t.published_at, t.started_at, :at, t.publishes, t.suspect,
        {{field(result)}}, {{attempt_record}}, t.cancel_requested_at, t.trace_context,
-       t.ordering_key, t.progress, t.route, t.sticky_worker, t.sticky_until, t.expires_at,
-       FALSE, t.tags
+       t.ordering_key, t.progress, t.route, NULL, NULL, t.expires_at, FALSE, t.tags
 FROM ledgerq_tasks t
 WHERE t.id IN :ids
 
@@ -215,11 +215,21 @@ DELETE FROM ledgerq_tasks WHERE id IN :ids
 -- cleared; a release (:batch's outcome 'released') uncharges the attempt and
 -- marks the task suspect. The attempt's record is appended first (MySQL assigns
 -- left to right: it reads the attempt and worker before they change).
--- Sticky retries (a kind's @task(sticky_retry=...)) are not built on MySQL:
--- a retry is for any worker.
+-- A retry of a kind with @task(sticky_retry=s) (ledgerq_kinds.sticky_s,
+-- migration m0011) is held for the attempt's worker (sticky_worker) until s
+-- seconds after it is due (sticky_until; the pick reads both: fragments.sql
+-- held); any other retry, and a release, for nobody. Both are assigned before
+-- the worker is cleared (MySQL assigns left to right).
 -- transitions: running -> pending
 UPDATE ledgerq_tasks t
 SET t.attempt_log = {{attempt_record}},
+    t.sticky_worker = CASE WHEN {{field(outcome)}} = 'retry' AND EXISTS (
+        SELECT 1 FROM ledgerq_kinds k WHERE k.kind = t.kind AND k.sticky_s IS NOT NULL)
+        THEN t.worker END,
+    t.sticky_until = CASE WHEN {{field(outcome)}} = 'retry' THEN
+        :at + INTERVAL CAST({{field(delay_us)}} AS SIGNED) MICROSECOND
+            + INTERVAL CAST((SELECT k.sticky_s FROM ledgerq_kinds k WHERE k.kind = t.kind)
+                            * 1000000 AS SIGNED) MICROSECOND END,
     t.status = 'pending',
     t.run_at = :at + INTERVAL CAST({{field(delay_us)}} AS SIGNED) MICROSECOND,
     t.last_error = {{field(error)}}, t.lease_until = NULL, t.worker = NULL,

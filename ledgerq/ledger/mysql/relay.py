@@ -8,7 +8,8 @@ connection of the engine, :mod:`.engines`), held open for the caller's block:
 
 1. read the live broker routes and the ``--direct`` workers (``live_windows``,
    ``live_direct``), and each window with credit's candidates by the one pick
-   rule (fragments.sql ``due_pick``, shared with the direct claim), plain reads;
+   rule (fragments.sql ``due_pick``, shared with the direct claim; a worker's
+   personal window, the rows held for it, ``held_pick``: :mod:`.sticky`), plain reads;
    a rate-limited kind's rows only through its bucket, locked first
    (:mod:`.metering`);
 2. keep what the windows (and the buckets) have room for (:mod:`.relay_pick`);
@@ -48,7 +49,7 @@ from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ledgerq.ledger.model import DueTask
-from ledgerq.ledger.mysql import metering, plans
+from ledgerq.ledger.mysql import claims, metering, plans
 from ledgerq.ledger.mysql.base import MyBase, translated
 from ledgerq.ledger.mysql.queries import LIBRARY
 from ledgerq.ledger.mysql.relay_pick import Candidate, kept, open_windows
@@ -63,6 +64,7 @@ class RelayQueries:
     live_windows: TextClause
     live_direct: TextClause
     pick_window: TextClause
+    pick_held: TextClause
     lock_picked: TextClause
     fence_publishing: TextClause
     mark_published: TextClause
@@ -95,10 +97,13 @@ def pick(limit: int, aging_s: float, min_wait_s: float = 0.0) -> plans.Plan[list
             if window.covers(kind)
         ]
         for kinds, excluded, aged_after, most in lanes:
-            params = plans.pick_params(
+            params = claims.pick_params(
                 [window.queue], kinds, window.shards, excluded, aged_after, min_wait_s, most
             )
-            answer = yield RQ.pick_window, params
+            if window.sticky is None:
+                answer = yield RQ.pick_window, params
+            else:  # a personal window: only its worker's held rows
+                answer = yield RQ.pick_held, {**params, "held_for": window.sticky}
             candidates.extend(Candidate.of(window, row) for row in answer.rows)
     chosen = kept(candidates, limit, buckets.caps)
     if not chosen:

@@ -11,23 +11,32 @@
 
 -- name: live_windows
 -- The live broker routes (PostgreSQL's view ledgerq_windows, migrations 0014
--- and 0018, less the sticky lanes, not built on MySQL): one row per queue and
--- route ('' for the queue's own broker queue) of the subscriptions that are
--- live and not --direct; its kinds and shards (JSON arrays, NULL: all; the
--- route is a digest of them, so every subscriber of a route has the same),
--- its capacity (the subscribers' sum), how many subscribers share it, and
--- its rows published there and not yet claimed. The window's credit is
--- capacity minus published (relay_pick.py); a --direct worker's queue and
--- kinds are read apart (live_direct).
+-- and 0018): one row per queue and route ('' for the queue's own broker
+-- queue) of the subscriptions that are live and not --direct; its kinds and
+-- shards (JSON arrays, NULL: all; the route is a digest of them, so every
+-- subscriber of a route has the same), its capacity (the subscribers' sum),
+-- how many subscribers share it, its rows published there and not yet
+-- claimed, and sticky NULL. Then one more row per live personal route (a
+-- worker that runs a kind with @task(sticky_retry=...): its sticky_route, its
+-- own kinds, shards and capacity, one subscriber, sticky its worker), which
+-- gets only the rows held for that worker (fragment held_pick). The window's
+-- credit is capacity minus published (relay_pick.py); a --direct worker's
+-- queue and kinds are read apart (live_direct).
 SELECT s.queue, s.route, s.kinds, s.shards, s.capacity, s.subscribers,
        (SELECT COUNT(*) FROM ledgerq_tasks p
-        WHERE p.status = 'published' AND p.queue = s.queue AND p.route = s.route) AS published
+        WHERE p.status = 'published' AND p.queue = s.queue AND p.route = s.route) AS published,
+       s.sticky
 FROM (SELECT queue, COALESCE(route, '') AS route, MIN(CAST(kinds AS CHAR)) AS kinds,
              MIN(CAST(shards AS CHAR)) AS shards, SUM(capacity) AS capacity,
-             COUNT(*) AS subscribers
+             COUNT(*) AS subscribers, CAST(NULL AS CHAR) AS sticky
       FROM ledgerq_subscriptions
       WHERE expires_at > UTC_TIMESTAMP(6) AND NOT direct
-      GROUP BY queue, COALESCE(route, '')) s
+      GROUP BY queue, COALESCE(route, '')
+      UNION ALL
+      SELECT queue, sticky_route, CAST(kinds AS CHAR), CAST(shards AS CHAR), capacity, 1,
+             worker
+      FROM ledgerq_subscriptions
+      WHERE expires_at > UTC_TIMESTAMP(6) AND NOT direct AND sticky_route IS NOT NULL) s
 ORDER BY s.queue, s.route
 
 -- name: live_direct
@@ -39,6 +48,11 @@ WHERE direct AND expires_at > UTC_TIMESTAMP(6)
 -- name: pick_window
 -- One window's candidates, by the one pick rule (at most its credit).
 {{due_pick}}
+
+-- name: pick_held
+-- A personal window's candidates: the rows held for its worker (:held_for), by
+-- the pick's rule for them (at most its credit).
+{{held_pick}}
 
 -- name: lock_picked
 -- The picked rows still pending, due and ready (fragment ready, re-checked on

@@ -9,6 +9,9 @@ keeps (:func:`kept`). PostgreSQL does this inside ``ledgerq_pick`` (migration
   and not yet claimed; a window with no credit gets nothing, and a queue a live
   ``--direct`` worker claims whole has no window (a ``--direct`` worker of some
   kinds removes those kinds from its queue's windows);
+- a worker's personal route (a sticky retry's, ``sticky`` its worker) is a
+  window of its own that reads only the rows held for that worker; the shared
+  windows read only rows held for nobody, so no row is in both;
 - a row two windows cover is taken once, by the window with the most credit
   (then by queue and route), as ``ledgerq_pick``'s ``once``;
 - the batch keeps the candidates in the pick rule's order (aged first, oldest
@@ -54,6 +57,9 @@ class Window:
     excluded: frozenset[str]
     credit: int
     subscribers: int
+    #: A personal window's worker (a sticky retry's route: it gets only the rows
+    #: held for that worker, fragments.sql ``held_pick``); None for a shared one.
+    sticky: str | None = None
 
     def covers(self, kind: str) -> bool:
         """Whether the window's rows may be of ``kind``."""
@@ -123,7 +129,7 @@ def _names(value: Any) -> frozenset[str] | None:
 
 def open_windows(routes: Iterable[Sequence[Any]], direct: Iterable[Sequence[Any]]) -> list[Window]:
     """The windows with room, from ``live_windows``' rows (queue, route, kinds, shards,
-    capacity, subscribers, published) and ``live_direct``'s (queue, kinds)."""
+    capacity, subscribers, published, sticky) and ``live_direct``'s (queue, kinds)."""
     whole: set[str] = set()
     claimed: dict[str, set[str]] = {}
     for queue, kinds in direct:
@@ -133,7 +139,7 @@ def open_windows(routes: Iterable[Sequence[Any]], direct: Iterable[Sequence[Any]
         else:
             claimed.setdefault(str(queue), set()).update(names)
     windows = []
-    for queue, route, kinds, shards, capacity, subscribers, published in routes:
+    for queue, route, kinds, shards, capacity, subscribers, published, sticky in routes:
         credit = int(capacity) - int(published)
         if str(queue) in whole or credit <= 0:
             continue
@@ -147,6 +153,7 @@ def open_windows(routes: Iterable[Sequence[Any]], direct: Iterable[Sequence[Any]
                 frozenset(claimed.get(str(queue), ())),
                 credit,
                 int(subscribers),
+                None if sticky is None else str(sticky),
             )
         )
     return windows

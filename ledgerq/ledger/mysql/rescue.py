@@ -27,7 +27,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ledgerq.ledger.model import ExpiredLease, Finished, Outcome, rescue_audit
-from ledgerq.ledger.mysql import plans
+from ledgerq.ledger.mysql import attempts, plans
 from ledgerq.ledger.mysql.audit import SYSTEM_ACTOR, record_audit
 from ledgerq.ledger.mysql.base import MyBase, decoded, micros, translated
 from ledgerq.ledger.mysql.queries import MQ
@@ -46,7 +46,7 @@ class MyExpiredBatch:
         if not outcomes:
             return []
         run = plans.async_runner(self._conn, "ledgerq")
-        finished = await plans.adrive(plans.finish(outcomes), run)
+        finished = await plans.adrive(attempts.finish(outcomes), run)
         audit = rescue_audit(self.rows, finished)
         if audit is not None:
             await record_audit(

@@ -89,7 +89,7 @@ GRANT SELECT, INSERT, UPDATE ON ledgerq_families TO ledgerq_service;
 GRANT SELECT ON ledgerq_alembic_version TO ledgerq_service;
 -- The start check reads which ledger shard the database is (migration m0008).
 GRANT SELECT ON ledgerq_ledger_shard TO ledgerq_service;
--- The dashboard's rollup (migration m0011r), counted by the reconciler's pass
+-- The dashboard's rollup (migration m0012), counted by the reconciler's pass
 -- from history (ledger/mysql/rollup.sql) and pruned after its keep.
 GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_rollup_counts TO ledgerq_service;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ledgerq_rollup_latency TO ledgerq_service;

@@ -1,5 +1,5 @@
 """The dashboard's rollup on the MySQL / MariaDB ledger (``rollup.sql``, migration
-m0011r): PostgreSQL's :class:`~ledgerq.ledger.pg.overview.PgOverview` ``roll_up``
+m0012): PostgreSQL's :class:`~ledgerq.ledger.pg.overview.PgOverview` ``roll_up``
 and ``prune_rollup``, which :class:`~ledgerq.relay.rollup.Rollup` calls from the
 reconciler's pass, with the same semantics.
 

@@ -1,4 +1,4 @@
--- The dashboard's rollup on the MySQL / MariaDB ledger (migration m0011r,
+-- The dashboard's rollup on the MySQL / MariaDB ledger (migration m0012,
 -- ledger/mysql/rollup.py): PostgreSQL's overview.sql rollup_span, roll_up and
 -- prune_rollup in MySQL's SQL. A step is one transaction: lock_rollup, then
 -- next_finished, then the four inserts, rollup_summary and move_mark, so a

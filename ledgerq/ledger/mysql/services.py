@@ -3,8 +3,9 @@
 ``whereabouts``, checkpoints, what a worker registers at its start, and its
 subscriptions and liveness beats.
 
-Each operation is a plan (:mod:`.plans`) run in one transaction of the ledger's
-own, on a connection in READ COMMITTED (set for every connection of the engine,
+Each operation is a plan (:mod:`.claims`, :mod:`.attempts`, :mod:`.inserts`,
+driven by :mod:`.plans`) run in one transaction of the ledger's own, on a
+connection in READ COMMITTED (set for every connection of the engine,
 :mod:`.engines`). Why that level, statement by statement:
 
 - ``claim_due`` reads its candidates with a plain read, then locks them by
@@ -38,27 +39,28 @@ What the worker registers at its start: per-kind defaults
 (``@task(rate_limit=...)``, the buckets every pick meters: :mod:`.metering`),
 orderings (``@task(ordering="block")``: :mod:`.keys`) and fan-out callbacks
 (``@task(on_children_done=...)``, :mod:`.families`), each written only where it
-differs from the stored one (a restart does not refill a bucket). Sticky
-retries are not built on MySQL: a worker whose tasks declare one stops at its
-start with :class:`~ledgerq.core.errors.NotBuiltOnMySQLError` rather than run
-without it.
+differs from the stored one (a restart does not refill a bucket), and sticky
+retries (``@task(sticky_retry=...)``: each kind's window, :mod:`.sticky`; the
+finish's retry holds the task for the attempt's worker, the pick honours the
+hold until it lapses).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NoReturn, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
-from ledgerq.core.errors import NotBuiltOnMySQLError, TaskNotFoundError
+from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.model import ClaimedTask, Fence, Finished, Held, KindDefaults, Outcome
-from ledgerq.ledger.mysql import plans
+from ledgerq.ledger.mysql import attempts, claims, inserts, plans
 from ledgerq.ledger.mysql.base import MyBase, decoded, micros, translated
 from ledgerq.ledger.mysql.families import FQ
 from ledgerq.ledger.mysql.keys import KQ
 from ledgerq.ledger.mysql.metering import MeQ
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.mysql.rows import shown
+from ledgerq.ledger.mysql.sticky import SQ, windows_to_write
 from ledgerq.ledger.options import DueOptions
 from ledgerq.ledger.routing import Subscription
 from ledgerq.ledger.scheduling import DEFAULT_AGING_S, RateLimit
@@ -66,10 +68,6 @@ from ledgerq.ledger.specs import TaskSpec
 from ledgerq.ledger.validation import MAX_CLAIM_PAYLOAD_BYTES
 
 R = TypeVar("R")
-
-
-def _not_built(what: str) -> NoReturn:
-    raise NotBuiltOnMySQLError(f"{what}: not built on the MySQL ledger yet")
 
 
 class MyServices(MyBase):
@@ -83,7 +81,7 @@ class MyServices(MyBase):
     async def claim(
         self, fences: Iterable[Fence], worker: str, lease_s: float
     ) -> list[ClaimedTask]:
-        plan = plans.claim_fenced(list(fences), worker, lease_s, MAX_CLAIM_PAYLOAD_BYTES)
+        plan = claims.claim_fenced(list(fences), worker, lease_s, MAX_CLAIM_PAYLOAD_BYTES)
         return await self._transaction(plan)
 
     async def claim_due(
@@ -95,7 +93,7 @@ class MyServices(MyBase):
         **options: Unpack[DueOptions],
     ) -> list[ClaimedTask]:
         kinds = options.get("kinds")
-        plan = plans.claim_due(
+        plan = claims.claim_due(
             list(queues),
             None if kinds is None else sorted(kinds),
             limit,
@@ -116,15 +114,15 @@ class MyServices(MyBase):
     async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
         if not outcomes:
             return []
-        return await self._transaction(plans.finish(outcomes))
+        return await self._transaction(attempts.finish(outcomes))
 
     async def heartbeat(
         self, fences: Iterable[Fence], lease_s: float, progress: Mapping[int, str] | None = None
     ) -> Held:
-        return await self._transaction(plans.heartbeat(list(fences), lease_s, progress))
+        return await self._transaction(attempts.heartbeat(list(fences), lease_s, progress))
 
     async def save_checkpoint(self, fence: Fence, state: Any) -> bool:
-        return await self._transaction(plans.save_checkpoint(fence, json.dumps(state)))
+        return await self._transaction(attempts.save_checkpoint(fence, json.dumps(state)))
 
     # -- routing ---------------------------------------------------------------------
     async def subscribe(
@@ -215,10 +213,18 @@ class MyServices(MyBase):
         return changed
 
     async def register_sticky(self, windows: Mapping[str, float | None]) -> list[str]:
-        sticky = sorted(k for k, v in windows.items() if v is not None)
-        if sticky:
-            _not_built(f"sticky retries (@task(sticky_retry=...) of {', '.join(sticky)})")
-        return []
+        """Write each kind's ``@task(sticky_retry=...)`` window that differs from the
+        stored one (:mod:`.sticky`); the kinds written."""
+        if not windows:
+            return []
+        stored = await self._rows(SQ.kind_windows, {"kinds": sorted(windows)})
+        changed = windows_to_write(windows, stored)
+        if changed:
+            params = [{"kind": kind, "seconds": windows[kind]} for kind in changed]
+            with translated():
+                async with self.engine.begin() as conn:
+                    await conn.execute(SQ.set_window, params)
+        return changed
 
     async def register_children_done(self, callbacks: Mapping[str, str | None]) -> list[str]:
         """Write each kind's callback that differs from the stored one (a kind without
@@ -272,7 +278,7 @@ class MyServices(MyBase):
 
     async def enqueue(self, specs: Sequence[TaskSpec]) -> list[int]:
         """Insert ``specs`` in one committed transaction of the ledger's own."""
-        return await self._transaction(plans.enqueue_many(list(specs)))
+        return await self._transaction(inserts.enqueue_many(list(specs)))
 
     # -- inspection -------------------------------------------------------------------
     async def show(self, task_id: int) -> dict[str, Any]:

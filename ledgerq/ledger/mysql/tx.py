@@ -6,7 +6,7 @@ never beginning, committing or rolling back: a task enqueued here exists exactly
 when the caller's transaction commits.
 
 Built so far: the producer's ``enqueue`` and ``enqueue_many`` (``unique`` and
-``once`` included; ``enqueue_many`` batches on MariaDB: :func:`plans.enqueue_many`),
+``once`` included; ``enqueue_many`` batches on MariaDB: :func:`inserts.enqueue_many`),
 the worker's writes inside a handler's transaction (``succeed``,
 ``save_checkpoint``) and the batched window's row locks (``lock_running``:
 :mod:`.window`), and the operator's in-transaction API (``list_tasks``,
@@ -40,7 +40,9 @@ from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.model import Fence, Outcome
 from ledgerq.ledger.mysql import (
+    attempts,
     dependencies,
+    inserts,
     keys,
     operations,
     operations_plans,
@@ -71,22 +73,22 @@ class MyTx:
         self._run = plans.runner(executor, caller)
 
     def enqueue(self, spec: TaskSpec) -> int:
-        return plans.drive(plans.enqueue_single(spec), self._run)
+        return plans.drive(inserts.enqueue_single(spec), self._run)
 
     def enqueue_many(self, specs: Iterable[TaskSpec]) -> list[int]:
         ids: list[int] = []
         for chunk in chunks(specs):
-            ids.extend(plans.drive(plans.enqueue_many(chunk), self._run))
+            ids.extend(plans.drive(inserts.enqueue_many(chunk), self._run))
         return ids
 
     def succeed(
         self, fences: Sequence[Fence], results: Sequence[str | None] | None = None
     ) -> set[int]:
-        finished = plans.drive(plans.finish(_succeeded(fences, results)), self._run)
+        finished = plans.drive(attempts.finish(_succeeded(fences, results)), self._run)
         return {f.id for f in finished if f.status == "succeeded"}
 
     def save_checkpoint(self, fence: Fence, state_json: str) -> bool:
-        return plans.drive(plans.save_checkpoint(fence, state_json), self._run)
+        return plans.drive(attempts.save_checkpoint(fence, state_json), self._run)
 
     def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
         limit = selection.limit or DEFAULT_LIMIT
@@ -124,22 +126,22 @@ class MyAsyncTx:
         self._run = plans.async_runner(executor, caller)
 
     async def enqueue(self, spec: TaskSpec) -> int:
-        return await plans.adrive(plans.enqueue_single(spec), self._run)
+        return await plans.adrive(inserts.enqueue_single(spec), self._run)
 
     async def enqueue_many(self, specs: Iterable[TaskSpec]) -> list[int]:
         ids: list[int] = []
         for chunk in chunks(specs):
-            ids.extend(await plans.adrive(plans.enqueue_many(chunk), self._run))
+            ids.extend(await plans.adrive(inserts.enqueue_many(chunk), self._run))
         return ids
 
     async def succeed(
         self, fences: Sequence[Fence], results: Sequence[str | None] | None = None
     ) -> set[int]:
-        finished = await plans.adrive(plans.finish(_succeeded(fences, results)), self._run)
+        finished = await plans.adrive(attempts.finish(_succeeded(fences, results)), self._run)
         return {f.id for f in finished if f.status == "succeeded"}
 
     async def save_checkpoint(self, fence: Fence, state_json: str) -> bool:
-        return await plans.adrive(plans.save_checkpoint(fence, state_json), self._run)
+        return await plans.adrive(attempts.save_checkpoint(fence, state_json), self._run)
 
     async def list_tasks(self, selection: TaskFilter) -> list[dict[str, Any]]:
         limit = selection.limit or DEFAULT_LIMIT

@@ -44,7 +44,7 @@ from sqlalchemy import Connection, TextClause
 
 from ledgerq.ledger.model import Fence
 from ledgerq.ledger.mysql.base import error_number
-from ledgerq.ledger.mysql.plans import Plan, _keyed
+from ledgerq.ledger.mysql.plans import Plan, keyed
 from ledgerq.ledger.mysql.queries import LIBRARY
 from ledgerq.ledger.protocol import Locked
 from ledgerq.ledger.sql import load_in_lists
@@ -76,7 +76,7 @@ def lock_running(fences: Sequence[Fence]) -> Plan[Locked]:
     epochs = dict(sorted(fences))
     if not epochs:
         return Locked(set(), None)
-    batch = _keyed({i: {"epoch": e} for i, e in epochs.items()})
+    batch = keyed({i: {"epoch": e} for i, e in epochs.items()})
     locked = yield WQ.lock_running, {"ids": list(epochs), "batch": batch}
     ids = {int(r[0]) for r in locked.rows}
     if not ids:

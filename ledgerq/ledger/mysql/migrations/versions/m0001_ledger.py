@@ -8,7 +8,7 @@ worker need.
   sequence a statement can draw from before it inserts). ``duplicates`` counted
   the enqueues that met the task as their duplicate, written by the first
   enqueue's upsert; the enqueue now catches the duplicate key of a plain
-  insert instead (ledger/mysql/plans.py), and the column is no longer written.
+  insert instead (ledger/mysql/inserts.py), and the column is no longer written.
 - The de-duplication key: a plain UNIQUE (kind, dedupe_key). MySQL has no
   partial index, and needs none here: a unique index admits any number of
   NULLs, and ``dedupe_key`` is NULL for every task without ``unique=True`` and

@@ -19,8 +19,8 @@ m0010 uses), as PostgreSQL's text does: two errors that differ in case or
 trailing spaces are two rows. Written by the reconciler's pass
 (``ledger/mysql/rollup.py``).
 
-Revision ID: m0011r
-Revises: m0010
+Revision ID: m0012
+Revises: m0011
 Create Date: 2026-11-28
 """
 
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "m0011r"
-down_revision = "m0010"
+revision = "m0012"
+down_revision = "m0011"
 branch_labels = None
 depends_on = None
 
