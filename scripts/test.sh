@@ -57,7 +57,8 @@ slow=(tests/integration/test_bench.py tests/integration/test_fanout.py
       tests/integration/test_django_mariadb.py tests/integration/test_mariadb_periodic.py
       tests/integration/test_mariadb_results.py tests/integration/test_mariadb_roles.py
       tests/integration/test_mariadb_cli.py tests/integration/test_mariadb_broker.py
-      tests/integration/test_mariadb_bench.py)
+      tests/integration/test_mariadb_bench.py tests/integration/test_mariadb_sticky_retry.py
+      tests/integration/test_startup_imports.py)
 # PostgreSQL connections free for the suite: the three groups side by side peak
 # at about 76 (sampled from pg_stat_activity over a whole run), so with fewer
 # than PARALLEL_SLOTS free (another client holds many, or max_connections was
