@@ -12,7 +12,16 @@ the ``finish`` statement's own round trip. (Measured from the return instead,
 a waiter woken by the notification can come back before the finisher's process
 is scheduled again, and its latency reads negative.)
 Reported: p50, p90, p99 and the largest, the ``finish`` round trip's median
-(the bound's slack), and how many reads and notifications the registry took.
+(the bound's slack), and how many reads and notifications the waiters took.
+
+On either server. On PostgreSQL the waiters share one registry (one LISTEN
+connection, one read per wake-up); on MySQL / MariaDB each waiter polls its task
+on a connection of its own (no NOTIFY: ``notifications`` is 0), so the run holds
+``waiters`` connections and is refused above :data:`MYSQL_WAITERS` of them, and
+its latency is the polling's (10 ms, then 1.5 times longer each read, up to 1 s).
+The finisher starts once every waiter has read its task once (PostgreSQL: after
+half a second, its registry reads them together; MySQL: when the reads counted
+reach ``waiters``), so no waiter's first connection is timed.
 """
 
 from __future__ import annotations
@@ -26,14 +35,18 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ledgerq import TaskSpec, aresult
-from ledgerq.compose.storage import async_engine, ledger_on, libpq_url, waiters_registry
+from ledgerq.compose.storage import async_engine, own_ledger_on, waiter_counts
 from ledgerq.core.config import Settings
+from ledgerq.core.errors import ConfigError
 from ledgerq.ledger.model import Outcome
 
 if TYPE_CHECKING:
     from ledgerq.ledger.protocol import SchedulingLedger
 
 WORKER = "ledgerq-bench-results"
+#: Waiters at most on MySQL / MariaDB, a connection each (MariaDB's default
+#: ``max_connections`` is 151; the bench and its finisher hold a few more).
+MYSQL_WAITERS = 100
 
 
 def _percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -52,7 +65,7 @@ async def _finish(
 ) -> dict[int, tuple[float, float]]:
     """End ``ids`` a batch at a time; for each, when (monotonic: one clock for every
     process of the machine) the ``finish`` that ended it was sent and returned."""
-    ledger = ledger_on(async_engine(settings, WORKER, pool_size=1))
+    ledger = own_ledger_on(async_engine(settings, WORKER, pool_size=1))
     ended: dict[int, tuple[float, float]] = {}
     try:
         for start in range(0, len(ids), batch):
@@ -84,9 +97,8 @@ async def measure(
         returned[task_id] = time.monotonic()
 
     waiting = [asyncio.ensure_future(wait(i)) for i in ids]
-    await asyncio.sleep(0.5)  # every waiter registered and read once
-    waits = waiters_registry(libpq_url(settings.database_url), 1.0)
-    reads, notes = waits.reads, waits.notifications
+    await asyncio.sleep(0.5)  # every waiter registered and read once (PostgreSQL)
+    reads, notes = await _first_reads(settings, waiters, waiting)
     spawn = multiprocessing.get_context("spawn")  # no fork under the registry's thread
     with ProcessPoolExecutor(1, mp_context=spawn) as pool:
         finishing = asyncio.get_running_loop().run_in_executor(
@@ -104,6 +116,29 @@ async def measure(
         "p99_ms": round(_percentile(latencies, 0.99), 2),
         "max_ms": round(latencies[-1], 2),
         "finish_p50_ms": round(statistics.median(round_trips), 2),
-        "reads": waits.reads - reads,
-        "notifications": waits.notifications - notes,
+        "reads": waiter_counts(settings)[0] - reads,
+        "notifications": waiter_counts(settings)[1] - notes,
     }
+
+
+def check_waiters(settings: Settings, waiters: int) -> None:
+    """One line (exit 78) for more waiters than MySQL's connections allow."""
+    if settings.on_mysql and waiters > MYSQL_WAITERS:
+        raise ConfigError(
+            f"bench --results {waiters}: at most {MYSQL_WAITERS} on MySQL / MariaDB, where "
+            "each result() waiter polls on a connection of its own"
+        )
+
+
+async def _first_reads(
+    settings: Settings, waiters: int, waiting: Sequence[asyncio.Future[None]]
+) -> tuple[int, int]:
+    """The counts once every waiter has read its task once (on MySQL, where each
+    counts its own reads: at least ``waiters`` of them; a waiter that failed
+    ends the wait, its error raised by the caller's gather)."""
+    deadline = time.monotonic() + 120
+    while settings.on_mysql and waiter_counts(settings)[0] < waiters:
+        if any(w.done() for w in waiting) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    return waiter_counts(settings)

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from ledgerq.bench.peer import CeleryPeer, PgqueuerPeer, pgqueuer_installed, require_celery
 from ledgerq.bench.phases import Bench
 from ledgerq.bench.report import plot, render, require_plotting
+from ledgerq.bench.results import check_waiters
 from ledgerq.bench.results import measure as measure_results
 from ledgerq.bench.suite import (
     HANDLER_CHOICES,
@@ -29,7 +30,6 @@ from ledgerq.bench.suite import (
     sharded_settings,
 )
 from ledgerq.cli.group import pass_settings, progress_bar
-from ledgerq.compose.ledgers import postgresql_only
 from ledgerq.compose.storage import async_engine, own_ledger_on, sync_engine, upgrade
 from ledgerq.consumers.worker import WorkerConfig
 from ledgerq.core.config import Settings
@@ -170,7 +170,8 @@ PEER_ON_MYSQL = "not run: it keeps its jobs in PostgreSQL, and this ledger is on
     default=None,
     help="Measure only result(): this many waiters in one process, their tasks ended "
     "the worker's way a batch at a time; latency from each end's commit to its "
-    "waiter's return (p50/p99). No relay, worker or broker.",
+    "waiter's return (p50/p99). No relay, worker or broker. At most 100 on MySQL / "
+    "MariaDB, where each waiter polls on a connection of its own.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_settings
@@ -200,7 +201,6 @@ def bench(
     results: int | None,
 ) -> None:
     """Throughput and latency of the whole pipeline, next to a raw aio-pika ceiling."""
-    _mysql_scope(settings, results, ledger_shards, ordering_keys, graph_groups)
     if results is not None:
         _results(settings, results, as_json)
         return
@@ -308,29 +308,6 @@ def _require(plot_path: str | None, peer: str) -> None:
         require_celery()
 
 
-def _mysql_scope(
-    settings: Settings,
-    results: int | None,
-    ledger_shards: int,
-    ordering_keys: int,
-    graph_groups: int,
-) -> None:
-    """On a MySQL / MariaDB ledger, the options whose feature is not built there
-    are refused in one line (exit 78) before anything runs; the peers, which
-    keep their own jobs in PostgreSQL, are skipped with a note instead."""
-    if not settings.on_mysql:
-        return
-    refused = (
-        (results is not None, "`bench --results` (the result() waiters' LISTEN registry)"),
-        (ledger_shards > 1, "`bench --ledger-shards` (ledger shards)"),
-        (ordering_keys > 0, "`bench --ordering-keys` (ordering keys)"),
-        (graph_groups > 0, "`bench --graph` (dependencies, after=)"),
-    )
-    for asked, what in refused:
-        if asked:
-            postgresql_only(settings, what)
-
-
 def _skip_peer(result: dict[str, Any], key: str, peer: str, console: Console) -> None:
     """A peer not run on MySQL: the note in the result, and one line now."""
     result[key] = PEER_ON_MYSQL
@@ -370,7 +347,7 @@ def _render(result: dict[str, Any], as_json: bool) -> None:
 
 def _prepare(settings: Settings, ledger_shards: int) -> tuple[Settings, list[Engine], BenchLedger]:
     """The benchmark's own database(s), migrated, with the demo's tables; an engine
-    per database and the ledger over them (on either server: one database on MySQL)."""
+    per database and the ledger over them (on either server)."""
     if ledger_shards > 1:
         settings = sharded_settings(settings, ledger_shards)
     else:
@@ -413,8 +390,9 @@ def _cpus() -> int:
 
 def _results(settings: Settings, waiters: int, as_json: bool) -> None:
     """``--results N``: the result() latency figure alone (ledgerq/bench/results.py)."""
+    check_waiters(settings, waiters)
     settings, engines, ledger = _prepare(settings, 1)
-    assert not isinstance(ledger, ShardedLedger)  # one database: a PgLedger
+    assert not isinstance(ledger, ShardedLedger)  # one database
 
     async def run() -> dict[str, Any]:
         try:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from ledgerq.broker.aio import connect as amqp_connect
 from ledgerq.core.config import Settings
-from ledgerq.core.errors import NotBuiltOnMySQLError
 from ledgerq.ledger.pg import PgLedger
 from ledgerq.ledger.pg import engines as pg_engines
 from ledgerq.ledger.pg import migrate as pg_migrate
@@ -34,24 +33,28 @@ if TYPE_CHECKING:
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
 
-def ledger_on(engine: AsyncEngine) -> PgLedger:
-    """The ledger on an engine the caller opened (and disposes of). PostgreSQL's:
-    the tools that hold one (demo, benchmark) are not built on MySQL."""
-    if engine.dialect.name in MYSQL_DIALECTS:
-        raise NotBuiltOnMySQLError(
-            "the demo and the benchmark are not built on the MySQL ledger yet"
-        )
-    return PgLedger(engine)
-
-
 def own_ledger_on(engine: AsyncEngine) -> PgLedger | MyLedger:
-    """The ledger on an engine the caller opened, on either server (the testing
-    helper's: ``ledgerq.testing`` runs on MySQL / MariaDB too)."""
+    """The ledger on an engine the caller opened (and disposes of), on either
+    server: the demo's, the benchmark's and the testing helper's."""
     if engine.dialect.name in MYSQL_DIALECTS:
         from ledgerq.ledger.mysql import MyLedger  # a MySQL engine only
 
         return MyLedger(engine)
     return PgLedger(engine)
+
+
+def waiter_counts(settings: Settings) -> tuple[int, int]:
+    """The reads and notifications this process's ``result()`` waiters on the
+    ledger of ``settings`` have taken so far (``ledgerq bench --results``). On
+    PostgreSQL, its waiters' registry's (made with ``poll_s`` 1 s if it is new);
+    on MySQL, where each waiter polls alone and nothing notifies, every waiter's
+    reads and no notification."""
+    if settings.on_mysql:
+        from ledgerq.ledger.mysql.results import READS  # a MySQL URL only
+
+        return READS.n, 0
+    registry = waiters_registry(libpq_url(settings.database_url), 1.0)
+    return registry.reads, registry.notifications
 
 
 def sync_engine(settings: Settings, application_name: str, pool_size: int = 5) -> Engine:
@@ -125,9 +128,8 @@ __all__ = [
     "check_revision",
     "check_schema",
     "current_revision",
-    "ledger_on",
     "libpq_url",
     "sync_engine",
     "upgrade",
-    "waiters_registry",
+    "waiter_counts",
 ]

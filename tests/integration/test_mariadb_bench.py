@@ -7,7 +7,9 @@ assert no speed: that every phase ran and reported, and what the ledger says aft
   run): each one-row task wrote its row once, the last drain's tasks each
   finished once; the Celery peer (PostgreSQL's) is skipped with a note;
 - ``bench --direct``: the direct drain and its idle latency; pgqueuer's peer skipped;
-- what is not built on MySQL (``--graph``: dependencies) refused in one line;
+- the phases of the features built on MySQL since (``--ordering-keys``, ``--graph``,
+  ``--ledger-shards``, ``--results``), at tiny sizes, with PostgreSQL's keys and
+  figures; ``--results`` over MySQL's waiter limit refused in one line;
 - the demo: committed orders' tasks each succeed once, rolled-back ones never run.
 """
 
@@ -23,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from ledgerq.bench.suite import KEYS, bench_settings
+from ledgerq.bench.results import MYSQL_WAITERS
+from ledgerq.bench.suite import KEYS, bench_settings, sharded_settings
 from ledgerq.core.config import Settings
 from tests.conftest import delete_broker_objects
 from tests.integration.test_bench import WHOLE_RUN, _delete_bench_broker_objects
@@ -104,10 +107,60 @@ def test_bench_direct_on_mariadb_measures_the_drain_and_idle_latency(
     assert set(statuses) == {("succeeded", 1)} and len(statuses) > 10
 
 
-def test_bench_refuses_what_is_not_built_on_mariadb(on_mariadb: Settings) -> None:
-    done = ledgerq(on_mariadb, "bench", "--graph", "4", "--tasks", "100")
+@WHOLE_RUN
+def test_bench_ordering_keys_and_graph_phases_on_mariadb(on_mariadb: Settings) -> None:
+    """One run: the no-op drain, again over 4 ordering keys, then the graph drain (4
+    groups of 10: 9 members and their join), each beside the plain drain."""
+    try:
+        data = _bench(
+            on_mariadb, *("--handler", "noop", "--ordering-keys", "4", "--graph", "4"),
+            *("--no-latency", "--no-vs-direct"),
+        )  # fmt: skip
+        assert data["drain_per_s"] > 0 and data["drain_ordered_per_s"] > 0
+        assert data["ordered_ratio"] == round(data["drain_ordered_per_s"] / data["drain_per_s"], 3)
+        assert data["graph"] == {"groups": 4, "width": 10, "tasks": TASKS, "edges": 36}
+        assert data["drain_graph_per_s"] > 0 and data["graph_ratio"] > 0
+        assert "graph_extra_us_per_edge" in data
+        # The last drain (the graph's): every member and join finished once, none waits.
+        bench_db = bench_settings(on_mariadb)
+        assert sorted(finished(bench_db).values()) == [("succeeded", 1)] * TASKS
+        assert query(bench_db, "SELECT COUNT(*) FROM ledgerq_tasks") == [(0,)]
+    finally:
+        _delete_bench_broker_objects(on_mariadb, celery=False)
+
+
+@WHOLE_RUN
+def test_bench_on_two_mariadb_ledger_shards_drains_both(on_mariadb: Settings) -> None:
+    shards = [
+        replace(on_mariadb, database_url=url)
+        for url in sharded_settings(on_mariadb, 2).database_urls
+    ]
+    for shard in shards:
+        recreate(shard.database_url)
+    try:
+        data = _bench(on_mariadb, "--ledger-shards", "2")
+        assert data["config"]["ledger_shards"] == 2
+        assert data["enqueue_batch_per_s"] > 0 and data["drain_per_s"] > 0
+        # The backlog went half to each shard (a chunk each), and each finished once.
+        ran = [finished(shard) for shard in shards]
+        assert [len(each) for each in ran] == [TASKS // 2, TASKS // 2]
+        assert {v for each in ran for v in each.values()} == {("succeeded", 1)}
+    finally:
+        _delete_bench_broker_objects(on_mariadb, celery=False)
+
+
+def test_bench_results_on_mariadb_polls_each_waiter(on_mariadb: Settings) -> None:
+    """``--results``: every waiter came back after its end (no notification on
+    MySQL, each waiter read its task again at least once); over the limit: one line."""
+    data = _bench(on_mariadb, "--results", "20")["results"]
+    assert data["waiters"] == 20 and data["notifications"] == 0
+    assert data["reads"] >= 20, data
+    assert 0 < data["p50_ms"] <= data["p90_ms"] <= data["p99_ms"] <= data["max_ms"], data
+    # the finisher ended each task once, the worker's way (claim, then finish)
+    assert sorted(finished(bench_settings(on_mariadb)).values()) == [("succeeded", 1)] * 20
+    done = ledgerq(on_mariadb, "bench", "--results", str(MYSQL_WAITERS + 1))
     assert done.returncode == 78, done.stderr
-    assert "not built on the MySQL ledger" in done.stderr and "--graph" in done.stderr
+    assert f"at most {MYSQL_WAITERS}" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
 

@@ -9,7 +9,8 @@ default). A short task's result comes back within a few tens of ms of its end;
 a long one's at most ``poll_s`` after it. A smaller ``poll_s`` shortens the
 wait at the cost of a read per interval per waiter (PostgreSQL's registry reads
 all of a process's waiters in one statement, woken by NOTIFY; a waiter here
-reads alone).
+reads alone). Every read is counted (:data:`READS`, this process's: the
+benchmark's ``reads`` figure).
 
 Each read is its own transaction at READ COMMITTED (the ledger's engines set it),
 ended at once: a waiter never holds a snapshot open while it sleeps, so InnoDB's
@@ -21,6 +22,7 @@ found and later gone (purged by retention during the wait) is unknown too.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -48,6 +50,27 @@ class ResultQueries:
 
 
 RQ = load_in_lists(ResultQueries, "ledgerq.ledger.mysql", "results.sql")
+
+
+class ReadCount:
+    """Reads this process's waiters have taken (``result()`` may run in threads:
+    counted under a lock, a read's round trip dwarfs it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._n = 0
+
+    def add(self) -> None:
+        with self._lock:
+            self._n += 1
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+
+#: Every waiter's reads in this process, for ``ledgerq bench --results``.
+READS = ReadCount()
 
 
 def connection_url(conn: Any) -> str:
@@ -118,6 +141,7 @@ def wait(settings: Settings, task_id: int, timeout: float | None, poll_s: float)
         with translated(), engine.connect() as conn:
             for delay in _delays(poll_s):
                 found = drive(ended_results([task_id]), runner(conn, "result"))
+                READS.add()
                 conn.rollback()  # no snapshot held while it sleeps
                 done = _ended(found, task_id)
                 if done is not None:
@@ -144,6 +168,7 @@ async def await_result(
             async with engine.connect() as conn:
                 for delay in _delays(poll_s):
                     found = await adrive(ended_results([task_id]), async_runner(conn, "aresult"))
+                    READS.add()
                     await conn.rollback()
                     done = _ended(found, task_id)
                     if done is not None:
