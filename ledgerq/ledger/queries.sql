@@ -361,6 +361,16 @@ WITH m AS (
 ), told AS (
     -- the ended ids to result() waiters, sent on commit (fragments.sql)
     {{tell_ended}}
+), woke AS (
+    -- a keyed task ended while the next task of its key waits: the key is free on
+    -- commit, so wake the relays and direct workers now (NOTIFY ledgerq_enqueued,
+    -- as an enqueue does), not at their next poll, a second later. Nothing when
+    -- no such task ended: PostgreSQL serialises the commits of transactions that
+    -- notify, which other finishes must not pay.
+    SELECT pg_notify('ledgerq_enqueued', '')
+    WHERE EXISTS (SELECT 1 FROM ended e
+                  JOIN ledgerq_tasks n ON n.ordering_key = e.ordering_key
+                  WHERE e.ordering_key IS NOT NULL AND n.status = 'pending' AND n.id <> e.id)
 ), retried AS (
     UPDATE ledgerq_tasks t
     SET status = 'pending', run_at = m.at + make_interval(secs => m.delay),
@@ -385,7 +395,8 @@ WITH m AS (
       AND t.cancel_requested_at IS NULL
     RETURNING t.id, t.kind, t.attempts, t.status, t.last_error
 )
-SELECT id, kind, attempts, status, last_error FROM buried LEFT JOIN told ON true
+SELECT id, kind, attempts, status, last_error
+FROM buried LEFT JOIN told ON true LEFT JOIN woke ON true
 UNION ALL
 SELECT id, kind, attempts, status, last_error FROM retried
 

@@ -186,3 +186,29 @@ async def test_a_blocking_kind_holds_its_key_on_death_until_an_operator_acts(
     )
     await dies(third, 0)
     assert await due(ledger) == [fourth]
+
+
+async def test_the_end_of_a_keyed_task_wakes_the_relays_when_the_next_of_its_key_waits(
+    settings: Settings, ledger: PgLedger
+) -> None:
+    """The finish frees a key on commit; nothing else would wake the relays (the
+    claims' wake-ups came while the key was held), so without this the key's next
+    task waited for the relays' poll, a second on PostgreSQL. Only that finish
+    notifies: the others must not pay NOTIFY's serialised commit."""
+    a1, a2 = enqueue_committed(settings, [TaskSpec("t.o", ordering_key="a") for _ in range(2)])
+    b1, free = enqueue_committed(settings, [TaskSpec("t.o", ordering_key="b"), TaskSpec("t.o")])
+    assert await due(ledger) == [a1, b1, free]
+    runs = {r.id: r for r in await ledger.claim([(a1, 0), (b1, 0), (free, 0)], "w", 30)}
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as listener:
+        listener.execute("LISTEN ledgerq_enqueued")
+        # an unkeyed task, and a keyed one whose key has nothing waiting: no wake-up
+        await ledger.finish([Outcome.succeeded(runs[free].fence)])
+        await ledger.finish([Outcome.succeeded(runs[b1].fence)])
+        with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as other:
+            other.execute("NOTIFY ledgerq_enqueued, 'sentinel'")  # delivered in commit order
+        before = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
+        assert before == ["sentinel"]
+        await ledger.finish([Outcome.succeeded(runs[a1].fence)])
+        after = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
+        assert after == [""]
+    assert await due(ledger) == [a2]
