@@ -40,12 +40,13 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import ClassVar, Literal
 
 from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledgerq.core.errors import InvalidTaskError
+from ledgerq.ledger.audit import AuditWriter
 from ledgerq.ledger.validation import check_name
 
 #: Default of ``LEDGERQ_PRIORITY_AGING_S``.
@@ -127,23 +128,6 @@ class PauseReport:
             "unpublished": self.unpublished,
             "audit_id": self.audit_id,
         }
-
-
-class AuditWriter(Protocol):
-    """A ledger's ``record_audit``: one audit record in ``conn``'s transaction (and
-    ``task_ids``, each ``changed``); its id."""
-
-    async def __call__(
-        self,
-        conn: AsyncConnection,
-        action: str,
-        selection: Mapping[str, Any],
-        *,
-        actor: str,
-        reason: str | None = None,
-        options: dict[str, Any] | None = None,
-        task_ids: list[int] = ...,
-    ) -> int: ...
 
 
 #: A ledger's take-back of a paused queue's or kind's published tasks, in ``conn``'s
