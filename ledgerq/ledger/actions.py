@@ -7,7 +7,10 @@ and yields :data:`COMMIT` at the end of each batch. Whoever runs it decides
 what a batch boundary means: :class:`~ledgerq.ledger.pg.operations.PgOperations`
 commits there (one transaction per batch of ``batch_size`` tasks, never one
 giant transaction), the caller-transaction API (:mod:`.operations`) ignores it
-(the caller commits).
+(the caller commits). The walk (:func:`walk`: paging, routing, counting, the
+audit) is every server's; what each step writes is a server's
+:class:`Statements` (PostgreSQL's :data:`PG_STATEMENTS`, MySQL's in
+:mod:`ledgerq.ledger.mysql.operations_plans`).
 
 Per batch: one page of matches (newest first, keyset by id), sorted into the
 statement each status calls for, or a skip reason (retrying a succeeded task
@@ -33,10 +36,10 @@ retried one moves tables) are never met twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack
 
 from sqlalchemy import TextClause
 
@@ -44,6 +47,9 @@ from ledgerq.core.errors import InvalidFilterError
 from ledgerq.ledger.filters import TaskFilter
 from ledgerq.ledger.sql import OQ
 from ledgerq.ledger.validation import check_max_attempts, check_priority
+
+if TYPE_CHECKING:
+    from ledgerq.ledger.options import ReportedPlanOptions
 
 #: Columns of a ``list_tasks`` row, in order.
 LIST_COLUMNS = (
@@ -253,9 +259,37 @@ def _fences(rows: Iterable[dict[str, Any]]) -> dict[str, list[int]]:
     return {"ids": [r["id"] for r in ordered], "epochs": [r["epoch"] for r in ordered]}
 
 
+#: What a server's plan yields (a statement step) and is sent back (its answer).
+Y = TypeVar("Y")
+A = TypeVar("A")
+
+
+@dataclass(frozen=True)
+class Statements(Generic[Y, A]):
+    """One server's steps of an action (each a generator of its statements): the
+    walk of :func:`walk` (paging, routing, counting, auditing) is shared, what a
+    step writes is the server's. PostgreSQL's are :data:`PG_STATEMENTS`."""
+
+    #: Insert the audit record (``start_report``'s parameters); its id.
+    insert_audit: Callable[[dict[str, Any]], Generator[Y, A, int | None]]
+    #: One page of matches, newest first, before id ``before``: ``task_row`` dicts.
+    list_page: Callable[[TaskFilter, int, int | None], Generator[Y, A, list[dict[str, Any]]]]
+    #: Compare-and-set ``rows`` with the statement an :class:`Action` routed them to
+    #: (``OQ``'s, the params without the fences); the ids won.
+    change: Callable[[TextClause, dict[str, Any], list[dict[str, Any]]], Generator[Y, A, set[int]]]
+    #: The live descendants of ``ids``: rows of (id, epoch, status).
+    descendants: Callable[[list[int]], Generator[Y, A, Rows]]
+    #: One batch's counts and each task's outcome, into audit record ``audit_id``.
+    record: Callable[[int | None, dict[int, str]], Generator[Y, A, None]]
+
+
 def _batch(
-    action: Action, page: list[dict[str, Any]], report: Report, now: datetime
-) -> Generator[Step | None, Rows, dict[int, str]]:
+    action: Action,
+    page: list[dict[str, Any]],
+    report: Report,
+    now: datetime,
+    statements: Statements[Y, A],
+) -> Generator[Y, A, dict[int, str]]:
     """One page: route, compare-and-set, count. Returns each task's outcome."""
     outcome: dict[int, str] = {}
     routes: dict[int, tuple[Step, list[dict[str, Any]]]] = {}
@@ -271,8 +305,7 @@ def _batch(
         if report.dry_run:
             won = {r["id"] for r in rows}
         else:
-            answer = yield statement, {**params, **_fences(rows)}
-            won = {int(r[0]) for r in answer}
+            won = yield from statements.change(statement, params, rows)
         for row in rows:
             outcome[row["id"]] = "changed" if row["id"] in won else MOVED_ON
         report.changed += len(won)
@@ -281,7 +314,7 @@ def _batch(
         if len(rows) > len(won):
             report.skip(MOVED_ON, len(rows) - len(won))
     if action.cascade:
-        below = yield from _cascade([r["id"] for r in page], report)
+        below = yield from _cascade([r["id"] for r in page], report, statements)
         outcome.update({k: v for k, v in below.items() if k not in outcome})
     return outcome
 
@@ -290,10 +323,12 @@ def _batch(
 CASCADED = "cancelled with an ancestor (cascade)"
 
 
-def _cascade(ids: list[int], report: Report) -> Generator[Step | None, Rows, dict[int, str]]:
+def _cascade(
+    ids: list[int], report: Report, statements: Statements[Y, A]
+) -> Generator[Y, A, dict[int, str]]:
     """Cancel the live descendants of ``ids``; each one's outcome."""
     outcome: dict[int, str] = {}
-    rows = yield OQ.live_descendants, {"ids": sorted(ids)}
+    rows = yield from statements.descendants(sorted(ids))
     found: list[dict[str, Any]] = [
         {"id": int(r[0]), "epoch": int(r[1]), "status": str(r[2])} for r in rows
     ]
@@ -304,8 +339,7 @@ def _cascade(ids: list[int], report: Report) -> Generator[Step | None, Rows, dic
         if report.dry_run:
             won = {r["id"] for r in group}
         else:
-            answer = yield statement, _fences(group)
-            won = {int(r[0]) for r in answer}
+            won = yield from statements.change(statement, {}, group)
         for row in group:
             outcome[row["id"]] = CASCADED if row["id"] in won else MOVED_ON
         report.cascaded += len(won)
@@ -345,36 +379,37 @@ def start_report(
     }
 
 
-def plan(
+def walk(
     action: Action,
     selection: TaskFilter,
+    statements: Statements[Y, A],
     *,
     actor: str,
     reason: str | None = None,
     dry_run: bool = False,
     batch_size: int = BATCH_SIZE,
     report: Report | None = None,
-) -> Plan:
-    """The statements of ``action`` over ``selection``; returns the :class:`Report`
-    (``report``, if given: a caller may read it at each :data:`COMMIT` for progress)."""
+) -> Generator[Y | None, A, Report]:
+    """The steps of ``action`` over ``selection`` with one server's ``statements``,
+    :data:`COMMIT` at each batch's end; returns the :class:`Report` (``report``, if
+    given: a caller may read it at each :data:`COMMIT` for progress)."""
     report, audit = start_report(action, selection, actor, reason, dry_run, report)
     if audit is not None:
-        answer = yield OQ.insert_audit, audit
-        report.audit_id = int(answer[0][0])
+        report.audit_id = yield from statements.insert_audit(audit)
     seen: set[int] = set()
     before: int | None = None
     while selection.limit is None or report.matched < selection.limit:
         want = batch_size if selection.limit is None else selection.limit - report.matched
         want = min(want, batch_size)
-        page = [task_row(r) for r in (yield OQ.list_tasks, selection.params(want, before))]
+        page = yield from statements.list_page(selection, want, before)
         if not page:
             break
         before = page[-1]["id"]
         seen.update(r["id"] for r in page)
         report.matched += len(page)
-        outcome = yield from _batch(action, page, report, datetime.now(UTC))
+        outcome = yield from _batch(action, page, report, datetime.now(UTC), statements)
         if not dry_run:
-            yield OQ.record_audit_batch, _audit_params(report.audit_id, outcome)
+            yield from statements.record(report.audit_id, outcome)
         yield COMMIT
         if len(page) < want:
             break
@@ -383,21 +418,54 @@ def plan(
         report.matched += len(missing)
         report.skip(NOT_FOUND, len(missing))
         if not dry_run:
-            yield (
-                OQ.record_audit_batch,
-                _audit_params(report.audit_id, dict.fromkeys(missing, NOT_FOUND)),
-            )
+            yield from statements.record(report.audit_id, dict.fromkeys(missing, NOT_FOUND))
             yield COMMIT
     return report
 
 
-def _audit_params(audit_id: int | None, outcome: dict[int, str]) -> dict[str, Any]:
+def outcome_counts(outcome: dict[int, str]) -> dict[str, int]:
+    """A batch's counts for its audit record: matched, changed (a cascaded descendant
+    too), skipped."""
     changed = sum(1 for o in outcome.values() if o in ("changed", CASCADED))
-    return {
-        "audit_id": audit_id,
-        "matched": len(outcome),
-        "changed": changed,
-        "skipped": len(outcome) - changed,
-        "task_ids": list(outcome),
-        "outcomes": list(outcome.values()),
-    }
+    return {"matched": len(outcome), "changed": changed, "skipped": len(outcome) - changed}
+
+
+def _insert_audit(audit: dict[str, Any]) -> Generator[Step, Rows, int]:
+    answer = yield OQ.insert_audit, audit
+    return int(answer[0][0])
+
+
+def _list_page(
+    selection: TaskFilter, want: int, before: int | None
+) -> Generator[Step, Rows, list[dict[str, Any]]]:
+    return [task_row(r) for r in (yield OQ.list_tasks, selection.params(want, before))]
+
+
+def _change(
+    statement: TextClause, params: dict[str, Any], rows: list[dict[str, Any]]
+) -> Generator[Step, Rows, set[int]]:
+    """PostgreSQL's compare-and-set is one statement: it returns the ids it won."""
+    answer = yield statement, {**params, **_fences(rows)}
+    return {int(r[0]) for r in answer}
+
+
+def _descendants(ids: list[int]) -> Generator[Step, Rows, Rows]:
+    return (yield OQ.live_descendants, {"ids": ids})
+
+
+def _record(audit_id: int | None, outcome: dict[int, str]) -> Generator[Step, Rows, None]:
+    params: dict[str, Any] = {"audit_id": audit_id, **outcome_counts(outcome)}
+    params.update(task_ids=list(outcome), outcomes=list(outcome.values()))
+    yield OQ.record_audit_batch, params
+
+
+#: PostgreSQL's steps of an action (``operations.sql``).
+PG_STATEMENTS: Statements[Step, Rows] = Statements(
+    _insert_audit, _list_page, _change, _descendants, _record
+)
+
+
+def plan(action: Action, selection: TaskFilter, **options: Unpack[ReportedPlanOptions]) -> Plan:
+    """The statements of ``action`` over ``selection`` on PostgreSQL (:func:`walk`
+    with :data:`PG_STATEMENTS`); returns the :class:`Report`."""
+    return (yield from walk(action, selection, PG_STATEMENTS, **options))

@@ -17,10 +17,12 @@ with one line that says what is accepted.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from sqlalchemy import Row, TextClause
 
 from ledgerq.core.errors import InvalidFilterError, InvalidTaskError, TaskNotFoundError
 from ledgerq.ledger.states import Status
@@ -197,3 +199,32 @@ async def task_to_find(task_id: int | None, business_key: str | None, list_tasks
     if not newest:
         raise TaskNotFoundError(f"no task with business key {business_key!r}")
     return int(newest[0]["id"])
+
+
+#: A ledger's one-statement read (``_rows``): its rows.
+ReadRows = Callable[[TextClause, Mapping[str, Any]], Awaitable[Sequence[Row[Any]]]]
+
+
+async def found_task(
+    task_id: int | None,
+    business_key: str | None,
+    list_tasks: ListTasks,
+    rows: ReadRows,
+    show_task: TextClause,
+    shown: Callable[[Row[Any]], dict[str, Any]],
+) -> tuple[int, dict[str, Any]]:
+    """What ``find`` starts from (one database's ledger): the id (:func:`task_to_find`)
+    and the task, its ``show_task`` row as ``shown`` makes it JSON, ``attempt_log``
+    a list. No such task is :class:`~ledgerq.core.errors.TaskNotFoundError`."""
+    task_id = await task_to_find(task_id, business_key, list_tasks)
+    found = await rows(show_task, {"id": task_id})
+    if not found:
+        raise TaskNotFoundError(f"no task with id {task_id}")
+    task = shown(found[0])
+    task["attempt_log"] = task.get("attempt_log") or []
+    return task_id, task
+
+
+def audit_params(limit: int, before: int | None) -> dict[str, Any]:
+    """``list_audit``'s parameters: ``limit`` records, newest first, below id ``before``."""
+    return {"limit": limit, "before": before if before is not None else MAX_BIGINT}

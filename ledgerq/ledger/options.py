@@ -6,7 +6,7 @@ so none of them restates the list, and mypy still refuses a misspelt or
 mistyped option at every layer.
 
 Each TypedDict only names and types its keywords: the defaults belong to the
-one function that consumes them (:func:`~ledgerq.ledger.actions.plan`,
+one function that consumes them (:func:`~ledgerq.ledger.actions.walk`,
 :func:`~ledgerq.ledger.keys.release_plan`, the ``claim_due`` statement's
 parameters in :mod:`ledgerq.ledger.pg.services`), and an option left out means
 that default.
@@ -35,6 +35,14 @@ class PlanOptions(AuditOptions, total=False):
     ``batch_size`` (tasks per batch; default :data:`~ledgerq.ledger.actions.BATCH_SIZE`)."""
 
     batch_size: int
+
+
+class ReportedPlanOptions(PlanOptions, total=False):
+    """A plan's keywords (:func:`~ledgerq.ledger.actions.plan`, each server's): the
+    caller's, and ``report``, the :class:`Report` it fills (None: a new one), which
+    the caller may read at each batch boundary for progress."""
+
+    report: Report | None
 
 
 #: Called after each committed batch with the report so far.

@@ -4,6 +4,9 @@ PostgreSQL's history is ``ledger/migrations`` (:mod:`ledgerq.ledger.pg.migrate`)
 MySQL's ``ledger/mysql/migrations`` (:mod:`ledgerq.ledger.mysql.migrate`); each
 module holds one :class:`History` and runs its own upgrades (what differs: shards,
 poolers, how a database is created).
+The start check's verdict on a database's revision and tables
+(:meth:`History.verdict`) and its walk over the ledger shards (:func:`check_shards`)
+are both servers'; each reads its database its own way.
 
 Alembic is imported by what runs or lists migrations only (``ledgerq migrate``, a
 revision a person typed, the message about a schema at an unknown revision):
@@ -16,14 +19,24 @@ else is left to Alembic."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from ledgerq.core.errors import SchemaError
+from ledgerq.core.masking import mask_url
+from ledgerq.ledger.migrations import VERSION_TABLE
+
 if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
+
+    from ledgerq.core.config import Settings
+
+#: What a database's start check tells to do when its schema is missing or behind.
+MIGRATE = "run `ledgerq migrate`"
 
 #: A script's own ``revision = "id"`` and ``down_revision = "id"`` (or ``None``) lines.
 _REVISION = re.compile(r'^revision = "([^"]+)"$', re.MULTILINE)
@@ -78,6 +91,52 @@ class History:
             raise ValueError(
                 f"no ledgerq {self.label}migration is called {revision!r} (known: {known}, head)"
             )
+
+    def verdict(
+        self,
+        database_url: str,
+        current: str | None,
+        missing: list[str],
+        unknown: str = "a newer ledgerq migrated it?",
+    ) -> str:
+        """The start check of one database: ``current`` (its recorded revision, None if
+        never migrated) when it is this history's head and none of the ledger tables is
+        ``missing``; else :class:`~ledgerq.core.errors.SchemaError` saying what to do
+        (``unknown``: what a revision the history does not know may be)."""
+        head = self.head()
+        where = mask_url(database_url)
+        if current is None:
+            raise SchemaError(
+                f"the ledger schema is missing in {where} (never migrated): {MIGRATE}"
+            )
+        if current != head:
+            if current in self.known():
+                raise SchemaError(
+                    f"the ledger schema in {where} is at revision {current}, this ledgerq "
+                    f"needs {head}: {MIGRATE}"
+                )
+            raise SchemaError(
+                f"the ledger schema in {where} is at revision {current}, which this ledgerq "
+                f"does not know ({unknown}): upgrade ledgerq, or fix "
+                "LEDGERQ_DATABASE_URL / --database-url"
+            )
+        if missing:
+            raise SchemaError(
+                f"the ledger schema in {where} is at {current} but its tables "
+                f"{', '.join(missing)} are gone: drop the table {VERSION_TABLE}, then {MIGRATE}"
+            )
+        return current
+
+
+def check_shards(settings: Settings, check_one: Callable[[Settings, int, int], str]) -> str:
+    """The start check of every ledger shard's database, in the URL list's order
+    (``check_one``: one shard's settings, its position, how many; its revision):
+    the first one's revision."""
+    count = settings.ledger_shard_count
+    revisions = [
+        check_one(shard, index, count) for index, shard in enumerate(settings.ledger_shards())
+    ]
+    return revisions[0]
 
 
 @cache

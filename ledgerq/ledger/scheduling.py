@@ -23,7 +23,8 @@ Contract:
 
 A rate limit set or removed by an operator (``ledgerq kinds limit``) is written
 with its audit record in the operator's one transaction (:func:`write_limit`,
-each ledger's statement and audit writer).
+each ledger's statement and audit writer); a pause or resume likewise, with its
+take-back and audit record (:class:`Pausing`).
 
 Races: a pause and a relay batch in flight. The batch that read the pause list
 before the pause committed may still publish; the pause's take-back runs after
@@ -36,14 +37,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import ClassVar, Literal
 
 from sqlalchemy import TextClause
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ledgerq.core.errors import InvalidTaskError
+from ledgerq.ledger.audit import AuditWriter
 from ledgerq.ledger.validation import check_name
 
 #: Default of ``LEDGERQ_PRIORITY_AGING_S``.
@@ -127,18 +130,65 @@ class PauseReport:
         }
 
 
-class AuditWriter(Protocol):
-    """A ledger's ``record_audit``: one audit record in ``conn``'s transaction; its id."""
+#: A ledger's take-back of a paused queue's or kind's published tasks, in ``conn``'s
+#: transaction (binds ``scope``, ``name``): the ids taken back.
+TakeBack = Callable[[AsyncConnection, Mapping[str, str]], Awaitable[list[int]]]
 
-    async def __call__(
-        self,
-        conn: AsyncConnection,
-        action: str,
-        selection: Mapping[str, Any],
-        *,
-        actor: str,
-        options: dict[str, Any] | None = None,
-    ) -> int: ...
+
+@dataclass(frozen=True)
+class PauseWrites:
+    """A ledger's side of :class:`Pausing`: its statements
+    ``pause`` and ``resume`` (binding ``scope``, ``name``; 0 rows when nothing
+    changed), its take-back, its audit writer and its driver errors' translation."""
+
+    pause: TextClause
+    resume: TextClause
+    take_back: TakeBack
+    record_audit: AuditWriter
+    translated: Callable[[], AbstractContextManager[None]]
+
+
+class Pausing:
+    """``pause`` and ``resume`` for a ledger class with an ``engine`` and its
+    :class:`PauseWrites` (class attribute ``pause_writes``): each one transaction
+    on ``engine``, the target validated before it begins."""
+
+    engine: AsyncEngine
+    pause_writes: ClassVar[PauseWrites]
+
+    async def pause(
+        self, scope: Scope, name: str, *, actor: str, reason: str | None = None
+    ) -> PauseReport:
+        """The pause row (a pause already in force writes nothing more and is not
+        audited), the take-back, and the audit record with each task taken back."""
+        scope, name = check_scope(scope, name)
+        where = {"scope": scope, "name": name}
+        writes = self.pause_writes
+        with writes.translated():
+            async with self.engine.begin() as conn:
+                taken = await conn.execute(
+                    writes.pause, {**where, "actor": actor, "reason": reason}
+                )
+                if taken.rowcount == 0:
+                    return PauseReport("pause", scope, name, changed=False)
+                ids = await writes.take_back(conn, where)
+                audit_id = await writes.record_audit(
+                    conn, "pause", {scope: name}, actor=actor, reason=reason, task_ids=ids
+                )
+        return PauseReport("pause", scope, name, True, len(ids), audit_id)
+
+    async def resume(self, scope: Scope, name: str, *, actor: str) -> PauseReport:
+        """The pause lifted, with its audit record (no pause: nothing written, not
+        audited)."""
+        scope, name = check_scope(scope, name)
+        writes = self.pause_writes
+        with writes.translated():
+            async with self.engine.begin() as conn:
+                lifted = await conn.execute(writes.resume, {"scope": scope, "name": name})
+                if lifted.rowcount == 0:
+                    return PauseReport("resume", scope, name, changed=False)
+                audit_id = await writes.record_audit(conn, "resume", {scope: name}, actor=actor)
+        return PauseReport("resume", scope, name, True, 0, audit_id)
 
 
 async def write_limit(

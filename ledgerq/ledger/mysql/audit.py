@@ -16,10 +16,8 @@ from typing import Any
 from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ledgerq.ledger.audit import SYSTEM_ACTOR as SYSTEM_ACTOR
 from ledgerq.ledger.sql import load
-
-#: The actor recorded for what ledgerq does on its own (no person asked).
-SYSTEM_ACTOR = "ledgerq"
 
 
 @dataclass(frozen=True)

@@ -22,19 +22,17 @@ from sqlalchemy.engine import make_url
 
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import SchemaError, ServiceUnavailableError, first_line
-from ledgerq.core.masking import mask_url
 from ledgerq.ledger.migrations import VERSION_TABLE
 from ledgerq.ledger.mysql.base import GRANTS, INSUFFICIENT_PRIVILEGE, error_number
 from ledgerq.ledger.mysql.engines import SERVICE, check_server, connect_waiting, server_url
 from ledgerq.ledger.mysql.shards import assign, identity
-from ledgerq.ledger.revisions import History
+from ledgerq.ledger.revisions import History, check_shards
 from ledgerq.ledger.split.identity import Identity, check_identity
 
 #: Tables every ledgerq command relies on, besides the version table.
 LEDGER_TABLES = ("ledgerq_tasks", "ledgerq_history")
 #: What each database records of its ledger shard (migration m0008).
 SHARD_TABLE = "ledgerq_ledger_shard"
-MIGRATE = "run `ledgerq migrate`"
 
 
 HISTORY = History("ledgerq.ledger.mysql", "mysql+pymysql://", "MySQL ")
@@ -114,36 +112,17 @@ def check_schema(settings: Settings) -> str:
     """The schema's revision if every ledger shard's server is recent enough and its
     database at this ledgerq's MySQL head with its tables in place, saying it is the
     shard at its position in the URL list; else the one-line error."""
-    count = settings.ledger_shard_count
-    revisions = [
-        _check_one(shard, index, count) for index, shard in enumerate(settings.ledger_shards())
-    ]
-    return revisions[0]
+    return check_shards(settings, _check_one)
 
 
 def _check_one(settings: Settings, index: int, count: int) -> str:
     check_server(settings)
     current, missing, recorded = _state(settings)
-    head = head_revision()
-    where = mask_url(settings.database_url)
-    if current is None:
-        raise SchemaError(f"the ledger schema is missing in {where} (never migrated): {MIGRATE}")
-    if current != head:
-        known = HISTORY.known()
-        if current in known:
-            raise SchemaError(
-                f"the ledger schema in {where} is at revision {current}, this ledgerq needs "
-                f"{head}: {MIGRATE}"
-            )
-        raise SchemaError(
-            f"the ledger schema in {where} is at revision {current}, which this ledgerq does "
-            "not know (a newer ledgerq migrated it, or it is a PostgreSQL revision?): upgrade "
-            "ledgerq, or fix LEDGERQ_DATABASE_URL / --database-url"
-        )
-    if missing:
-        raise SchemaError(
-            f"the ledger schema in {where} is at {current} but its tables "
-            f"{', '.join(missing)} are gone: drop the table {VERSION_TABLE}, then {MIGRATE}"
-        )
+    current = HISTORY.verdict(
+        settings.database_url,
+        current,
+        missing,
+        "a newer ledgerq migrated it, or it is a PostgreSQL revision?",
+    )
     check_identity(settings.database_url, recorded, index, count)
     return current

@@ -20,10 +20,10 @@ from collections.abc import Awaitable, Callable, Generator
 from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
-from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.actions import Action, Report, children_summary, jsonable
 from ledgerq.ledger.after import graph
-from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter, task_to_find
+from ledgerq.ledger.batched import act_in_batches
+from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter, audit_params, found_task
 from ledgerq.ledger.keys import KeyRelease
 from ledgerq.ledger.mysql import keys
 from ledgerq.ledger.mysql import operations_plans as ops
@@ -33,7 +33,7 @@ from ledgerq.ledger.mysql.families import FQ
 from ledgerq.ledger.mysql.plans import Answer, AsyncRunner, Runner, async_runner
 from ledgerq.ledger.mysql.queries import MQ
 from ledgerq.ledger.mysql.rows import shown
-from ledgerq.ledger.options import AuditOptions, BatchedActOptions, PlanOptions
+from ledgerq.ledger.options import AuditOptions, BatchedActOptions
 
 R = TypeVar("R")
 AUDIT_COLUMNS = (
@@ -97,12 +97,9 @@ class MyOperations(MyBase):
     async def find(
         self, task_id: int | None = None, *, business_key: str | None = None
     ) -> dict[str, Any]:
-        task_id = await task_to_find(task_id, business_key, self.list_tasks)
-        rows = await self._rows(MQ.show_task, {"id": task_id})
-        if not rows:
-            raise TaskNotFoundError(f"no task with id {task_id}")
-        task = shown(rows[0])
-        task["attempt_log"] = task.get("attempt_log") or []
+        task_id, task = await found_task(
+            task_id, business_key, self.list_tasks, self._rows, MQ.show_task, shown
+        )
         audit = await self._rows(ops.OPQ.task_audit, {"id": task_id})
         task["audit"] = audit_rows(TASK_AUDIT_COLUMNS, audit)
         family = dict((await self._rows(ops.OPQ.family, {"id": task_id}))[0]._mapping)
@@ -121,28 +118,22 @@ class MyOperations(MyBase):
     async def audit(
         self, limit: int = DEFAULT_LIMIT, before: int | None = None
     ) -> list[dict[str, Any]]:
-        params = {"limit": limit, "before": before if before is not None else MAX_BIGINT}
-        return audit_rows(AUDIT_COLUMNS, await self._rows(ops.OPQ.list_audit, params))
+        rows = await self._rows(ops.OPQ.list_audit, audit_params(limit, before))
+        return audit_rows(AUDIT_COLUMNS, rows)
 
     async def act(
         self, action: Action, selection: TaskFilter, **options: Unpack[BatchedActOptions]
     ) -> Report:
-        report = Report(action.name)
-        progress = options.pop("progress", None)
-        planned: PlanOptions = options  # the rest, progress taken out, are the plan's
-        plan = ops.act(action, selection, report=report, **planned)
         with translated():
             async with self.engine.connect() as conn:
                 run = async_runner(conn, "ledgerq")
-
-                async def commit() -> None:
-                    await conn.commit()
-                    if progress is not None:
-                        progress(report)
-
-                done = await adrive(plan, run, commit)
-                await conn.commit()
-        return done
+                return await act_in_batches(
+                    conn,
+                    action,
+                    options,
+                    lambda report, planned: ops.act(action, selection, report=report, **planned),
+                    lambda plan, commit: adrive(plan, run, commit),
+                )
 
     async def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
         with translated():

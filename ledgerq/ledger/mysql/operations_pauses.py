@@ -29,17 +29,24 @@ picks meter it from their next transaction.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import TextClause, bindparam
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ledgerq.ledger.actions import jsonable
 from ledgerq.ledger.mysql.audit import record_audit
 from ledgerq.ledger.mysql.base import MyBase, aware, translated
 from ledgerq.ledger.mysql.metering import MeQ
 from ledgerq.ledger.mysql.queries import LIBRARY
-from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope, write_limit
+from ledgerq.ledger.scheduling import (
+    PauseWrites,
+    Pausing,
+    RateLimit,
+    write_limit,
+)
 from ledgerq.ledger.sql import load
 
 
@@ -65,36 +72,23 @@ PQ = PauseQueries(
 )
 
 
-class MyPauses(MyBase):
-    async def pause(
-        self, scope: Scope, name: str, *, actor: str, reason: str | None = None
-    ) -> PauseReport:
-        scope, name = check_scope(scope, name)
-        where = {"scope": scope, "name": name}
-        with translated():
-            async with self.engine.begin() as conn:
-                taken = await conn.execute(PQ.pause, {**where, "actor": actor, "reason": reason})
-                if taken.rowcount == 0:
-                    return PauseReport("pause", scope, name, changed=False)
-                locked = (await conn.execute(PQ.lock_paused_published, where)).all()
-                ids = [int(r.id) for r in locked]
-                if ids:
-                    batch = json.dumps({str(r.id): {"epoch": int(r.epoch)} for r in locked})
-                    await conn.execute(PQ.unpublish_paused, {"ids": ids, "batch": batch})
-                audit_id = await record_audit(
-                    conn, "pause", {scope: name}, actor=actor, reason=reason, task_ids=ids
-                )
-        return PauseReport("pause", scope, name, True, len(ids), audit_id)
+async def _take_back(conn: AsyncConnection, where: Mapping[str, str]) -> list[int]:
+    """The published tasks of the paused queue or kind, locked (``SKIP LOCKED``), then
+    moved back to pending by id, fenced on their epochs; their ids."""
+    locked = (await conn.execute(PQ.lock_paused_published, where)).all()
+    ids = [int(r.id) for r in locked]
+    if ids:
+        batch = json.dumps({str(r.id): {"epoch": int(r.epoch)} for r in locked})
+        await conn.execute(PQ.unpublish_paused, {"ids": ids, "batch": batch})
+    return ids
 
-    async def resume(self, scope: Scope, name: str, *, actor: str) -> PauseReport:
-        scope, name = check_scope(scope, name)
-        with translated():
-            async with self.engine.begin() as conn:
-                lifted = await conn.execute(PQ.resume, {"scope": scope, "name": name})
-                if lifted.rowcount == 0:
-                    return PauseReport("resume", scope, name, changed=False)
-                audit_id = await record_audit(conn, "resume", {scope: name}, actor=actor)
-        return PauseReport("resume", scope, name, True, 0, audit_id)
+
+#: This ledger's pause statements, take-back and audit writer.
+MY_PAUSES = PauseWrites(PQ.pause, PQ.resume, _take_back, record_audit, translated)
+
+
+class MyPauses(MyBase, Pausing):
+    pause_writes = MY_PAUSES
 
     async def pauses(self) -> list[dict[str, Any]]:
         rows = await self._rows(PQ.list_pauses, {})

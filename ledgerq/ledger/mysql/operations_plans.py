@@ -30,22 +30,19 @@ from __future__ import annotations
 import json
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
+from typing import Any, Unpack
 
 from sqlalchemy import TextClause
 
 from ledgerq.ledger.actions import (
-    BATCH_SIZE,
-    CASCADED,
     LIST_COLUMNS,
-    MOVED_ON,
-    NOT_FOUND,
-    QUEUED,
     Action,
     Report,
-    start_report,
+    Statements,
+    outcome_counts,
     task_row,
+    walk,
 )
 from ledgerq.ledger.filters import STATUSES, TaskFilter
 from ledgerq.ledger.mysql import families
@@ -55,6 +52,7 @@ from ledgerq.ledger.mysql.engines import utc
 from ledgerq.ledger.mysql.plans import Answer
 from ledgerq.ledger.mysql.queries import LIBRARY
 from ledgerq.ledger.mysql.rows import BOOLEAN_COLUMNS, JSON_COLUMNS
+from ledgerq.ledger.options import ReportedPlanOptions
 from ledgerq.ledger.sql import OQ, load_in_lists, read_library
 
 
@@ -174,118 +172,52 @@ def _ended(statement: TextClause, won: set[int]) -> Generator[Step, Answer, None
         yield from families.after_ended(dict.fromkeys(sorted(won), "cancelled"))
 
 
-def _routed(action: Action, row: Mapping[str, Any], now: datetime) -> Any:
-    """The route (or skip reason) of ``row``, with reschedule's time as MySQL binds it."""
-    return action.route(row["status"], datetime.fromisoformat(row["run_at"]), now)
+def _insert_audit(audit: dict[str, Any]) -> Generator[Step, Answer, int | None]:
+    inserted = yield AQ.insert_audit, audit
+    return inserted.last_id
 
 
-def _batch(
-    action: Action, page: list[dict[str, Any]], report: Report, now: datetime
-) -> Generator[Step, Answer, dict[int, str]]:
-    """One page: route, compare-and-set, count; each task's outcome."""
-    outcome: dict[int, str] = {}
-    routes: dict[int, tuple[TextClause, dict[str, Any], list[dict[str, Any]]]] = {}
-    for row in page:
-        routed = _routed(action, row, now)
-        if isinstance(routed, str):
-            outcome[row["id"]] = routed
-            report.skip(routed)
-            continue
-        statement, params = routed
-        params = {k: utc(v) if isinstance(v, datetime) else v for k, v in params.items()}
-        routes.setdefault(id(statement), (statement, params, []))[2].append(row)
-    for statement, params, rows in routes.values():
-        if report.dry_run:
-            won = {r["id"] for r in rows}
-        else:
-            won = yield from compare_and_set(ROUTES[id(statement)], rows, params)
-            yield from _ended(statement, won)
-        for row in rows:
-            outcome[row["id"]] = "changed" if row["id"] in won else MOVED_ON
-        report.changed += len(won)
-        if statement is OQ.request_cancel:
-            report.asked_to_stop += len(won)
-        if len(rows) > len(won):
-            report.skip(MOVED_ON, len(rows) - len(won))
-    if action.cascade:
-        below = yield from _cascade([r["id"] for r in page], report)
-        outcome.update({k: v for k, v in below.items() if k not in outcome})
-    return outcome
+def _list_page(
+    selection: TaskFilter, want: int, before: int | None
+) -> Generator[Step, Answer, list[dict[str, Any]]]:
+    answer = yield OPQ.list_tasks, list_params(selection, want, before)
+    return listed(answer.rows)
 
 
-def _cascade(ids: list[int], report: Report) -> Generator[Step, Answer, dict[int, str]]:
-    """Cancel the live descendants of ``ids``; each one's outcome."""
-    outcome: dict[int, str] = {}
-    answer = yield OPQ.live_descendants, {"ids": sorted(ids)}
-    found: list[dict[str, Any]] = [
-        {"id": int(r[0]), "epoch": int(r[1]), "status": str(r[2])} for r in answer.rows
-    ]
-    for statement in (OQ.cancel_queued, OQ.request_cancel):
-        group = [r for r in found if (r["status"] in QUEUED) == (statement is OQ.cancel_queued)]
-        if not group:
-            continue
-        if report.dry_run:
-            won = {r["id"] for r in group}
-        else:
-            won = yield from compare_and_set(ROUTES[id(statement)], group, {})
-            yield from _ended(statement, won)
-        for row in group:
-            outcome[row["id"]] = CASCADED if row["id"] in won else MOVED_ON
-        report.cascaded += len(won)
-        if statement is OQ.request_cancel:
-            report.asked_to_stop += len(won)
-    return outcome
+def _change(
+    statement: TextClause, params: dict[str, Any], rows: list[dict[str, Any]]
+) -> Generator[Step, Answer, set[int]]:
+    """PostgreSQL's ``statement`` as its route here (:data:`ROUTES`), reschedule's time
+    as MySQL binds it; then what the tasks a cancel ended end in turn."""
+    params = {k: utc(v) if isinstance(v, datetime) else v for k, v in params.items()}
+    won = yield from compare_and_set(ROUTES[id(statement)], rows, params)
+    yield from _ended(statement, won)
+    return won
+
+
+def _descendants(ids: list[int]) -> Generator[Step, Answer, Sequence[Sequence[Any]]]:
+    answer = yield OPQ.live_descendants, {"ids": ids}
+    return answer.rows
 
 
 def _record(audit_id: int | None, outcome: dict[int, str]) -> Generator[Step, Answer, None]:
     """One batch's counts and each task's outcome, into audit record ``audit_id``."""
-    changed = sum(1 for o in outcome.values() if o in ("changed", CASCADED))
-    counts = {"matched": len(outcome), "changed": changed, "skipped": len(outcome) - changed}
-    yield AQ.count_audit_batch, {"audit_id": audit_id, **counts}
+    yield AQ.count_audit_batch, {"audit_id": audit_id, **outcome_counts(outcome)}
     if outcome:
         rows = json.dumps([[task_id, text] for task_id, text in sorted(outcome.items())])
         yield AQ.record_audit_tasks, {"audit_id": audit_id, "rows": rows}
 
 
+#: MySQL's steps of an action (``operations.sql``, ``audit.sql``).
+MY_STATEMENTS: Statements[Step, Answer] = Statements(
+    _insert_audit, _list_page, _change, _descendants, _record
+)
+
+
 def act(
-    action: Action,
-    selection: TaskFilter,
-    *,
-    actor: str,
-    reason: str | None = None,
-    dry_run: bool = False,
-    batch_size: int = BATCH_SIZE,
-    report: Report | None = None,
+    action: Action, selection: TaskFilter, **options: Unpack[ReportedPlanOptions]
 ) -> BatchedPlan:
-    """The statements of ``action`` over ``selection`` (PostgreSQL's
-    :func:`ledgerq.ledger.actions.plan`, step for step); returns the :class:`Report`."""
-    report, audit = start_report(action, selection, actor, reason, dry_run, report)
-    if audit is not None:
-        inserted = yield AQ.insert_audit, audit
-        report.audit_id = inserted.last_id
-    seen: set[int] = set()
-    before: int | None = None
-    while selection.limit is None or report.matched < selection.limit:
-        want = batch_size if selection.limit is None else selection.limit - report.matched
-        want = min(want, batch_size)
-        answer = yield OPQ.list_tasks, list_params(selection, want, before)
-        page = listed(answer.rows)
-        if not page:
-            break
-        before = page[-1]["id"]
-        seen.update(r["id"] for r in page)
-        report.matched += len(page)
-        outcome = yield from _batch(action, page, report, datetime.now(UTC))
-        if not dry_run:
-            yield from _record(report.audit_id, outcome)
-        yield None
-        if len(page) < want:
-            break
-    missing = sorted(set(selection.ids) - seen) if selection.before is None else []
-    if missing:
-        report.matched += len(missing)
-        report.skip(NOT_FOUND, len(missing))
-        if not dry_run:
-            yield from _record(report.audit_id, dict.fromkeys(missing, NOT_FOUND))
-            yield None
-    return report
+    """The statements of ``action`` over ``selection`` (PostgreSQL's walk,
+    :func:`ledgerq.ledger.actions.walk`, with :data:`MY_STATEMENTS`); returns the
+    :class:`Report`."""
+    return (yield from walk(action, selection, MY_STATEMENTS, **options))

@@ -26,9 +26,10 @@ from sqlalchemy import TextClause
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ledgerq.ledger.model import ExpiredLease, Finished, Outcome, rescue_audit
+from ledgerq.ledger.audit import record_rescue
+from ledgerq.ledger.model import ExpiredLease, Finished, Outcome
 from ledgerq.ledger.mysql import attempts, plans
-from ledgerq.ledger.mysql.audit import SYSTEM_ACTOR, record_audit
+from ledgerq.ledger.mysql.audit import record_audit
 from ledgerq.ledger.mysql.base import MyBase, decoded, micros, translated
 from ledgerq.ledger.mysql.queries import MQ
 
@@ -47,16 +48,7 @@ class MyExpiredBatch:
             return []
         run = plans.async_runner(self._conn, "ledgerq")
         finished = await plans.adrive(attempts.finish(outcomes), run)
-        audit = rescue_audit(self.rows, finished)
-        if audit is not None:
-            await record_audit(
-                self._conn,
-                audit.action,
-                audit.selection,
-                actor=SYSTEM_ACTOR,
-                reason=audit.reason,
-                task_ids=audit.task_ids,
-            )
+        await record_rescue(self._conn, self.rows, finished, record_audit)
         return finished
 
 

@@ -12,15 +12,10 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ledgerq.ledger.model import (
-    DueTask,
-    ExpiredLease,
-    Finished,
-    Outcome,
-    rescue_audit,
-)
+from ledgerq.ledger.audit import record_rescue
+from ledgerq.ledger.model import DueTask, ExpiredLease, Finished, Outcome
 from ledgerq.ledger.params import outcome_params
-from ledgerq.ledger.pg.audit import SYSTEM_ACTOR, record_audit
+from ledgerq.ledger.pg.audit import record_audit
 from ledgerq.ledger.pg.base import translated
 from ledgerq.ledger.pg.rows import finished_rows
 from ledgerq.ledger.sql import Q
@@ -63,14 +58,5 @@ class PgExpiredBatch:
             finished = finished_rows(
                 (await self._conn.execute(Q.finish, outcome_params(outcomes))).all()
             )
-            audit = rescue_audit(self.rows, finished)
-            if audit is not None:
-                await record_audit(
-                    self._conn,
-                    audit.action,
-                    audit.selection,
-                    actor=SYSTEM_ACTOR,
-                    reason=audit.reason,
-                    task_ids=audit.task_ids,
-                )
+            await record_rescue(self._conn, self.rows, finished, record_audit)
             return finished

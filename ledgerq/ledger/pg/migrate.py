@@ -24,16 +24,14 @@ from sqlalchemy.engine import make_url
 
 from ledgerq.core.config import Settings
 from ledgerq.core.errors import ConfigError, SchemaError, ServiceUnavailableError
-from ledgerq.core.masking import mask_url
 from ledgerq.ledger.migrations import VERSION_TABLE
 from ledgerq.ledger.pg.base import GRANTS, first_line
 from ledgerq.ledger.pg.engines import connect_waiting
 from ledgerq.ledger.pg.shards import SHARD_TABLE, Identity, assign, check_identity, identity_of
-from ledgerq.ledger.revisions import History
+from ledgerq.ledger.revisions import History, check_shards
 
 #: Tables every ledgerq command relies on, besides the version table.
 LEDGER_TABLES = ("ledgerq_tasks", "ledgerq_history")
-MIGRATE = "run `ledgerq migrate`"
 
 
 HISTORY = History("ledgerq.ledger", "postgresql+psycopg://", "")
@@ -131,35 +129,11 @@ def check_schema(settings: Settings) -> str:
     URL list; else :class:`SchemaError` (or :class:`ConfigError` for a database at
     the wrong position, :class:`ServiceUnavailableError`, or
     :class:`~ledgerq.core.errors.CredentialsRefusedError`)."""
-    count = settings.ledger_shard_count
-    revisions = [
-        _check_one(shard, index, count) for index, shard in enumerate(settings.ledger_shards())
-    ]
-    return revisions[0]
+    return check_shards(settings, _check_one)
 
 
 def _check_one(settings: Settings, index: int, count: int) -> str:
     current, missing, identity = _state(settings)
-    head = head_revision()
-    where = mask_url(settings.database_url)
-    if current is None:
-        raise SchemaError(f"the ledger schema is missing in {where} (never migrated): {MIGRATE}")
-    if current != head:
-        known = HISTORY.known()
-        if current in known:
-            raise SchemaError(
-                f"the ledger schema in {where} is at revision {current}, this ledgerq needs "
-                f"{head}: {MIGRATE}"
-            )
-        raise SchemaError(
-            f"the ledger schema in {where} is at revision {current}, which this ledgerq does "
-            f"not know (a newer ledgerq migrated it?): upgrade ledgerq, or fix "
-            "LEDGERQ_DATABASE_URL / --database-url"
-        )
-    if missing:
-        raise SchemaError(
-            f"the ledger schema in {where} is at {current} but its tables "
-            f"{', '.join(missing)} are gone: drop the table {VERSION_TABLE}, then {MIGRATE}"
-        )
+    current = HISTORY.verdict(settings.database_url, current, missing)
     check_identity(settings.database_url, identity, index, count)
     return current

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Unpack
 
-from sqlalchemy import TextClause
+from sqlalchemy import Row, TextClause
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ledgerq.core.errors import TaskNotFoundError
 from ledgerq.ledger.actions import (
     Action,
     Report,
@@ -28,9 +28,11 @@ from ledgerq.ledger.actions import (
     task_row,
 )
 from ledgerq.ledger.after import graph
-from ledgerq.ledger.filters import DEFAULT_LIMIT, MAX_BIGINT, TaskFilter, task_to_find
+from ledgerq.ledger.batched import act_in_batches
+from ledgerq.ledger.executors import AsyncRunner
+from ledgerq.ledger.filters import DEFAULT_LIMIT, TaskFilter, audit_params, found_task
 from ledgerq.ledger.keys import KeyRelease, release_plan
-from ledgerq.ledger.options import AuditOptions, BatchedActOptions, PlanOptions
+from ledgerq.ledger.options import AuditOptions, BatchedActOptions
 from ledgerq.ledger.pg.base import PgBase, translated
 from ledgerq.ledger.plans import adrive
 from ledgerq.ledger.sql import AQ, IQ, OQ
@@ -49,12 +51,9 @@ class PgOperations(PgBase):
     async def find(
         self, task_id: int | None = None, *, business_key: str | None = None
     ) -> dict[str, Any]:
-        task_id = await task_to_find(task_id, business_key, self.list_tasks)
-        rows = await self._rows(IQ.show_task, {"id": task_id})
-        if not rows:
-            raise TaskNotFoundError(f"no task with id {task_id}")
-        task = {k: jsonable(v) for k, v in rows[0]._mapping.items()}
-        task["attempt_log"] = task.get("attempt_log") or []
+        task_id, task = await found_task(
+            task_id, business_key, self.list_tasks, self._rows, IQ.show_task, _shown
+        )
         task["audit"] = [
             {k: jsonable(v) for k, v in r._mapping.items()}
             for r in await self._rows(OQ.task_audit, {"id": task_id})
@@ -67,40 +66,39 @@ class PgOperations(PgBase):
     async def audit(
         self, limit: int = DEFAULT_LIMIT, before: int | None = None
     ) -> list[dict[str, Any]]:
-        params = {"limit": limit, "before": before if before is not None else MAX_BIGINT}
-        rows = await self._rows(OQ.list_audit, params)
+        rows = await self._rows(OQ.list_audit, audit_params(limit, before))
         return [{k: jsonable(v) for k, v in zip(AUDIT_COLUMNS, r, strict=True)} for r in rows]
 
     async def act(
         self, action: Action, selection: TaskFilter, **options: Unpack[BatchedActOptions]
     ) -> Report:
-        report = Report(action.name)
-        progress = options.pop("progress", None)
-        planned: PlanOptions = options  # the rest, progress taken out, are the plan's
-        steps = plan(action, selection, report=report, **planned)
         with translated():
             async with self.engine.connect() as conn:
-
-                async def run(statement: TextClause, params: Mapping[str, Any]) -> Rows:
-                    result = await conn.execute(statement, params)
-                    return result.all() if result.returns_rows else []
-
-                async def commit() -> None:
-                    await conn.commit()
-                    if progress is not None:
-                        progress(report)
-
-                await adrive(steps, run, commit)
-                await conn.commit()
-        return report
+                run = _runner(conn)
+                return await act_in_batches(
+                    conn,
+                    action,
+                    options,
+                    lambda report, planned: plan(action, selection, report=report, **planned),
+                    lambda steps, commit: adrive(steps, run, commit),
+                )
 
     async def release_key(self, key: str, **options: Unpack[AuditOptions]) -> KeyRelease:
         steps = release_plan(key, **options)
         with translated():
             async with self.engine.begin() as conn:
+                return await adrive(steps, _runner(conn))
 
-                async def run(statement: TextClause, params: Mapping[str, Any]) -> Rows:
-                    result = await conn.execute(statement, params)
-                    return result.all() if result.returns_rows else []
 
-                return await adrive(steps, run)
+def _shown(row: Row[Any]) -> dict[str, Any]:
+    return {k: jsonable(v) for k, v in row._mapping.items()}
+
+
+def _runner(conn: AsyncConnection) -> AsyncRunner:
+    """Statements on ``conn``, their rows back (none for a statement without)."""
+
+    async def run(statement: TextClause, params: Mapping[str, Any]) -> Rows:
+        result = await conn.execute(statement, params)
+        return result.all() if result.returns_rows else []
+
+    return run

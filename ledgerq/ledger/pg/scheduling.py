@@ -14,40 +14,32 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from ledgerq.ledger.actions import jsonable
 from ledgerq.ledger.model import KindDefaults
 from ledgerq.ledger.pg.audit import record_audit
 from ledgerq.ledger.pg.base import PgBase, translated
-from ledgerq.ledger.scheduling import PauseReport, RateLimit, Scope, check_scope, write_limit
+from ledgerq.ledger.scheduling import (
+    PauseWrites,
+    Pausing,
+    RateLimit,
+    write_limit,
+)
 from ledgerq.ledger.sql import SQ, Q
 
 
-class PgScheduling(PgBase):
-    async def pause(
-        self, scope: Scope, name: str, *, actor: str, reason: str | None = None
-    ) -> PauseReport:
-        scope, name = check_scope(scope, name)
-        where = {"scope": scope, "name": name}
-        with translated():
-            async with self.engine.begin() as conn:
-                taken = await conn.execute(SQ.pause, {**where, "actor": actor, "reason": reason})
-                if taken.first() is None:
-                    return PauseReport("pause", scope, name, changed=False)
-                ids = [int(r[0]) for r in await conn.execute(SQ.unpublish_paused, where)]
-                audit_id = await record_audit(
-                    conn, "pause", {scope: name}, actor=actor, reason=reason, task_ids=ids
-                )
-        return PauseReport("pause", scope, name, True, len(ids), audit_id)
+async def _take_back(conn: AsyncConnection, where: Mapping[str, str]) -> list[int]:
+    """``unpublish_paused``: one fenced compare-and-set; the ids it took back."""
+    return [int(r[0]) for r in await conn.execute(SQ.unpublish_paused, where)]
 
-    async def resume(self, scope: Scope, name: str, *, actor: str) -> PauseReport:
-        scope, name = check_scope(scope, name)
-        with translated():
-            async with self.engine.begin() as conn:
-                lifted = await conn.execute(SQ.resume, {"scope": scope, "name": name})
-                if lifted.first() is None:
-                    return PauseReport("resume", scope, name, changed=False)
-                audit_id = await record_audit(conn, "resume", {scope: name}, actor=actor)
-        return PauseReport("resume", scope, name, True, 0, audit_id)
+
+#: This ledger's pause statements, take-back and audit writer.
+PG_PAUSES = PauseWrites(SQ.pause, SQ.resume, _take_back, record_audit, translated)
+
+
+class PgScheduling(PgBase, Pausing):
+    pause_writes = PG_PAUSES
 
     async def pauses(self) -> list[dict[str, Any]]:
         rows = await self._rows(SQ.list_pauses, {})
