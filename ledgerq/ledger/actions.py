@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack
 
@@ -45,6 +45,7 @@ from sqlalchemy import TextClause
 
 from ledgerq.core.errors import InvalidFilterError
 from ledgerq.ledger.filters import TaskFilter
+from ledgerq.ledger.report import Report as Report  # (re-exported: its importers read it here)
 from ledgerq.ledger.sql import OQ
 from ledgerq.ledger.validation import check_max_attempts, check_priority
 
@@ -216,42 +217,6 @@ def _retry_route(status: str, run_at: datetime, now: datetime) -> Step | str:
     if status == "waiting":
         return "waiting: it runs when its dependencies have ended (after=)"
     return f"{status}: already due or running; nothing to retry"
-
-
-@dataclass
-class Report:
-    """What an action did (or, in a dry run, would do): ``matched`` tasks, of which
-    ``changed`` were changed and ``skipped`` were not, ``reasons`` counting why.
-    ``asked_to_stop``: of the changed, the running tasks a cancel asked to stop
-    (they end ``cancelled`` when their handler returns). ``cascaded``: the live
-    descendants a cascading cancel changed (not in ``matched``/``changed``; the
-    running ones are in ``asked_to_stop``)."""
-
-    action: str
-    dry_run: bool = False
-    matched: int = 0
-    changed: int = 0
-    skipped: int = 0
-    reasons: dict[str, int] = field(default_factory=dict)
-    audit_id: int | None = None
-    asked_to_stop: int = 0
-    cascaded: int = 0
-
-    def skip(self, why: str, n: int = 1) -> None:
-        self.skipped += n
-        self.reasons[why] = self.reasons.get(why, 0) + n
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "matched": self.matched,
-            "changed": self.changed,
-            "skipped": self.skipped,
-            "reasons": dict(sorted(self.reasons.items())),
-            "dry_run": self.dry_run,
-            "audit_id": self.audit_id,
-            "asked_to_stop": self.asked_to_stop,
-            "cascaded": self.cascaded,
-        }
 
 
 def _fences(rows: Iterable[dict[str, Any]]) -> dict[str, list[int]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Required, TypedDict
 
-from ledgerq.ledger.actions import Report
+from ledgerq.ledger.report import Report
 
 
 class AuditOptions(TypedDict, total=False):
