@@ -50,9 +50,13 @@ def query(settings: Settings, statement: str) -> list[tuple[Any, ...]]:
 
 
 def routed(settings: Settings) -> list[str]:
-    """The routed broker queues the workers' subscriptions name (private to the test)."""
+    """The routed and personal (sticky) broker queues the workers' subscriptions name
+    (private to the test)."""
     rows = query(
-        settings, "SELECT DISTINCT queue, route FROM ledgerq_subscriptions WHERE route IS NOT NULL"
+        settings,
+        "SELECT queue, route FROM ledgerq_subscriptions WHERE route IS NOT NULL"
+        " UNION SELECT queue, sticky_route FROM ledgerq_subscriptions"
+        " WHERE sticky_route IS NOT NULL",
     )
     return [routing_key(str(queue), str(route)) for queue, route in rows]
 

@@ -20,25 +20,13 @@ import pytest
 from ledgerq import TaskSpec
 from ledgerq.compose.storage import async_engine
 from ledgerq.core.config import Settings
-from ledgerq.core.routes import routing_key
 from ledgerq.ledger.model import Outcome
 from ledgerq.ledger.mysql import MyLedger
 from ledgerq.ledger.routing import Subscription, sticky_route
 from tests.conftest import delete_broker_objects
-from tests.mariadb_broker import Processes, fresh, query, until
+from tests.mariadb_broker import Processes, fresh, query, routed, until
 
 WORKER = ("worker", "--app", "tests.apps.sticky_app", "--concurrency", "4", "--grace", "5")
-
-
-def _routes(settings: Settings) -> list[str]:
-    """The routed and personal broker queues the workers declared (private to the test)."""
-    rows = query(
-        settings,
-        "SELECT queue, route FROM ledgerq_subscriptions WHERE route IS NOT NULL"
-        " UNION SELECT queue, sticky_route FROM ledgerq_subscriptions"
-        " WHERE sticky_route IS NOT NULL",
-    )
-    return [routing_key(str(queue), str(route)) for queue, route in rows]
 
 
 @pytest.fixture
@@ -46,7 +34,7 @@ async def mariadb(mariadb_settings: Settings) -> AsyncIterator[Settings]:
     """The MariaDB ledger emptied, a private AMQP prefix (its objects deleted after)."""
     current = await fresh(mariadb_settings)
     yield current
-    delete_broker_objects(current, _routes(current))
+    delete_broker_objects(current, routed(current))
 
 
 @pytest.fixture
