@@ -37,7 +37,7 @@ from ledgerq.hooks import Hooks
 from ledgerq.hooks.probes import Probe
 from ledgerq.ledger.observer import NO_OBSERVER, Observer
 from ledgerq.ledger.pg import PgLedger
-from ledgerq.ledger.pg.engines import RELAY_PLANNER, async_engine
+from ledgerq.ledger.pg.engines import RELAY_SESSION, async_engine
 from ledgerq.ledger.pg.notify import Wakeup
 from ledgerq.ledger.protocol import RelayLedger
 from ledgerq.relay.service import Relay, RelayConfig
@@ -86,7 +86,7 @@ def _relay_ledger(database: Settings) -> PgLedger | MyLedger:
         from ledgerq.ledger.mysql import engines as my_engines
 
         return MyLedger(my_engines.async_engine(database, "ledgerq-relay", pool_size=2))
-    return PgLedger(async_engine(database, "ledgerq-relay", pool_size=2, planner=RELAY_PLANNER))
+    return PgLedger(async_engine(database, "ledgerq-relay", pool_size=2, planner=RELAY_SESSION))
 
 
 @asynccontextmanager

@@ -210,6 +210,12 @@ class RelayLedger(Protocol):
         behind. A route with no live subscriber gets nothing."""
         ...
 
+    async def publish_due(self, limit: int, aging_s: float = DEFAULT_AGING_S) -> list[DueTask]:
+        """The relay's pass: what :meth:`publish_batch` would lock, marked published
+        (as :meth:`PublishBatch.mark_published`) and committed before this returns;
+        the rows in the pick's order. No lock is held once it returns."""
+        ...
+
     async def return_unpublished(self, rows: Sequence[DueTask]) -> set[int]:
         """published -> pending (epoch + 1, fenced on the rows' epochs) for rows
         committed published whose publish failed; the ids that moved."""

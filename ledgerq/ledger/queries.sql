@@ -138,6 +138,34 @@ SELECT id, kind, queue, priority, epoch, suspect, trace_context, route, subscrib
 FROM ledgerq_pick((SELECT COALESCE(jsonb_agg(w), '[]'::jsonb) FROM ledgerq_windows w),
                   :limit, :aging_s)
 
+-- name: publish_due
+-- The relay's pass as one statement, committed by itself (autocommit):
+-- select_due's pick, marked published with mark_published's compare-and-set,
+-- the picked rows returned in the pick's order. One round trip instead of four
+-- (BEGIN and the pick, the mark, COMMIT), and no lock held while the broker
+-- works. A row the pick took but the mark did not move is not returned (it
+-- cannot happen while the pick's lock holds: a row the pick saw in a newer
+-- snapshot than the statement's own is skipped by the UPDATE, and waits for the
+-- next pass). route: '' for the queue's own broker queue.
+-- transitions: pending -> published, published -> published
+WITH picked AS MATERIALIZED (
+    SELECT *
+    FROM ledgerq_pick((SELECT COALESCE(jsonb_agg(w), '[]'::jsonb) FROM ledgerq_windows w),
+                      :limit, :aging_s) WITH ORDINALITY
+         AS p(id, kind, queue, priority, epoch, suspect, trace_context, route, subscribers, n)
+), marked AS (
+    UPDATE ledgerq_tasks t
+    SET status = 'published', published_at = clock_timestamp(), publishes = t.publishes + 1,
+        route = COALESCE(p.route, '')
+    FROM picked p
+    WHERE t.id = p.id AND t.epoch = p.epoch AND t.status IN ('pending', 'published')
+    RETURNING t.id
+)
+SELECT id, kind, queue, priority, epoch, suspect, trace_context, route, subscribers
+FROM picked
+WHERE id IN (SELECT id FROM marked)
+ORDER BY n
+
 -- name: kind_durations
 -- How long each kind's attempts run, for the relay's envelopes (a long kind's
 -- tasks travel one per message): the mean run time of its attempts that ended

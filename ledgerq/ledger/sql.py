@@ -202,6 +202,7 @@ class LedgerQueries:
     insert_tasks_once: TextClause
     once_task_id: TextClause
     select_due: TextClause
+    publish_due: TextClause
     kind_durations: TextClause
     register_limits: TextClause
     register_ordering: TextClause

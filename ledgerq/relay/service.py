@@ -10,10 +10,11 @@ route's window has room for (``ledgerq_pick``, migration 0014: the scheduling
 order of :mod:`ledgerq.ledger.scheduling`, aged first, then by priority, retries
 behind, nothing paused, ordered keys one at a time, rate-limited kinds within
 their token buckets), ``UPDATE`` them to ``published`` (fenced on their epoch,
-with their route) and COMMIT; only then pack them into envelopes (several tasks
-of one route and kind per message, :mod:`.envelopes`) and publish those with
-confirms. No row lock is held while the broker works, so a worker whose delivery
-arrives at once claims at once (before, it waited on the relay's locks until the
+with their route) and COMMIT, all in ``publish_due`` (one statement on
+PostgreSQL); only then pack them into envelopes (several tasks of one route and
+kind per message, :mod:`.envelopes`) and publish those with confirms. No row
+lock is held while the broker works, so a worker whose delivery arrives at once
+claims at once (before, it waited on the relay's locks until the
 confirm came back and the marks committed: about 4 ms of the idle latency), and
 a second relay skips the rows while they are picked.
 
@@ -174,12 +175,7 @@ class Relay:
         counts = RelayCounts()
         # Read before the batch locks its rows (at most every few seconds).
         long = await self.durations.refresh() if self.config.envelope_max > 1 else frozenset()
-        async with self.ledger.publish_batch(self.config.batch_size, self.config.aging_s) as batch:
-            rows = batch.rows
-            if rows:
-                marked = await batch.mark_published(rows)
-                if len(marked) < len(rows):  # never: the rows are locked since the pick
-                    rows = [row for row in rows if row.id in marked]
+        rows = await self.ledger.publish_due(self.config.batch_size, self.config.aging_s)
         # Committed: the rows are published in the ledger and no lock is held.
         if rows:
             self.hooks.probe("relay.after_commit")

@@ -72,6 +72,41 @@ async def test_publish_batches_open_at_once_never_share_a_row(
 
 
 @ON_MARIADB
+async def test_publish_due_marks_what_it_picks_published_and_commits(
+    ledger: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    due, later, running = enqueue("conf.pub", "conf.pub", "conf.pub")
+    [not_yet] = enqueue(TaskSpec("conf.pub", delay=3600))
+    [urgent] = enqueue(TaskSpec("conf.pub", priority=5))
+    await claim_one(ledger, running)
+
+    rows = await ledger.publish_due(10)
+
+    assert [r.id for r in rows] == [urgent, due, later]  # the pick's order
+    assert rows[0] == DueTask(urgent, "conf.pub", "default", 5, 0)
+    for task_id in (urgent, due, later):
+        row = await ledger.show(task_id)
+        assert (row["status"], row["publishes"], row["epoch"]) == ("published", 1, 0)
+        assert row["published_at"] is not None
+    assert (await ledger.show(not_yet))["status"] == "pending"
+    assert await ledger.publish_due(10) == []  # committed: nothing is due twice
+
+
+@ON_MARIADB
+async def test_publish_due_takes_its_limit_and_skips_rows_a_batch_holds(
+    ledger: LedgerWithHarness, rival: LedgerWithHarness, enqueue: Enqueue
+) -> None:
+    held, first, second, third = enqueue("conf.pub", "conf.pub", "conf.pub", "conf.pub")
+
+    async with rival.publish_batch(1) as batch:
+        assert [r.id for r in batch.rows] == [held]
+        taken = [r.id for r in await ledger.publish_due(10)]
+        assert taken == [first, second, third]  # SKIP LOCKED: held is another's
+
+    assert [r.id for r in await ledger.publish_due(1)] == [held]  # its block left it pending
+
+
+@ON_MARIADB
 async def test_mark_published_moves_pending_rows_to_published(
     ledger: LedgerWithHarness, enqueue: Enqueue
 ) -> None:

@@ -456,6 +456,7 @@ def test_the_statements_that_change_status_are_the_ones_expected() -> None:
         "expire_due",
         "finish",
         "mark_published",
+        "publish_due",
         "reschedule",
         "retry_history",
         "return_unpublished",

@@ -181,6 +181,13 @@ class MyRelay(MyBase):
     ) -> AbstractAsyncContextManager[MyPublishBatch]:
         return self._locked(pick(limit, aging_s))
 
+    async def publish_due(self, limit: int, aging_s: float = DEFAULT_AGING_S) -> list[DueTask]:
+        """The pick and the mark in one transaction (two statements here: MySQL's
+        UPDATE cannot return the rows it moved)."""
+        async with self.publish_batch(limit, aging_s) as batch:
+            marked = await batch.mark_published(batch.rows)
+        return [row for row in batch.rows if row.id in marked]
+
     async def return_unpublished(self, rows: Sequence[DueTask]) -> set[int]:
         if not rows:
             return set()

@@ -54,6 +54,10 @@ class PgServices(PgBase):
     ) -> AbstractAsyncContextManager[PgPublishBatch]:
         return self._locked(Q.select_due, {"limit": limit, "aging_s": aging_param(aging_s)})
 
+    async def publish_due(self, limit: int, aging_s: float = DEFAULT_AGING_S) -> list[DueTask]:
+        params = {"limit": limit, "aging_s": aging_param(aging_s)}
+        return due_tasks(await self._rows(Q.publish_due, params))
+
     async def return_unpublished(self, rows: Sequence[DueTask]) -> set[int]:
         if not rows:
             return set()
