@@ -56,7 +56,7 @@ class PgServices(PgBase):
 
     async def publish_due(self, limit: int, aging_s: float = DEFAULT_AGING_S) -> list[DueTask]:
         params = {"limit": limit, "aging_s": aging_param(aging_s)}
-        return due_tasks(await self._rows(Q.publish_due, params))
+        return due_tasks(await self._hot_rows(Q.publish_due, params))
 
     async def return_unpublished(self, rows: Sequence[DueTask]) -> set[int]:
         if not rows:
@@ -137,7 +137,7 @@ class PgServices(PgBase):
         if not params["ids"]:
             return []
         params.update(worker=worker, lease_s=lease_s, max_payload_bytes=MAX_CLAIM_PAYLOAD_BYTES)
-        return claimed_tasks(await self._rows(Q.claim, params))
+        return claimed_tasks(await self._hot_rows(Q.claim, params))
 
     async def claim_due(
         self,
@@ -157,7 +157,7 @@ class PgServices(PgBase):
             "lease_s": lease_s,
             "max_payload_bytes": MAX_CLAIM_PAYLOAD_BYTES,
         }
-        return claimed_tasks(await self._rows(DQ.claim_due, params))
+        return claimed_tasks(await self._hot_rows(DQ.claim_due, params))
 
     async def whereabouts(self, ids: Iterable[int]) -> dict[int, str]:
         rows = await self._rows(Q.whereabouts, {"ids": sorted(set(ids))})
@@ -166,7 +166,7 @@ class PgServices(PgBase):
     async def finish(self, outcomes: Sequence[Outcome]) -> list[Finished]:
         if not outcomes:
             return []
-        return finished_rows(await self._rows(Q.finish, outcome_params(outcomes)))
+        return finished_rows(await self._hot_rows(Q.finish, outcome_params(outcomes)))
 
     async def heartbeat(
         self, fences: Iterable[Fence], lease_s: float, progress: Mapping[int, str] | None = None
@@ -176,7 +176,7 @@ class PgServices(PgBase):
             return Held()
         params["lease_s"] = lease_s
         params["progress"] = [(progress or {}).get(task_id) for task_id in params["ids"]]
-        rows = await self._rows(Q.heartbeat, params)
+        rows = await self._hot_rows(Q.heartbeat, params)
         return Held(
             (int(r.id) for r in rows if not r.busy),
             (int(r.id) for r in rows if r.cancel_requested),
